@@ -1,0 +1,2 @@
+"""Cluster fabric acceptance harness."""
+__version__ = "0.1.0"

@@ -1,0 +1,269 @@
+"""What this machine offers: one probe per engine or launcher, never raising.
+
+`acceptance doctor` prints `probe_all()`; engines and suites reuse single probes
+so that an unusable engine skips with the same concrete reason on every rank.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+TIMEOUT_S = 5.0  # bound on every external command: a probe must never hang
+SYSFS_IB = Path("/sys/class/infiniband")
+CUPY_HINT = "pip install 'acceptance[gpu]'"
+
+
+@dataclass(frozen=True)
+class Availability:
+    name: str     # "mpi", "launcher", "slurm", "verbs", "gpu", "nccl"
+    usable: bool
+    detail: str   # what was found when usable; the concrete reason when not
+
+    def line(self) -> str:
+        return f"{self.name}: {'usable' if self.usable else 'unavailable'} \u2014 {self.detail}"
+
+
+# --- helpers ---------------------------------------------------------------
+
+def _run(cmd: list[str], timeout: float | None = None) -> tuple[bool, str]:
+    """Run cmd; (True, stdout) on exit 0, else (False, a one-line reason)."""
+    timeout = TIMEOUT_S if timeout is None else timeout
+    try:
+        # Own session so a timeout can kill grandchildren that hold our pipes.
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, errors="replace",
+                             start_new_session=True)
+    except OSError as e:
+        return False, f"{cmd[0]}: {e.strerror or e}"
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            p.communicate(timeout=1)
+        except subprocess.TimeoutExpired:
+            pass  # something escaped the group and holds the pipe; give up on it
+        return False, f"`{' '.join(cmd)}` timed out after {timeout:g} s"
+    if p.returncode != 0:
+        msg = next((ln.strip() for ln in err.splitlines() if ln.strip()), "")
+        return False, f"`{' '.join(cmd)}` exited {p.returncode}" + (f": {msg}" if msg else "")
+    return True, out
+
+
+def first_line(cmd: list[str], timeout: float | None = None, contains: str | None = None) -> str | None:
+    """First non-empty stdout line of cmd (the first containing `contains`, if any
+    does), whitespace collapsed; None if the command is missing, fails or times out."""
+    ok, out = _run(cmd, timeout)
+    lines = [" ".join(ln.split()) for ln in out.splitlines() if ln.strip()] if ok else []
+    if not lines:
+        return None
+    if contains:
+        lines = [ln for ln in lines if contains.lower() in ln.lower()] or lines
+    return lines[0]
+
+
+def nccl_version_string(code: int) -> str:
+    """NCCL's integer version: 22703 -> "2.27.3"; before 2.9 it was 2804 -> "2.8.4"."""
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
+def _never_raises(name: str) -> Callable:
+    """A probe that raises anyway reports the exception as its reason."""
+    def wrap(fn: Callable[[], Availability]) -> Callable[[], Availability]:
+        @functools.wraps(fn)
+        def probe() -> Availability:
+            try:
+                return fn()
+            except Exception as e:  # noqa: BLE001 - the point is to never raise
+                return Availability(name, False, f"probe failed: {type(e).__name__}: {e}")
+        return probe
+    return wrap
+
+
+def _executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _sysfs_ports(dev: str, root: Path = SYSFS_IB) -> str:
+    """'2 ports: ACTIVE 400 Gb/sec, DOWN 10 Gb/sec' from sysfs, or '' if unreadable."""
+    ports = []
+    for port in sorted((root / dev / "ports").glob("*")):
+        try:
+            state = (port / "state").read_text().split(":")[-1].strip()   # "4: ACTIVE"
+            rate = (port / "rate").read_text().split("(")[0].strip()       # "400 Gb/sec (4X NDR)"
+        except OSError:
+            continue
+        ports.append(f"{state} {rate}".strip())
+    if not ports:
+        return ""
+    return f"{len(ports)} port{'s' if len(ports) != 1 else ''}: {', '.join(ports)}"
+
+
+def _sysfs_devices(root: Path = SYSFS_IB) -> list[str]:
+    try:
+        return sorted(p.name for p in root.iterdir())
+    except OSError:
+        return []
+
+
+def _sysfs_note(root: Path = SYSFS_IB) -> str:
+    devs = _sysfs_devices(root)
+    return f"{root} lists {', '.join(devs)}" if devs else f"no {root}"
+
+
+def _import_cupy():
+    """(cupy, None) or (None, reason)."""
+    try:
+        import cupy
+    except ModuleNotFoundError as e:
+        if e.name == "cupy":
+            return None, f"cupy not installed ({CUPY_HINT})"
+        return None, f"cupy not importable: {e}"
+    except Exception as e:  # CUDA libraries missing or mismatched raise various errors
+        return None, f"cupy not importable: {type(e).__name__}: {e}"
+    return cupy, None
+
+
+# --- probes ----------------------------------------------------------------
+
+@_never_raises("mpi")
+def probe_mpi() -> Availability:
+    try:
+        import mpi4py
+    except ImportError as e:
+        return Availability("mpi", False, f"mpi4py not importable: {e}")
+    try:
+        from mpi4py import MPI  # initializes MPI; singleton init is fine under MPICH
+    except Exception as e:  # libmpi missing or ABI mismatch
+        return Availability("mpi", False, f"mpi4py {mpi4py.__version__} imports but mpi4py.MPI does not: {e}")
+    lib = next((ln for ln in MPI.Get_library_version().splitlines() if ln.strip()), "unknown MPI")
+    # "MPICH Version:      5.0.2" -> "MPICH 5.0.2"; "Open MPI v4.1.5, package: ..." -> "Open MPI v4.1.5"
+    lib = " ".join(lib.split(",")[0].replace("Version:", "").split())
+    major, minor = MPI.Get_version()
+    return Availability("mpi", True, f"{lib} (MPI {major}.{minor}) via mpi4py {mpi4py.__version__}")
+
+
+@_never_raises("launcher")
+def probe_launcher() -> Availability:
+    """The launcher `acceptance run --launcher auto` would pick."""
+    notes = []
+    if os.environ.get("SLURM_JOB_ID"):
+        srun = shutil.which("srun")
+        if srun:
+            version = first_line([srun, "--version"]) or "version unknown"
+            return Availability("launcher", True, f"srun {srun} ({version}) in Slurm job {os.environ['SLURM_JOB_ID']}")
+        notes.append("SLURM_JOB_ID is set but srun not on PATH")
+    # The mpiexec next to our interpreter (the mpich wheel) matches the MPI mpi4py loaded.
+    beside = Path(sys.executable).parent / "mpiexec"
+    found = str(beside) if _executable(beside) else shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        notes.append(f"no mpiexec beside {sys.executable} and no mpiexec/mpirun on PATH")
+        return Availability("launcher", False, "; ".join(notes))
+    # Hydra's first line is "HYDRA build details:"; Open MPI's first line carries the version.
+    version = first_line([found, "--version"], contains="version") or "version unknown"
+    detail = f"mpiexec {found} ({version})"
+    return Availability("launcher", True, "; ".join([detail, *notes]))
+
+
+@_never_raises("slurm")
+def probe_slurm() -> Availability:
+    tools = {t: shutil.which(t) for t in ("sinfo", "srun", "sbatch")}
+    job = os.environ.get("SLURM_JOB_ID")
+    if job:
+        where = (f"inside allocation {job} (SLURM_NNODES={os.environ.get('SLURM_NNODES', '?')}, "
+                 f"SLURM_JOB_NODELIST={os.environ.get('SLURM_JOB_NODELIST', '?')})")
+    else:
+        where = "not inside a Slurm allocation"
+    missing = [t for t, p in tools.items() if not p]
+    on_path = f"{', '.join(missing)} not on PATH" if missing else "sinfo, srun, sbatch on PATH"
+    if not tools["sinfo"]:
+        # Inside a job srun alone is enough to launch; without sinfo we cannot ask the controller.
+        return Availability("slurm", bool(job and tools["srun"]), f"{where}; {on_path}")
+    # -N: one line per node (and partition); dedupe to count nodes.
+    ok, out = _run([tools["sinfo"], "-h", "-N", "-o", "%N"])
+    if not ok:
+        return Availability("slurm", False, f"{where}; controller did not answer: {out}")
+    nodes = len(set(out.split()))
+    return Availability("slurm", True, f"controller answers, sinfo lists {nodes} node(s); {where}; {on_path}")
+
+
+@_never_raises("verbs")
+def probe_verbs() -> Availability:
+    try:
+        from pyverbs.device import get_device_list
+    except Exception as e:  # ImportError, or a broken rdma-core install
+        return Availability("verbs", False, f"pyverbs not importable: {e} ({_sysfs_note()})")
+    try:
+        devices = get_device_list()
+    except Exception as e:  # PyverbsRDMAError / PyverbsError
+        return Availability("verbs", False, f"pyverbs imports but get_device_list() failed: {e} ({_sysfs_note()})")
+    if not devices:
+        return Availability("verbs", False,
+                            f"pyverbs imports but get_device_list() found no RDMA devices ({_sysfs_note()})")
+    parts = []
+    for d in devices:
+        name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
+        ports = _sysfs_ports(name)
+        parts.append(f"{name} ({ports})" if ports else name)
+    return Availability("verbs", True, f"{len(parts)} device(s): {', '.join(parts)}")
+
+
+@_never_raises("gpu")
+def probe_gpu() -> Availability:
+    cupy, reason = _import_cupy()
+    if cupy is None:
+        return Availability("gpu", False, reason)
+    rt = cupy.cuda.runtime
+    try:
+        count = rt.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError: no driver, no device, ...
+        return Availability("gpu", False, f"cupy imports but no CUDA device: {e}")
+    if count == 0:
+        return Availability("gpu", False, "cupy imports but getDeviceCount() returned 0")
+    names = Counter()
+    for i in range(count):
+        n = rt.getDeviceProperties(i)["name"]
+        names[n.decode() if isinstance(n, bytes) else str(n)] += 1
+    devs = ", ".join(f"{k}\u00d7 {name}" for name, k in names.items())
+    cuda = rt.runtimeGetVersion()  # 12040 -> 12.4
+    return Availability("gpu", True, f"{devs} (cupy {cupy.__version__}, CUDA runtime {cuda // 1000}.{cuda % 1000 // 10})")
+
+
+@_never_raises("nccl")
+def probe_nccl() -> Availability:
+    cupy, reason = _import_cupy()
+    if cupy is None:
+        return Availability("nccl", False, reason)
+    try:
+        from cupy.cuda import nccl
+        version = nccl_version_string(nccl.get_version())
+    except Exception as e:  # cupy built or installed without NCCL
+        return Availability("nccl", False, f"cupy.cuda.nccl not usable: {type(e).__name__}: {e}")
+    gpu = probe_gpu()
+    if not gpu.usable:
+        return Availability("nccl", False, f"NCCL {version} present but no GPU: {gpu.detail}")
+    return Availability("nccl", True, f"NCCL {version} via cupy {cupy.__version__}")
+
+
+def probe_all() -> list[Availability]:
+    return [probe() for probe in (probe_mpi, probe_launcher, probe_slurm, probe_verbs, probe_gpu, probe_nccl)]
+
+
+def format_report(items: Iterable[Availability]) -> str:
+    return "\n".join(a.line() for a in items)
+
+
+if __name__ == "__main__":
+    print(format_report(probe_all()))

@@ -1,0 +1,69 @@
+"""Merging one test phase's outcome from every rank into one verdict.
+
+Any rank failed -> failed, one section per distinct failure naming the ranks
+and nodes that hit it. Outcomes that differ between ranks (a skip on some
+ranks only) -> failed as inconsistent: for acceptance testing a rank-local skip
+means a broken node. Otherwise every rank agrees and rank 0's report stands.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping
+
+SHOWN_RANKS = 16
+
+
+def phase_summary(outcome: str, when: str, xfail: bool, text: str) -> dict:
+    """What one rank contributes to the merge: small and picklable."""
+    return {"outcome": outcome, "when": when, "xfail": xfail, "text": text}
+
+
+def describe(ranks: list[int], labels: Mapping[int, str]) -> str:
+    """'ranks [1@node1, 3@node2]', shortened for thousands of ranks."""
+    shown = [labels.get(r, str(r)) for r in ranks[:SHOWN_RANKS]]
+    more = f", ... and {len(ranks) - SHOWN_RANKS} more" if len(ranks) > SHOWN_RANKS else ""
+    word = "rank" if len(ranks) == 1 else "ranks"
+    return f"{word} [{', '.join(shown)}{more}]"
+
+
+def _kind(s: dict) -> str:
+    return ("x" if s["xfail"] else "") + s["outcome"]
+
+
+def merge(summaries: Mapping[int, dict], labels: Mapping[int, str]) -> dict:
+    """Decision sent to every rank: {"outcome", "longrepr", "ranks"}.
+
+    `longrepr` is None when ranks agree and rank 0's own report stands.
+    `ranks` lists the ranks that failed or that differed from the majority.
+    """
+    by_text: dict[str, list[int]] = defaultdict(list)
+    for rank in sorted(summaries):
+        s = summaries[rank]
+        if s["outcome"] == "failed":
+            by_text[s["text"]].append(rank)
+    if by_text:
+        sections = []
+        failing = sorted(r for ranks in by_text.values() for r in ranks)
+        for text, ranks in sorted(by_text.items(), key=lambda kv: kv[1][0]):
+            sections.append(f"---- failed on {describe(ranks, labels)} ----\n{text.rstrip()}")
+        head = f"failed on {describe(failing, labels)} of {len(summaries)}"
+        return {"outcome": "failed", "longrepr": head + "\n" + "\n".join(sections), "ranks": failing}
+
+    kinds: dict[str, list[int]] = defaultdict(list)
+    for rank in sorted(summaries):
+        kinds[_kind(summaries[rank])].append(rank)
+    if len(kinds) == 1:
+        return {"outcome": summaries[min(summaries)]["outcome"], "longrepr": None, "ranks": []}
+
+    majority = max(kinds.values(), key=len)
+    lines = []
+    for kind, ranks in sorted(kinds.items(), key=lambda kv: kv[1][0]):
+        reason = summaries[ranks[0]]["text"].strip().splitlines()
+        why = f": {reason[-1]}" if reason and kind != "passed" else ""
+        lines.append(f"  {kind} on {describe(ranks, labels)}{why}")
+    odd = sorted(r for ranks in kinds.values() if ranks is not majority for r in ranks)
+    return {"outcome": "failed",
+            "longrepr": "inconsistent outcome across ranks (a rank-local skip or xfail means that node differs):\n"
+                        + "\n".join(lines),
+            "ranks": odd}

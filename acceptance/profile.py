@@ -1,0 +1,497 @@
+"""Profiles: named TOML files of settings and thresholds for one kind of cluster.
+
+A profile is checked against SCHEMA: an unknown key is an error rather than
+ignored, because a typo would otherwise silently fall back to a default on a
+real acceptance run. Units are parsed once here, so the rest of the harness
+sees bytes, seconds and Gbit/s only. This module raises ProfileError; the CLI
+and the pytest plugin turn it into exit status 2.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import os
+import re
+from decimal import Decimal
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+DEFAULT_PROFILE = "local"
+
+
+class ProfileError(Exception):
+    """A profile that cannot be used; str() is "file: key: reason"."""
+
+    def __init__(self, file, key: str, reason: str):
+        # All three in args so the exception pickles (e.g. sent between MPI ranks).
+        super().__init__(str(file), key, reason)
+        self.file, self.key, self.reason = str(file), key, reason
+
+    def __str__(self) -> str:
+        if self.key:
+            return f"{self.file}: {self.key}: {self.reason}"
+        return f"{self.file}: {self.reason}"
+
+
+# --- units -------------------------------------------------------------------
+# Arithmetic is done in Decimal so "200Mbit/s" is exactly 0.2 and formatted
+# values parse back to the very same float.
+
+_SIZE_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_DURATION_UNITS = {"ns": Decimal("1e-9"), "us": Decimal("1e-6"), "µs": Decimal("1e-6"),
+                   "ms": Decimal("1e-3"), "s": 1, "min": 60, "h": 3600}
+
+
+def _rate_units() -> dict:
+    """Unit -> Gbit/s: bit/s, b/s and bps forms, decimal and binary bytes/s."""
+    units = {}
+    for prefix, scale in (("", 1), ("k", 10**3), ("K", 10**3), ("M", 10**6), ("G", 10**9), ("T", 10**12)):
+        for bits in ("bit/s", "b/s", "bps"):
+            units[prefix + bits] = Decimal(scale) / 10**9
+        units[prefix + "B/s"] = Decimal(scale * 8) / 10**9
+    for prefix, power in (("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40)):
+        units[prefix + "B/s"] = Decimal(2**power * 8) / 10**9
+    return units
+
+
+_RATE_UNITS = _rate_units()
+_RATE_ACCEPTED = "bit/s, b/s, bps or B/s with a k/K, M, G or T prefix, or KiB/s, MiB/s, GiB/s, TiB/s"
+_NUMBER_UNIT = re.compile(r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*")
+
+
+def _did_you_mean(word: str, options) -> str:
+    options = list(options)
+    same_case = [o for o in options if o.lower() == word.lower()]
+    close = same_case or difflib.get_close_matches(word, options, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _scale(text, kind: str, example: str, units: dict, accepted: str, bare=None) -> Decimal:
+    """Number times its unit's factor; `bare` is the factor for a number without a unit."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise ValueError(f"expected a {kind} like {example!r}, got {text!r}")
+    if isinstance(text, str):
+        match = _NUMBER_UNIT.fullmatch(text)
+        if not match:
+            raise ValueError(f"not a {kind}: {text!r} (expected a number and a unit, like {example!r})")
+        number, unit = Decimal(match[1]), match[2]
+    else:
+        number, unit = Decimal(repr(text)), ""
+    if not number.is_finite():
+        raise ValueError(f"not a {kind}: {text!r}")
+    if not unit:
+        if bare is None:
+            raise ValueError(f"missing unit in {text!r} (accepted: {accepted})")
+        return number * bare
+    if unit not in units:
+        raise ValueError(f"unknown {kind} unit {unit!r} in {text!r} (accepted: {accepted})"
+                         + _did_you_mean(unit, units))
+    return number * units[unit]
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from "8MiB", "1GB", "512B" or a plain number of bytes."""
+    value = _scale(text, "size", "8MiB", _SIZE_UNITS, ", ".join(_SIZE_UNITS), bare=1)
+    if value != value.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_rate(text: str) -> float:
+    """Gbit/s (decimal) from "400Gbit/s", "48GB/s", "100 Gbps"; a unit is required."""
+    return float(_scale(text, "rate", "400Gbit/s", _RATE_UNITS, _RATE_ACCEPTED))
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Seconds from "5us", "1.5ms", "300s", "5min", "2h" or a plain number of seconds."""
+    return float(_scale(text, "duration", "120s", _DURATION_UNITS, "ns, us, ms, s, min, h", bare=1))
+
+
+def _plain(number: Decimal) -> str:
+    return format(number.normalize(), "f")
+
+
+def format_size(n: int) -> str:
+    """Largest unit that divides exactly, so the text parses back to n."""
+    for unit in ("TiB", "GiB", "MiB", "KiB", "TB", "GB", "MB", "kB"):
+        if n and n % _SIZE_UNITS[unit] == 0:
+            return f"{n // _SIZE_UNITS[unit]}{unit}"
+    return f"{n}B"
+
+
+def format_duration(seconds: float) -> str:
+    # repr() is the shortest text that reads back as the same float.
+    d = Decimal(repr(float(seconds)))
+    if not d.is_finite():
+        raise ValueError(f"not a duration: {seconds!r}")
+    if not d:
+        return "0s"
+    for unit in ("h", "min"):
+        if d % _DURATION_UNITS[unit] == 0:
+            return f"{_plain(d / _DURATION_UNITS[unit])}{unit}"
+    for unit in ("s", "ms", "us"):
+        if abs(d) >= _DURATION_UNITS[unit]:
+            return f"{_plain(d / _DURATION_UNITS[unit])}{unit}"
+    return f"{_plain(d / _DURATION_UNITS['ns'])}ns"
+
+
+def format_rate(gbits: float) -> str:
+    return f"{_plain(Decimal(repr(float(gbits))))}Gbit/s"
+
+
+# --- schema ------------------------------------------------------------------
+
+def _show(raw) -> str:
+    """A raw value as it looks in TOML, for error messages."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, dict):
+        return "a table"
+    if isinstance(raw, list):
+        return "an array"
+    if isinstance(raw, str):
+        return json.dumps(raw, ensure_ascii=False)
+    return str(raw)
+
+
+def _at_least(value, minimum, raw):
+    if minimum is not None and value < minimum:
+        raise ValueError(f"must be >= {minimum}, got {_show(raw)}")
+    return value
+
+
+class Field:
+    """One key: its default (as written in TOML), how to check and convert it, how to print it."""
+
+    expected = "a value"
+    types: tuple = ()
+
+    def __init__(self, default, help: str = ""):
+        self.default, self.help = default, help
+
+    def parse(self, raw):
+        # TOML true is a Python int; a bool is only accepted where asked for.
+        if not isinstance(raw, self.types) or (isinstance(raw, bool) and bool not in self.types):
+            raise ValueError(f"expected {self.expected}, got {_show(raw)}")
+        return self.convert(raw)
+
+    def convert(self, raw):
+        return raw
+
+    def to_toml(self, value) -> str:
+        return json.dumps(value, ensure_ascii=False)  # JSON strings are valid TOML basic strings
+
+
+class Str(Field):
+    expected, types = "a string", (str,)
+
+    def __init__(self, default, choices=None, help=""):
+        super().__init__(default, help)
+        self.choices = choices
+
+    def convert(self, raw):
+        if self.choices and raw not in self.choices:
+            raise ValueError(f"must be one of {', '.join(self.choices)}, got {_show(raw)}"
+                             + _did_you_mean(raw, self.choices))
+        return raw
+
+
+class Int(Field):
+    expected, types = "an integer", (int,)
+
+    def __init__(self, default, min=0, help=""):
+        super().__init__(default, help)
+        self.min = min
+
+    def convert(self, raw):
+        return _at_least(raw, self.min, raw)
+
+    def to_toml(self, value):
+        return str(value)
+
+
+class Float(Field):
+    expected, types = "a number", (int, float)
+
+    def __init__(self, default, min=0, help=""):
+        super().__init__(default, help)
+        self.min = min
+
+    def convert(self, raw):
+        return _at_least(float(raw), self.min, raw)
+
+    def to_toml(self, value):
+        return repr(float(value))
+
+
+class Bool(Field):
+    expected, types = "true or false", (bool,)
+
+    def to_toml(self, value):
+        return "true" if value else "false"
+
+
+class Size(Field):
+    """Bytes (int); with allow_unlimited also the string "unlimited"."""
+
+    types = (str, int)
+
+    def __init__(self, default, allow_unlimited=False, help=""):
+        super().__init__(default, help)
+        self.allow_unlimited = allow_unlimited
+        self.expected = 'a size like "8MiB" or a number of bytes' + (' or "unlimited"' if allow_unlimited else "")
+
+    def convert(self, raw):
+        if self.allow_unlimited and raw == "unlimited":
+            return raw
+        return _at_least(parse_size(raw), 0, raw)
+
+    def to_toml(self, value):
+        return json.dumps(value if value == "unlimited" else format_size(value))
+
+
+class Duration(Field):
+    """Seconds (float)."""
+
+    expected, types = 'a duration like "120s" or a number of seconds', (str, int, float)
+
+    def __init__(self, default, min=0, help=""):
+        super().__init__(default, help)
+        self.min = min
+
+    def convert(self, raw):
+        return _at_least(parse_duration(raw), self.min, raw)
+
+    def to_toml(self, value):
+        return json.dumps(format_duration(value), ensure_ascii=False)
+
+
+class Rate(Field):
+    """Gbit/s (float); a unit is required since "400" could be bits or bytes."""
+
+    expected, types = 'a rate like "400Gbit/s" or "48GB/s"', (str,)
+
+    def convert(self, raw):
+        return _at_least(parse_rate(raw), 0, raw)
+
+    def to_toml(self, value):
+        return json.dumps(format_rate(value))
+
+
+class StrIntMap(Field):
+    """A table of name = integer >= 0, e.g. NIC name -> rail."""
+
+    expected, types = "a table of name = integer", (dict,)
+
+    def convert(self, raw):
+        for name, number in raw.items():
+            if isinstance(number, bool) or not isinstance(number, int):
+                raise ValueError(f"{name}: expected an integer, got {_show(number)}")
+            if number < 0:
+                raise ValueError(f"{name}: must be >= 0, got {number}")
+        return dict(raw)
+
+    def to_toml(self, value):
+        items = ", ".join(f"{_toml_key(k)} = {v}" for k, v in value.items())
+        return f"{{ {items} }}" if items else "{}"
+
+
+def _toml_key(key: str) -> str:
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
+
+
+# Section -> key -> Field. Adding a setting is adding one line here.
+SCHEMA: dict[str, dict[str, Field]] = {
+    "run": {
+        "engine": Str("auto", choices=("auto", "mpi", "verbs", "nccl"),
+                      help="measurement engine; auto picks the best one available"),
+        "hang_timeout": Duration("120s", help="per-test collective deadline of the hang watchdog"),
+        "nodes": Int(2, min=1, help="virtual nodes when emulating a cluster with local ranks"),
+        "ranks_per_node": Int(2, min=1, help="MPI ranks per (virtual) node"),
+    },
+    "topology": {
+        "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),
+        "nic_rails": StrIntMap({}, help="NIC name -> rail, e.g. mlx5_0 = 0"),
+    },
+    "preflight": {
+        "memlock_min": Size("64MiB", allow_unlimited=True,
+                            help='minimum locked-memory limit (ulimit -l), or "unlimited"'),
+        "same_versions": Bool(True, help="Python, mpi4py and MPI versions must match across nodes"),
+    },
+}
+
+# Keys outside any section. `name` and `extends` are not inherited through `extends`.
+TOP_LEVEL: dict[str, Field] = {
+    "description": Str(""),
+    "extends": Str("", help="a built-in profile name or a .toml path relative to this file"),
+    "name": Str("", help="profile name; default: the file name without .toml"),
+}
+
+
+# --- loading -----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    source: str
+    description: str
+    values: dict  # section -> key -> parsed value, every SCHEMA key present
+
+    def get(self, dotted: str):
+        """profile.get("run.hang_timeout") -> 120.0; KeyError for an unknown key."""
+        node = self.values
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(dotted)
+            node = node[part]
+        return node
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": self.source, "description": self.description,
+                "values": copy.deepcopy(self.values)}
+
+
+def builtin_dir() -> Path:
+    return Path(__file__).resolve().parent / "profiles"
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ProfileError(path, "", "no such file") from None
+    except OSError as e:
+        raise ProfileError(path, "", e.strerror or str(e)) from None
+    except UnicodeDecodeError:
+        raise ProfileError(path, "", "invalid TOML: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(path, "", f"invalid TOML: {e}") from None
+
+
+def _parse(field: Field, raw, file, key: str):
+    try:
+        return field.parse(raw)
+    except ValueError as e:
+        raise ProfileError(file, key, str(e)) from None
+
+
+def _unknown_top_level(key: str, raw) -> str:
+    if isinstance(raw, dict):
+        return f"unknown section (known sections: {', '.join(SCHEMA)})" + _did_you_mean(key, SCHEMA)
+    reason = f"unknown key (top-level keys: {', '.join(TOP_LEVEL)}; sections: {', '.join(SCHEMA)})"
+    homes = [section for section, fields in SCHEMA.items() if key in fields]
+    if homes:  # a setting written above its [section] header
+        return reason + f"; did you mean to put it under [{homes[0]}]?"
+    return reason + _did_you_mean(key, [*TOP_LEVEL, *SCHEMA])
+
+
+def _resolve(raw: dict, file) -> tuple[dict, dict]:
+    """Check a raw profile; return (top-level values, section values with defaults filled)."""
+    top = {}
+    for key, value in raw.items():
+        if key in TOP_LEVEL:
+            top[key] = _parse(TOP_LEVEL[key], value, file, key)
+        elif key not in SCHEMA:
+            raise ProfileError(file, key, _unknown_top_level(key, value))
+        elif not isinstance(value, dict):
+            raise ProfileError(file, key, f"expected a table [{key}], got {_show(value)}")
+    values = {}
+    for section, fields in SCHEMA.items():
+        table = raw.get(section, {})
+        for key in table:
+            if key not in fields:
+                raise ProfileError(file, f"{section}.{key}",
+                                   f"unknown key (known keys in [{section}]: {', '.join(fields)})"
+                                   + _did_you_mean(key, fields))
+        values[section] = {key: _parse(field, table.get(key, field.default), file, f"{section}.{key}")
+                           for key, field in fields.items()}
+    return top, values
+
+
+def _merge(base: dict, over: dict) -> dict:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _is_path(ref: str) -> bool:
+    return ref.endswith(".toml") or "/" in ref or os.sep in ref
+
+
+def _builtin(name: str, file, key: str) -> Path:
+    if name not in builtin_names():
+        raise ProfileError(file, key, f"no such built-in profile {name!r} (built-in profiles: "
+                           f"{', '.join(builtin_names())}; or give the path of a .toml file)")
+    return builtin_dir() / f"{name}.toml"
+
+
+def _load_raw(path: Path, chain: tuple[Path, ...]) -> dict:
+    """The file's raw tables merged over those of the profiles it extends."""
+    if path in chain:
+        cycle = " -> ".join(str(p) for p in (*chain[chain.index(path):], path))
+        raise ProfileError(chain[-1], "extends", f"cycle: {cycle}")
+    raw = _read(path)
+    _resolve(raw, path)  # check each file on its own, so an error names the file it is in
+    ref = raw.pop("extends", None)
+    if ref is None:
+        return raw
+    if _is_path(ref):
+        parent_path = (path.parent / os.path.expanduser(ref)).resolve()
+        if not parent_path.is_file():
+            raise ProfileError(path, "extends", f"no such file: {parent_path}")
+    else:
+        parent_path = _builtin(ref, path, "extends").resolve()
+    parent = _load_raw(parent_path, (*chain, path))
+    parent.pop("name", None)
+    return _merge(parent, raw)
+
+
+def load_profile(name_or_path: str | os.PathLike | None = None) -> Profile:
+    """A built-in name, or a path to a TOML file (an existing file or anything ending in .toml)."""
+    ref = DEFAULT_PROFILE if name_or_path is None else name_or_path
+    if isinstance(ref, os.PathLike) or os.path.isfile(ref) or _is_path(ref):
+        path = Path(ref).expanduser().resolve()
+    else:
+        path = _builtin(ref, ref, "").resolve()
+    top, values = _resolve(_load_raw(path, ()), path)
+    return Profile(name=top.get("name") or path.stem, source=str(path),
+                   description=top.get("description", ""), values=values)
+
+
+def format_profile_list() -> str:
+    """One line per built-in profile: name and the first line of its description."""
+    rows = [(name, load_profile(name).description) for name in builtin_names()]
+    width = max((len(name) for name, _ in rows), default=0)
+    return "\n".join(f"{name:<{width}}  {(desc.splitlines() or [''])[0]}".rstrip() for name, desc in rows)
+
+
+def format_profile(p: Profile) -> str:
+    """The resolved profile as TOML that loads back to the same values."""
+    lines = [f"# Profile {p.name!r}, resolved: defaults filled in, `extends` applied.",
+             f"# Source: {p.source}"]
+    if p.name != Path(p.source).stem:
+        lines.append(f"name = {json.dumps(p.name, ensure_ascii=False)}")
+    lines.append(f"description = {json.dumps(p.description, ensure_ascii=False)}")
+    for section, fields in SCHEMA.items():
+        rows = [(f"{key} = {field.to_toml(p.values[section][key])}", field.help)
+                for key, field in fields.items()]
+        width = max(len(text) for text, _ in rows)
+        lines += ["", f"[{section}]"]
+        lines += [f"{text:<{width}}  # {help}" if help else text for text, help in rows]
+    return "\n".join(lines)

@@ -1,0 +1,455 @@
+"""Collective pytest under MPI: every rank runs the same session.
+
+After each test phase every rank's outcome is agreed at rank 0 under a
+deadline (acceptance.sync) and merged (acceptance.outcomes); the merged
+outcome is written back into the report on every rank, so pytest's own runner
+decides identically everywhere (run the call phase or not, -x, exit code).
+Rank 0 alone prints the terminal report and writes junit.xml; other ranks
+write logs/rank-<r>.log. A rank that misses a sync point is named in a HANG
+report and the job ends with exit code 3 instead of hanging.
+
+Load with `-p acceptance.pytest_plugin` (suites/conftest.py does it).
+See reference/pytest-under-mpi.md for the design and its prior art.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import os
+import shlex
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mpi4py import MPI
+
+from . import outcomes
+from .preflight import software_versions
+from .profile import Profile, ProfileError, load_profile, parse_duration
+from .results import Recorder, RunFolder, new_run_id, utc_now
+from .sync import Agreement, Missing, RootLost
+from .topology import Topology, TopologyError, local_identity
+from .watchdog import Phase, Watchdog
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# pytest's exit codes -> the harness's contract (DESIGN.md: 0 pass, 1 fail, 2 usage, 3 incomplete).
+_EXIT_MAP = {0: EXIT_OK, 1: EXIT_FAILED, 2: EXIT_INCOMPLETE, 3: EXIT_INCOMPLETE,
+             4: EXIT_USAGE, 5: EXIT_USAGE}
+# Ranks other than 0 wait this much longer than rank 0 before deciding rank 0 is gone.
+GRACE_S = 15.0
+# Rank 0's watchdog steps in this long after the deadline when its own main thread is stuck.
+ROOT_LATE_S = 1.0
+# Startup over thousands of ranks (imports on a shared file system) is slow: never less than this.
+CENSUS_MIN_S = 300.0
+MARKERS = {
+    "preflight": "node and job sanity checks before anything is measured",
+    "memreg": "RDMA memory registration",
+    "rail": "per-rail fabric checks",
+    "p2p": "point-to-point transfers between node pairs",
+    "gpudirect": "GPU memory on the NIC path (dma-buf, nvidia_peermem)",
+    "collective": "all-reduce / all-to-all collectives",
+    "intranode": "NVLink and PCIe paths inside a node",
+    "counters": "port counters before and after",
+    "congestion": "incast, PFC and ECN behaviour",
+    "burnin": "long repeated runs",
+    "hang_timeout(seconds)": "per-test deadline of the collective hang watchdog (number or duration like '10min')",
+}
+PLUGIN_NAME = "acceptance-collective"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("acceptance", "cluster acceptance (collective pytest under MPI)")
+    group.addoption("--run-dir", metavar="DIR", default=os.environ.get("ACCEPTANCE_RUN_DIR"),
+                    help="run folder for run.json, results.jsonl, junit.xml and logs/ "
+                         "(default: a new folder under ./reports/)")
+    group.addoption("--profile", metavar="NAME|PATH", default=os.environ.get("ACCEPTANCE_PROFILE"),
+                    help="thresholds profile: a built-in name (see `acceptance profiles`) "
+                         "or a TOML file (default: local)")
+    group.addoption("--hang-timeout", metavar="SECONDS", type=float, default=None,
+                    help="per-test-phase deadline: a rank that does not reach the next sync point "
+                         "in time is reported as HANG and the job exits 3 "
+                         "(default: the profile's run.hang_timeout; marker hang_timeout overrides)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    if config.getoption("help", False) or config.pluginmanager.has_plugin(PLUGIN_NAME):
+        return
+    if config.pluginmanager.has_plugin("xdist") and config.getoption("numprocesses", None):
+        raise pytest.UsageError("pytest-xdist cannot be combined with MPI ranks; drop -n")
+    plugin = CollectivePlugin(config)
+    plugin.start()
+    config.pluginmanager.register(plugin, PLUGIN_NAME)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_rank_logs(config: pytest.Config) -> None:
+    # trylast: after the terminal plugin has registered the reporter this replaces.
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if plugin is not None and plugin.rank != 0:
+        plugin.log_to_file()
+
+
+def _plugin(request) -> "CollectivePlugin":
+    return request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+
+
+@pytest.fixture(scope="session")
+def topology(request) -> Topology:
+    """The rank -> node -> rail map and this rank's world, node and rail communicators."""
+    return _plugin(request).topology
+
+
+@pytest.fixture(scope="session")
+def profile(request) -> Profile:
+    """The thresholds profile of this run."""
+    return _plugin(request).profile
+
+
+@pytest.fixture(scope="session")
+def run_folder(request) -> RunFolder:
+    """The run folder (run.json, results.jsonl, logs/) of this run."""
+    return _plugin(request).folder
+
+
+@pytest.fixture
+def record(request):
+    """record(metric, value, unit, **fields): add a results.jsonl record for this test.
+
+    Fields default to this rank's node, rank and rail; the suite is the
+    module's SUITE attribute or its file name without `test_`.
+    """
+    module = request.node.module
+    suite = getattr(module, "SUITE", None) or Path(module.__file__).stem.removeprefix("test_")
+    return _plugin(request).recorder.bind(request.node.nodeid, suite)
+
+
+class CollectivePlugin:
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.world = MPI.COMM_WORLD
+        self.rank = self.world.Get_rank()
+        self.size = self.world.Get_size()
+        self.sync = Agreement(self.world)
+        self.labels: dict[int, str] = {r: str(r) for r in range(self.size)}
+        self.topology: Topology | None = None
+        self.profile: Profile | None = None
+        self.folder: RunFolder | None = None
+        self.recorder: Recorder | None = None
+        self.watchdog: Watchdog | None = None
+        self.forced_exit: int | None = None
+        self._hang_lock = threading.Lock()
+        self._items: list[pytest.Item] = []
+        self._logfile = None
+        # pytest's capture replaces fds 1 and 2 during tests; a HANG report
+        # written from the watchdog thread must still reach the terminal.
+        self._stderr = os.fdopen(os.dup(2), "w", buffering=1)
+        if self.rank != 0:
+            # Only rank 0 writes junit.xml (and other shared report files).
+            config.option.xmlpath = None
+            if hasattr(config.option, "report_log"):
+                config.option.report_log = None
+
+    # ---- startup -------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.profile = load_profile(self.config.getoption("profile"))
+        except ProfileError as e:
+            self._exit(EXIT_USAGE, f"profile error: {e}")
+        self.default_timeout = self.config.getoption("hang_timeout") or self.profile.get("run.hang_timeout")
+        census_timeout = max(self.default_timeout, CENSUS_MIN_S)
+        self.watchdog = self._make_watchdog()
+        self.watchdog.arm("session", "census", census_timeout)
+        me = {"host": MPI.Get_processor_name(), "pid": os.getpid(), "versions": software_versions()}
+        run_dir = None
+        if self.rank == 0:
+            folder = self._make_folder()
+            run_dir = str(folder.path)
+        census = self._agree({"me": me, "run_dir": run_dir},
+                             lambda got: {"run_dir": got[0]["run_dir"],
+                                          "ranks": [got[r]["me"] for r in sorted(got)]},
+                             "session", "census")
+        self.folder = RunFolder(census["run_dir"])
+        try:
+            ident = local_identity(self.world, self.profile.get("topology.nic_rails"))
+        except TopologyError as e:
+            self._exit(EXIT_USAGE, f"topology error: {e}")
+        self.topology = Topology(self.world, self.world.allgather(ident))
+        self.labels = {r.rank: f"{r.rank}@{r.node}" for r in self.topology.ranks}
+        self.watchdog.disarm()
+        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail,
+                                 iteration=int(os.environ.get("ACCEPTANCE_ITERATION", "0")))
+        if self.rank == 0:
+            self._write_run_start(census["ranks"])
+
+    def _make_folder(self) -> RunFolder:
+        opt = self.config.getoption("run_dir")
+        folder = RunFolder(opt) if opt else RunFolder.create(Path.cwd() / "reports", new_run_id())
+        folder.ensure()
+        if self.config.option.xmlpath is None:
+            self.config.option.xmlpath = str(folder.junit)
+        return folder
+
+    def _write_run_start(self, census: list[dict]) -> None:
+        software: dict[str, dict] = {}
+        for info, c in zip(self.topology.ranks, census):
+            software.setdefault(info.node, c["versions"])
+        command = os.environ.get("ACCEPTANCE_COMMAND") or shlex.join(
+            ["pytest", *self.config.invocation_params.args])
+        self.folder.write_run({
+            "run_id": self.folder.run_id,
+            "start": utc_now(),
+            "end": None,
+            "command": command,
+            "launcher": _launcher(),
+            "profile": self.profile.to_json(),
+            "topology": self.topology.to_json(),
+            "software": software,
+            "complete": False,
+            "exit_code": None,
+            "missing_ranks": [],
+        })
+
+    def log_to_file(self) -> None:
+        """Ranks other than 0 keep a full terminal report, but in their own log file."""
+        from _pytest.terminal import TerminalReporter
+        self._logfile = open(self.folder.log(self.rank), "w", buffering=1)
+        old = self.config.pluginmanager.getplugin("terminalreporter")
+        if old is not None:
+            self.config.pluginmanager.unregister(old)
+        self.config.pluginmanager.register(TerminalReporter(self.config, self._logfile), "terminalreporter")
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        t = self.topology
+        return [f"acceptance: {self.size} ranks on {len(t.nodes)} nodes, rails {t.rails}, "
+                f"profile {self.profile.name}, hang timeout {self.default_timeout:g} s",
+                f"run folder: {self.folder.path}"]
+
+    # ---- collection ------------------------------------------------------
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._items = list(session.items)
+        ids = [item.nodeid for item in session.items]
+        digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+        self.watchdog.arm("session", "collection", self.default_timeout)
+        groups = self._agree((digest, len(ids)), _group_by_digest, "session", "collection")
+        if len(groups) == 1:
+            self.watchdog.disarm()
+            return
+        # Second round: one rank per distinct collection sends its ids, so the message can show a diff.
+        speakers = {ranks[0] for ranks in groups.values()}
+        lists = self._agree(ids if self.rank in speakers else None,
+                            lambda got: {r: got[r] for r in speakers}, "session", "collection diff")
+        self._exit(EXIT_USAGE, self._collection_message(groups, lists))
+
+    def _collection_message(self, groups: dict, lists: dict) -> str:
+        base_ranks = next(ranks for ranks in groups.values() if 0 in ranks)
+        base = set(lists[0])
+        lines = [f"collected tests differ between ranks; all ranks must collect the same tests "
+                 f"(fix: a fixed PYTHONHASHSEED, the same checkout on every node, no rank-dependent parametrize)",
+                 f"  {outcomes.describe(base_ranks, self.labels)}: {len(lists[0])} tests"]
+        for ranks in groups.values():
+            if ranks is base_ranks:
+                continue
+            other = set(lists[ranks[0]])
+            lines.append(f"  {outcomes.describe(ranks, self.labels)}: {len(other)} tests")
+            for nodeid in sorted(other - base)[:10]:
+                lines.append(f"    only there: {nodeid}")
+            for nodeid in sorted(base - other)[:10]:
+                lines.append(f"    missing there: {nodeid}")
+        return "\n".join(lines)
+
+    # ---- each test phase -------------------------------------------------
+    def _timeout(self, item: pytest.Item) -> float:
+        marker = item.get_closest_marker("hang_timeout")
+        if marker is None:
+            return self.default_timeout
+        if not marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: hang_timeout marker needs a value, e.g. hang_timeout(600)")
+        try:
+            return parse_duration(marker.args[0])
+        except ValueError as e:
+            raise pytest.UsageError(f"{item.nodeid}: hang_timeout({marker.args[0]!r}): {e}") from None
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        self.watchdog.arm(item.nodeid, "setup", self._timeout(item))
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item):
+        self.watchdog.arm(item.nodeid, "call", self._timeout(item))
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        self.watchdog.arm(item.nodeid, "teardown", self._timeout(item))
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        rep = yield
+        mine = outcomes.phase_summary(rep.outcome, rep.when, hasattr(rep, "wasxfail"), _report_text(rep))
+        records = self.recorder.take() if rep.when == "teardown" else []
+
+        def merge(got: dict) -> dict:
+            if rep.when == "teardown":
+                self.folder.append_records(r for rank in sorted(got) for r in got[rank][1])
+            return outcomes.merge({rank: got[rank][0] for rank in got}, self.labels)
+
+        decision = self._agree((mine, records), merge, item.nodeid, rep.when)
+        self.watchdog.disarm()
+        if decision["longrepr"] is not None:
+            rep.outcome = "failed"
+            rep.longrepr = decision["longrepr"]
+            if hasattr(rep, "wasxfail"):
+                del rep.wasxfail
+            failed = ("failed_ranks", " ".join(self.labels[r] for r in decision["ranks"]))
+            item.user_properties.append(failed)
+            if rep.when == "teardown":
+                rep.user_properties.append(failed)
+        return rep
+
+    # ---- the end ---------------------------------------------------------
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus):
+        # Outermost: by now rank 0 has printed the summary and written junit.xml.
+        result = yield
+        self.watchdog.arm("session", "sessionfinish", self.default_timeout)
+        mine = self.forced_exit if self.forced_exit is not None else _EXIT_MAP.get(int(session.exitstatus), EXIT_INCOMPLETE)
+        code = self._agree(mine, lambda got: max(got.values()), "session", "sessionfinish")
+        self.watchdog.disarm()
+        if int(session.exitstatus) == 5 and self.rank == 0:
+            self._say("acceptance: no tests were selected (check the paths and the -m / -k expression)")
+        if self.rank == 0:
+            self.folder.update_run(end=utc_now(), complete=code != EXIT_INCOMPLETE, exit_code=code)
+        session.exitstatus = code
+        return result
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._logfile is not None:
+            self._logfile.close()
+        # Every rank agreed on the exit code: finalize now so `python -m mpi4py`
+        # does not turn a non-zero exit (failed tests) into an MPI_Abort.
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+
+    # ---- agreement and hangs ----------------------------------------------
+    def _agree(self, payload, merge, nodeid: str, when: str):
+        """Agree under the armed phase's deadline (every caller arms the watchdog first)."""
+        phase = self.watchdog.phase
+        try:
+            return self.sync.agree(payload, merge, phase.deadline, phase.label, grace=GRACE_S)
+        except Missing as m:
+            self._hang(nodeid, when, m.ranks, phase.timeout)
+        except RootLost:
+            self._root_lost(phase)
+
+    def _make_watchdog(self) -> Watchdog:
+        if self.rank == 0:
+            stages = [(ROOT_LATE_S, self._root_deadline)]
+        else:
+            stages = [(0.0, self._dump_stack), (GRACE_S, self._root_lost)]
+        return Watchdog(stages, backstop_file=self._stderr, backstop_after=GRACE_S + 30.0)
+
+    def _root_deadline(self, phase: Phase) -> None:
+        """Rank 0's own main thread did not reach the sync point: report who else is missing too."""
+        if self._hang_lock.locked():
+            return
+        arrived = self.sync.arrived_ranks() - {0}
+        missing = sorted(set(range(self.size)) - arrived)
+        self._say(f"[rank 0@{self.topology.node if self.topology else '?'}] stuck in {phase.label}; stack:")
+        faulthandler.dump_traceback(file=self._stderr, all_threads=True)
+        self._hang(phase.nodeid, phase.when, missing, phase.timeout)
+
+    def _dump_stack(self, phase: Phase) -> None:
+        out = self._logfile or self._stderr
+        print(f"[rank {self.labels[self.rank]}] deadline of {phase.label} passed "
+              f"({phase.timeout:g} s); stack of every thread:", file=out, flush=True)
+        faulthandler.dump_traceback(file=out, all_threads=True)
+
+    def _root_lost(self, phase: Phase) -> None:
+        with self._hang_lock:
+            self._say(f"HANG: rank {self.labels[0]} did not answer at {phase.label} within "
+                      f"{phase.timeout + GRACE_S:g} s; rank {self.labels[self.rank]} aborts the job")
+            if self.rank == 1 and self.folder is not None:
+                self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
+                                       missing_ranks=[0])
+            self.world.Abort(EXIT_INCOMPLETE)
+
+    def _hang(self, nodeid: str, when: str, missing: list[int], timeout: float) -> None:
+        """Rank 0: report the ranks that did not arrive, write junit.xml and run.json, abort with 3."""
+        if not self._hang_lock.acquire(blocking=False):
+            while True:  # the other thread is reporting and will abort the job
+                time.sleep(60)
+        message = (f"HANG: {outcomes.describe(missing, self.labels)} did not reach {nodeid} ({when}) "
+                   f"within {timeout:g} s")
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        try:
+            if capman is not None:
+                capman.suspend_global_capture(in_=True)
+        except Exception:
+            pass
+        self._say(message)
+        try:
+            self._log_hang_report(nodeid, when, message)
+        finally:
+            if self.folder is not None:
+                self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
+                                       missing_ranks=missing, hang=message)
+            self._say(f"acceptance: run folder {self.folder.path if self.folder else '(none)'}; "
+                      f"per-rank stacks in logs/rank-<r>.log")
+            sys.stdout.flush()
+            self.world.Abort(EXIT_INCOMPLETE)
+
+    def _log_hang_report(self, nodeid: str, when: str, message: str) -> None:
+        """A failed report for the test in flight, so terminal and junit.xml show the hang."""
+        from _pytest.junitxml import xml_key
+        from _pytest.reports import TestReport
+        item = next((i for i in self._items if i.nodeid == nodeid), None)
+        location = item.location if item is not None else (nodeid, None, nodeid)
+        reports = [TestReport(nodeid, location, {}, "failed", message, when,
+                              user_properties=[("hang", message)])]
+        if when != "teardown":  # junit.xml finalizes a test case on its teardown report
+            reports.append(TestReport(nodeid, location, {}, "passed", None, "teardown",
+                                      user_properties=[("hang", message)]))
+        for rep in reports:
+            self.config.hook.pytest_runtest_logreport(report=rep)
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:
+            xml.pytest_sessionfinish()
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._stderr, flush=True)
+
+    def _exit(self, code: int, message: str):
+        self.forced_exit = code
+        pytest.exit(message, returncode=code)
+
+
+def _group_by_digest(got: dict) -> dict:
+    groups: dict = {}
+    for rank in sorted(got):
+        groups.setdefault(got[rank], []).append(rank)
+    return groups
+
+
+def _report_text(rep) -> str:
+    if rep.passed:
+        return ""
+    if isinstance(rep.longrepr, tuple):  # a skip: (path, lineno, "Skipped: reason")
+        return str(rep.longrepr[2])
+    return rep.longreprtext
+
+
+def _launcher() -> str:
+    if "SLURM_STEP_ID" in os.environ or "SLURM_PROCID" in os.environ:
+        return "srun"
+    if "PMI_RANK" in os.environ or "PMIX_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
+        return "mpiexec"
+    return "none"

@@ -1,0 +1,151 @@
+"""The run folder and its measurement records.
+
+reports/<run-id>/
+  run.json        what ran, where, with which thresholds, and whether it completed
+  results.jsonl   one record per line, appended and flushed as each test ends
+  junit.xml       rank 0 only
+  logs/rank-<r>.log
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks",
+                 "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
+OPTIONAL_KEYS = ("detail",)
+VERDICTS = ("pass", "fail", "warn", "info")
+MEMORY = ("host", "cuda")
+
+
+class RecordError(ValueError):
+    pass
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def make_record(*, test: str, suite: str, metric: str, value: float | int | None, unit: str,
+                nodes: list[str], ranks: list[int], size: int | None = None,
+                rail: int | None = None, engine: str | None = None, memory: str = "host",
+                iteration: int = 0, samples: int = 1, threshold: float | None = None,
+                verdict: str = "info", detail: str | None = None) -> dict[str, Any]:
+    """One results.jsonl line, checked so a bad record fails the test that made it."""
+    if verdict not in VERDICTS:
+        raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if memory not in MEMORY:
+        raise RecordError(f"memory must be one of {MEMORY}, got {memory!r}")
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordError(f"value of {metric!r} must be a number or None, got {value!r}")
+        if not math.isfinite(value):
+            raise RecordError(f"value of {metric!r} must be finite, got {value!r} (use None and a detail)")
+    rec = {
+        "test": test, "suite": suite, "metric": metric,
+        "value": float(value) if isinstance(value, float) else value, "unit": unit,
+        "size": size, "rail": rail, "nodes": list(nodes), "ranks": [int(r) for r in ranks],
+        "engine": engine, "memory": memory, "iteration": iteration, "time": utc_now(),
+        "samples": samples, "threshold": threshold, "verdict": verdict,
+    }
+    if detail is not None:
+        rec["detail"] = detail
+    return rec
+
+
+class Recorder:
+    """Collects one rank's records for the test in progress; the plugin gathers them to rank 0."""
+
+    def __init__(self, rank: int, node: str, rail: int | None, iteration: int = 0):
+        self.rank, self.node, self.rail, self.iteration = rank, node, rail, iteration
+        self._pending: list[dict] = []
+
+    def bind(self, test: str, suite: str):
+        """The `record(metric, value, unit, **fields)` callable handed to a test."""
+        def record(metric: str, value, unit: str, **fields) -> dict:
+            fields.setdefault("nodes", [self.node])
+            fields.setdefault("ranks", [self.rank])
+            fields.setdefault("rail", self.rail)
+            fields.setdefault("iteration", self.iteration)
+            rec = make_record(test=test, suite=fields.pop("suite", suite), metric=metric,
+                              value=value, unit=unit, **fields)
+            self._pending.append(rec)
+            return rec
+        return record
+
+    def take(self) -> list[dict]:
+        out, self._pending = self._pending, []
+        return out
+
+
+class RunFolder:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, parent: str | os.PathLike, run_id: str | None = None) -> "RunFolder":
+        folder = cls(Path(parent) / (run_id or new_run_id()))
+        folder.ensure()
+        return folder
+
+    def ensure(self) -> None:
+        (self.path / "logs").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def results(self) -> Path:
+        return self.path / "results.jsonl"
+
+    @property
+    def junit(self) -> Path:
+        return self.path / "junit.xml"
+
+    def log(self, rank: int) -> Path:
+        return self.path / "logs" / f"rank-{rank}.log"
+
+    def read_run(self) -> dict:
+        return json.loads(self.run_json.read_text())
+
+    def write_run(self, data: dict) -> None:
+        """Atomic, so a reader (or a crash) never sees half a run.json."""
+        tmp = self.run_json.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        os.replace(tmp, self.run_json)
+
+    def update_run(self, **changes) -> dict:
+        data = self.read_run() if self.run_json.exists() else {}
+        data.update(changes)
+        self.write_run(data)
+        return data
+
+    def append_records(self, records: Iterable[dict]) -> int:
+        lines = [json.dumps(r, sort_keys=False) + "\n" for r in records]
+        if not lines:
+            return 0
+        with open(self.results, "a") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        return len(lines)
+
+    def read_records(self) -> list[dict]:
+        if not self.results.exists():
+            return []
+        return [json.loads(line) for line in self.results.read_text().splitlines() if line.strip()]

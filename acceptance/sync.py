@@ -1,0 +1,111 @@
+"""Deadline-guarded agreement among MPI ranks.
+
+Every rank sends a payload to rank 0; rank 0 waits for all of them until a
+deadline, merges them and sends one decision back. Unlike a plain gather, a
+missed deadline tells rank 0 exactly which ranks did not arrive, which is what
+a hang report must name. All traffic runs on a private duplicate of the world
+communicator so it never mixes with the traffic of the tests.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+from mpi4py import MPI
+
+_UP, _DOWN = 7101, 7102
+_POLL_S = 0.001
+_POLL_MAX_S = 0.02
+
+
+class Missing(Exception):
+    """Rank 0 gave up waiting: `ranks` never reached the sync point."""
+
+    def __init__(self, label: str, ranks: list[int], arrived: dict[int, Any]):
+        super().__init__(f"ranks {ranks} did not reach {label}")
+        self.label = label
+        self.ranks = ranks
+        self.arrived = arrived
+
+
+class RootLost(Exception):
+    """A rank other than 0 got no decision from rank 0 in time."""
+
+
+def _backoff(delay: float) -> float:
+    time.sleep(delay)
+    return min(delay * 2, _POLL_MAX_S)
+
+
+class Agreement:
+    def __init__(self, world: MPI.Comm):
+        self.comm = world.Dup()
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        # Rank 0 keeps what arrived for the sync point in progress, so a
+        # watchdog thread can name the missing ranks while the main thread is
+        # still inside a test.
+        self._arrived: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def agree(self, payload: Any, merge: Callable[[dict[int, Any]], Any],
+              deadline: float, label: str, grace: float = 15.0) -> Any:
+        """Return merge({rank: payload}) as computed on rank 0, on every rank.
+
+        `deadline` is a time.monotonic() value. Rank 0 raises Missing after
+        it; other ranks wait `grace` seconds longer (rank 0 normally aborts the
+        job first) and then raise RootLost.
+        """
+        if self.size == 1:
+            return merge({0: payload})
+        if self.rank != 0:
+            req = self.comm.isend(payload, dest=0, tag=_UP)
+            decision = self._await_decision(deadline + grace, label)
+            req.wait()
+            return decision
+        self._arrived = {0: payload}
+        self._collect(deadline)
+        if len(self._arrived) < self.size:
+            missing = sorted(set(range(self.size)) - set(self._arrived))
+            raise Missing(label, missing, dict(self._arrived))
+        decision = merge(self._arrived)
+        self._arrived = {}
+        reqs = [self.comm.isend(decision, dest=r, tag=_DOWN) for r in range(1, self.size)]
+        MPI.Request.Waitall(reqs)
+        return decision
+
+    def arrived_ranks(self) -> set[int]:
+        """Rank 0: ranks that have reached the sync point in progress (drains pending messages)."""
+        self._drain()
+        return set(self._arrived)
+
+    def _drain(self) -> bool:
+        got = False
+        status = MPI.Status()
+        with self._lock:
+            while True:
+                msg = self.comm.improbe(source=MPI.ANY_SOURCE, tag=_UP, status=status)
+                if msg is None:
+                    return got
+                self._arrived[status.Get_source()] = msg.recv()
+                got = True
+
+    def _collect(self, deadline: float) -> None:
+        delay = _POLL_S
+        while len(self._arrived) < self.size:
+            if self._drain():
+                delay = _POLL_S
+                continue
+            if time.monotonic() >= deadline:
+                return
+            delay = _backoff(delay)
+
+    def _await_decision(self, deadline: float, label: str) -> Any:
+        delay = _POLL_S
+        while not self.comm.iprobe(source=0, tag=_DOWN):
+            if time.monotonic() >= deadline:
+                raise RootLost(f"rank 0 sent no decision for {label}")
+            delay = _backoff(delay)
+        return self.comm.recv(source=0, tag=_DOWN)

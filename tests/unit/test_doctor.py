@@ -1,0 +1,180 @@
+"""Probes run for real on this machine (MPICH wheel, no RDMA, no GPU, no Slurm);
+Slurm and srun are stood in for by tiny shell scripts on a temporary PATH."""
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from acceptance import doctor
+from acceptance.doctor import (
+    Availability, first_line, format_report, nccl_version_string, probe_all,
+    probe_gpu, probe_launcher, probe_mpi, probe_nccl, probe_slurm, probe_verbs,
+)
+
+VENV_MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+LINE = re.compile(r"^(mpi|launcher|slurm|verbs|gpu|nccl): (usable|unavailable) \u2014 \S")
+
+
+def script(directory: Path, name: str, body: str) -> Path:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def no_slurm_env(monkeypatch):
+    for var in ("SLURM_JOB_ID", "SLURM_NNODES", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_line_shape():
+    assert Availability("gpu", True, "1\u00d7 X").line() == "gpu: usable \u2014 1\u00d7 X"
+    assert Availability("verbs", False, "why").line() == "verbs: unavailable \u2014 why"
+
+
+@pytest.mark.parametrize("code, text", [(22703, "2.27.3"), (21805, "2.18.5"), (2804, "2.8.4"), (2708, "2.7.8")])
+def test_nccl_version_string(code, text):
+    assert nccl_version_string(code) == text
+
+
+def test_probe_mpi_finds_mpich():
+    a = probe_mpi()
+    assert a.usable and a.name == "mpi"
+    assert "MPICH" in a.detail and "mpi4py" in a.detail
+
+
+def test_probe_verbs_unavailable_with_reason():
+    a = probe_verbs()
+    assert not a.usable
+    assert "pyverbs" in a.detail or "devices" in a.detail
+
+
+def test_probe_gpu_and_nccl_unavailable_with_reason():
+    gpu, nccl = probe_gpu(), probe_nccl()
+    assert not gpu.usable and "cupy" in gpu.detail
+    assert not nccl.usable and nccl.detail
+
+
+def test_launcher_prefers_venv_mpiexec(no_slurm_env):
+    a = probe_launcher()
+    assert a.usable and VENV_MPIEXEC in a.detail and "5." in a.detail
+
+
+def test_launcher_uses_srun_inside_allocation(monkeypatch, tmp_path):
+    script(tmp_path, "srun", 'echo "slurm 23.11.4"')
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    a = probe_launcher()
+    assert a.usable and a.detail.startswith(f"srun {tmp_path}/srun") and "slurm 23.11.4" in a.detail
+
+
+def test_launcher_falls_back_to_mpiexec_without_srun(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # empty dir: no srun
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    a = probe_launcher()
+    assert a.usable and VENV_MPIEXEC in a.detail and "srun not on PATH" in a.detail
+
+
+def test_launcher_falls_back_to_path_mpiexec(monkeypatch, tmp_path, no_slurm_env):
+    monkeypatch.setattr(doctor.sys, "executable", str(tmp_path / "nobin" / "python"))
+    script(tmp_path, "mpirun", 'echo "mpirun (Open MPI) 4.1.5"')
+    monkeypatch.setenv("PATH", str(tmp_path))
+    a = probe_launcher()
+    assert a.usable and str(tmp_path / "mpirun") in a.detail and "Open MPI" in a.detail
+    (tmp_path / "mpirun").unlink()
+    a = probe_launcher()
+    assert not a.usable and "no mpiexec/mpirun on PATH" in a.detail
+
+
+def test_slurm_outside_allocation_without_tools(monkeypatch, tmp_path, no_slurm_env):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    a = probe_slurm()
+    assert not a.usable
+    assert a.detail.startswith("not inside a Slurm allocation; ") and "sinfo" in a.detail
+
+
+def test_slurm_controller_answers(monkeypatch, tmp_path, no_slurm_env):
+    script(tmp_path, "sinfo", "echo n1; echo n2; echo n2")  # n2 in two partitions
+    monkeypatch.setenv("PATH", str(tmp_path))
+    a = probe_slurm()
+    assert a.usable and "2 node(s)" in a.detail
+
+
+def test_slurm_controller_down(monkeypatch, tmp_path, no_slurm_env):
+    script(tmp_path, "sinfo", 'echo "sinfo: error: Unable to contact slurm controller" >&2; exit 1')
+    monkeypatch.setenv("PATH", str(tmp_path))
+    a = probe_slurm()
+    assert not a.usable and "Unable to contact slurm controller" in a.detail
+
+
+def test_slurm_inside_allocation(monkeypatch, tmp_path):
+    script(tmp_path, "srun", "exit 0")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    monkeypatch.setenv("SLURM_NNODES", "2")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "n[1-2]")
+    a = probe_slurm()
+    assert a.usable and "allocation 7" in a.detail and "n[1-2]" in a.detail
+
+
+def test_hanging_command_is_bounded(tmp_path):
+    # A shell that forks `sleep`: the grandchild holds the pipe, so killing only the
+    # child would still hang; first_line must kill the whole group.
+    hang = script(tmp_path, "hang", "sleep 30; echo late")
+    start = time.monotonic()
+    assert first_line([str(hang)], timeout=0.5) is None
+    assert time.monotonic() - start < 5
+
+
+def test_hanging_sinfo_is_a_reason(monkeypatch, tmp_path, no_slurm_env):
+    monkeypatch.setattr(doctor, "TIMEOUT_S", 0.5)
+    script(tmp_path, "sinfo", "exec /bin/sleep 30")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    a = probe_slurm()
+    assert not a.usable and "timed out" in a.detail
+
+
+def test_first_line_picks_matching_line(tmp_path):
+    tool = script(tmp_path, "tool", 'echo "HYDRA build details:"; echo "    Version:    5.0.2"')
+    assert first_line([str(tool)]) == "HYDRA build details:"
+    assert first_line([str(tool)], contains="version") == "Version: 5.0.2"
+    assert first_line([str(tmp_path / "missing")]) is None
+
+
+def test_sysfs_ports(tmp_path):
+    for port, state, rate in (("1", "4: ACTIVE", "400 Gb/sec (4X NDR)"), ("2", "1: DOWN", "10 Gb/sec (4X SDR)")):
+        d = tmp_path / "mlx5_0" / "ports" / port
+        d.mkdir(parents=True)
+        (d / "state").write_text(state + "\n")
+        (d / "rate").write_text(rate + "\n")
+    assert doctor._sysfs_ports("mlx5_0", tmp_path) == "2 ports: ACTIVE 400 Gb/sec, DOWN 10 Gb/sec"
+    assert doctor._sysfs_ports("absent", tmp_path) == ""
+
+
+def test_probes_never_raise_in_a_broken_environment(monkeypatch):
+    monkeypatch.setenv("PATH", "")
+    monkeypatch.setenv("SLURM_JOB_ID", "1")
+    items = probe_all()
+    assert [a.name for a in items] == ["mpi", "launcher", "slurm", "verbs", "gpu", "nccl"]
+    for a in items:
+        assert LINE.match(a.line()), a.line()
+
+
+def test_a_raising_probe_reports_instead(monkeypatch):
+    monkeypatch.setattr(doctor.shutil, "which", lambda *_: 1 / 0)
+    a = probe_slurm()
+    assert not a.usable and "ZeroDivisionError" in a.detail
+
+
+def test_report_from_a_fresh_interpreter():
+    code = "from acceptance.doctor import probe_all, format_report; print(format_report(probe_all()))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 6
+    assert all(LINE.match(ln) for ln in lines), lines
+    assert format_report(probe_all()).count("\n") == 5
