@@ -363,12 +363,13 @@ class CollectivePlugin:
             return
         arrived = self.sync.arrived_ranks() - {0}
         missing = sorted(set(range(self.size)) - arrived)
-        self._say(f"[rank 0@{self.topology.node if self.topology else '?'}] stuck in {phase.label}; stack:")
-        faulthandler.dump_traceback(file=self._stderr, all_threads=True)
+        if self.folder is not None:
+            with open(self.folder.log(0), "a") as log:
+                self._dump_stack(phase, log)
         self._hang(phase.nodeid, phase.when, missing, phase.timeout)
 
-    def _dump_stack(self, phase: Phase) -> None:
-        out = self._logfile or self._stderr
+    def _dump_stack(self, phase: Phase, out=None) -> None:
+        out = out or self._logfile or self._stderr
         print(f"[rank {self.labels[self.rank]}] deadline of {phase.label} passed "
               f"({phase.timeout:g} s); stack of every thread:", file=out, flush=True)
         faulthandler.dump_traceback(file=out, all_threads=True)

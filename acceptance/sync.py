@@ -65,7 +65,7 @@ class Agreement:
             decision = self._await_decision(deadline + grace, label)
             req.wait()
             return decision
-        self._arrived = {0: payload}
+        self._arrived[0] = payload  # keep what a watchdog already drained
         self._collect(deadline)
         if len(self._arrived) < self.size:
             missing = sorted(set(range(self.size)) - set(self._arrived))
@@ -76,9 +76,17 @@ class Agreement:
         MPI.Request.Waitall(reqs)
         return decision
 
-    def arrived_ranks(self) -> set[int]:
-        """Rank 0: ranks that have reached the sync point in progress (drains pending messages)."""
-        self._drain()
+    def arrived_ranks(self, settle: float = 0.5) -> set[int]:
+        """Rank 0: ranks that have reached the sync point in progress.
+
+        Polls for `settle` seconds: a rank whose main thread has not called
+        MPI for a while has not driven progress, so messages already sent
+        may only show up after a few probes.
+        """
+        end = time.monotonic() + settle
+        while len(self._arrived) < self.size and time.monotonic() < end:
+            self._drain()
+            time.sleep(_POLL_S)
         return set(self._arrived)
 
     def _drain(self) -> bool:

@@ -1,0 +1,247 @@
+"""The `acceptance` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from . import __version__
+from .profile import ProfileError, Profile, format_profile, format_profile_list, load_profile
+from .results import RunFolder
+from .topology import ENV_NODES, ENV_RANKS_PER_NODE
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+REPO = Path(__file__).resolve().parents[1]
+
+EPILOG = """\
+exit codes: 0 all checks passed, 1 a check failed, 2 usage or input error,
+            3 incomplete (hang, crash, lost rank)
+
+examples:
+  acceptance run                          embedded default: 4 local ranks as 2 nodes x 2 rails
+  acceptance run -- -m preflight          only the preflight suite (pytest args after --)
+  acceptance run --profile h100.toml      inside `salloc`/`sbatch`: srun over the allocation
+  acceptance doctor                       what this machine offers (MPI, Slurm, RDMA, GPUs)
+  acceptance profiles show local          the thresholds a profile resolves to
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = _parser().parse_args(argv)
+    args.argv = argv
+    try:
+        return args.func(args)
+    except ProfileError as e:
+        print(f"acceptance: profile error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except UsageError as e:
+        print(f"acceptance: {e}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+class UsageError(Exception):
+    pass
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="acceptance",
+        description="Is this GPU cluster's fabric fit for a long training run? Runs collective pytest "
+                    "suites under MPI, compares with a thresholds profile, writes a run folder.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"acceptance {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", help="run the acceptance suites and write a run folder",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the suites on every rank and write reports/<run-id>/ (run.json, results.jsonl, "
+                    "junit.xml, logs/). Prints the run folder at the end.",
+        epilog="launchers:\n"
+               "  auto    srun inside a Slurm allocation, else local\n"
+               "  local   mpiexec on this machine; ranks are grouped into virtual nodes node1..nodeN\n"
+               "          (--nodes x --ranks-per-node, default from the profile: 2 x 2)\n"
+               "  srun    srun over the current allocation (set ACCEPTANCE_SRUN_MPI for --mpi=, e.g. pmix)\n"
+               "  mpirun  the system mpirun with --nodes x --ranks-per-node ranks, real host names\n\n"
+               "Anything after -- goes to pytest, e.g. -- -m 'preflight or rail' -x\n" + EPILOG)
+    run.add_argument("--profile", metavar="NAME|PATH", help="thresholds profile (default: local)")
+    run.add_argument("--launcher", choices=["auto", "local", "srun", "mpirun"], default="auto")
+    run.add_argument("--nodes", type=_positive, metavar="N", help="nodes (local: virtual nodes)")
+    run.add_argument("--ranks-per-node", type=_positive, metavar="R",
+                     help="ranks per node = rails per node (one rank per GPU and NIC)")
+    run.add_argument("--output", metavar="DIR", default=None,
+                     help="folder that receives the run folder (default: ./reports)")
+    run.add_argument("--hang-timeout", type=float, metavar="SECONDS",
+                     help="per-test deadline before a missing rank is reported as HANG (default: profile)")
+    run.add_argument("--suites", metavar="PATH", default=None,
+                     help="suites folder or file (default: ./suites, else the checkout's suites/)")
+    run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then arguments for pytest")
+    run.set_defaults(func=cmd_run)
+
+    doctor = sub.add_parser("doctor", help="what this machine offers: MPI, launcher, Slurm, RDMA, GPUs, NCCL")
+    doctor.set_defaults(func=cmd_doctor)
+
+    profiles = sub.add_parser("profiles", help="list the built-in profiles, or show one resolved",
+                              description="`acceptance profiles` lists the built-in profiles; "
+                                          "`acceptance profiles show NAME|PATH` prints one with every "
+                                          "value resolved (defaults filled, units normalized).")
+    profiles.add_argument("action", nargs="?", choices=["show"])
+    profiles.add_argument("name", nargs="?", metavar="NAME|PATH")
+    profiles.set_defaults(func=cmd_profiles)
+    return p
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+# ---- doctor / profiles ---------------------------------------------------
+
+def cmd_doctor(args) -> int:
+    from .doctor import format_report, probe_all
+    print(format_report(probe_all()))
+    return EXIT_OK
+
+
+def cmd_profiles(args) -> int:
+    if args.action is None:
+        print(format_profile_list())
+        print("\nshow one: acceptance profiles show NAME   (or a path to your own .toml)")
+        return EXIT_OK
+    if not args.name:
+        raise UsageError("profiles show needs a profile name or path")
+    print(format_profile(load_profile(args.name)))
+    return EXIT_OK
+
+
+# ---- run -------------------------------------------------------------------
+
+def cmd_run(args) -> int:
+    profile = load_profile(args.profile)
+    pytest_args = list(args.pytest_args)
+    if pytest_args and pytest_args[0] == "--":
+        pytest_args = pytest_args[1:]
+    launcher = _resolve_launcher(args.launcher)
+    nodes = args.nodes or profile.get("run.nodes")
+    per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
+    folder = RunFolder.create(args.output or Path.cwd() / "reports")
+
+    cmd, env, what = _launch_command(launcher, nodes, per_node)
+    cmd += ["-m", "pytest", "-p", "acceptance.pytest_plugin", "-p", "no:cacheprovider",
+            "--run-dir", str(folder.path), "--profile", profile.source]
+    if args.hang_timeout:
+        cmd += ["--hang-timeout", str(args.hang_timeout)]
+    if not any(_is_path(a) for a in pytest_args):
+        cmd.append(str(_suites_path(args.suites)))
+    cmd += pytest_args
+    env["PYTHONHASHSEED"] = "0"  # every rank must collect the same tests in the same order
+    env["ACCEPTANCE_COMMAND"] = shlex.join(["acceptance", *args.argv])
+
+    print(f"acceptance: {what}, profile {profile.name}", flush=True)
+    print(f"acceptance: run folder {folder.path}", flush=True)
+    rc = _run_child(cmd, env)
+    code = _final_code(folder, rc)
+    if code == EXIT_INCOMPLETE:
+        print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
+              file=sys.stderr)
+    print(f"acceptance: exit {code} ({_WORDS[code]})")
+    print(f"run folder: {folder.path}")
+    return code
+
+
+_WORDS = {EXIT_OK: "all checks passed", EXIT_FAILED: "a check failed",
+          EXIT_USAGE: "usage or input error", EXIT_INCOMPLETE: "incomplete"}
+
+
+def _resolve_launcher(choice: str) -> str:
+    if choice == "auto":
+        return "srun" if os.environ.get("SLURM_JOB_ID") and shutil.which("srun") else "local"
+    if choice == "srun" and not shutil.which("srun"):
+        raise UsageError("--launcher srun: srun is not on PATH")
+    return choice
+
+
+def _mpiexec() -> str:
+    # The pip-installed MPICH sits next to this interpreter; prefer it, since
+    # mpi4py in this environment was built against it.
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise UsageError("no mpiexec found: `pip install 'acceptance[mpich]'`, or load your "
+                         "cluster's MPI module (and build mpi4py against it)")
+    return found
+
+
+def _launch_command(launcher: str, nodes: int, per_node: int) -> tuple[list[str], dict, str]:
+    env = dict(os.environ)
+    python = [sys.executable, "-m", "mpi4py"]  # a rank that dies aborts the job instead of hanging it
+    n = nodes * per_node
+    if launcher == "local":
+        env[ENV_NODES], env[ENV_RANKS_PER_NODE] = str(nodes), str(per_node)
+        return ([_mpiexec(), "-n", str(n), *python], env,
+                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails (mpiexec)")
+    if launcher == "mpirun":
+        for var in (ENV_NODES, ENV_RANKS_PER_NODE):
+            env.pop(var, None)
+        mpirun = shutil.which("mpirun") or _mpiexec()
+        return [mpirun, "-n", str(n), *python], env, f"{n} ranks ({mpirun})"
+    srun = ["srun", "--kill-on-bad-exit=1"]
+    if os.environ.get("ACCEPTANCE_SRUN_MPI"):
+        srun.append(f"--mpi={os.environ['ACCEPTANCE_SRUN_MPI']}")
+    return [*srun, *python], env, f"srun over Slurm job {os.environ.get('SLURM_JOB_ID', '?')}"
+
+
+def _is_path(arg: str) -> bool:
+    return not arg.startswith("-") and os.path.exists(arg.split("::")[0])
+
+
+def _suites_path(explicit: str | None) -> Path:
+    for candidate in ([Path(explicit)] if explicit else [Path.cwd() / "suites", REPO / "suites"]):
+        if candidate.exists():
+            return candidate
+    raise UsageError(f"suites not found at {explicit or 'suites/ (here or in the checkout)'}; "
+                     f"give --suites PATH")
+
+
+def _run_child(cmd: list[str], env: dict) -> int:
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        # Stop every rank, not just the launcher's foreground process.
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            return proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            return proc.wait()
+
+
+def _final_code(folder: RunFolder, rc: int) -> int:
+    """The run's exit code per DESIGN.md, trusting run.json over the launcher's status."""
+    try:
+        run = folder.read_run()
+    except (OSError, ValueError):
+        # No run.json: the job stopped before rank 0 started (bad profile, bad arguments, crash).
+        return EXIT_USAGE if rc in (EXIT_USAGE, 4) else EXIT_INCOMPLETE
+    if not run.get("complete"):
+        return EXIT_INCOMPLETE
+    code = run.get("exit_code")
+    return code if code in _WORDS else EXIT_INCOMPLETE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# Small suites that the integration tests run under mpiexec; never collected directly.
+collect_ignore = ["mpi_suites"]
+
+ROOT = Path(__file__).resolve().parents[1]
+SUITES = Path(__file__).resolve().parent / "mpi_suites"
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Run:
+    rc: int
+    out: str
+    seconds: float
+    folder: Path
+
+    def run_json(self) -> dict:
+        import json
+        return json.loads((self.folder / "run.json").read_text())
+
+
+def _env(extra: dict | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
+    env["PYTHONHASHSEED"] = "0"
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def mpi_pytest(tmp_path):
+    """Run a tests/mpi_suites file under `mpiexec -n N python -m mpi4py -m pytest` with the plugin."""
+    def run(suite: str, *args: str, n: int = 4, nodes: int | None = 2, env: dict | None = None,
+            timeout: float = 120, launcher: bool = True) -> Run:
+        folder = tmp_path / "run"
+        extra = dict(env or {})
+        if nodes and launcher:
+            extra.update(ACCEPTANCE_VIRTUAL_NODES=str(nodes), ACCEPTANCE_RANKS_PER_NODE=str(n // nodes))
+        cmd = [sys.executable, "-m", "mpi4py", "-m", "pytest", "-p", "acceptance.pytest_plugin",
+               "-p", "no:cacheprovider", f"--confcutdir={SUITES}", "--run-dir", str(folder),
+               str(SUITES / suite), *args]
+        if launcher:
+            cmd = [str(BIN / "mpiexec"), "-n", str(n), *cmd]
+        start = time.monotonic()
+        p = subprocess.run(cmd, cwd=tmp_path, env=_env(extra), capture_output=True, text=True, timeout=timeout)
+        return Run(p.returncode, p.stdout + p.stderr, time.monotonic() - start, folder)
+    return run
+
+
+@pytest.fixture
+def acceptance_cli(tmp_path):
+    """Run the `acceptance` console script in a scratch folder."""
+    def run(*args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "acceptance"), *args], cwd=tmp_path, env=_env(env),
+                              capture_output=True, text=True, timeout=timeout)
+    return run

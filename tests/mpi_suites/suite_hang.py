@@ -1,0 +1,32 @@
+"""Hang watchdog scenarios, chosen by environment: HANG_RANK sleeps in the test; HANG_MODE=barrier
+makes the others wait in a Barrier (all stuck) instead of reaching the sync point."""
+import os
+import time
+
+from mpi4py import MPI
+import pytest
+
+RANK = MPI.COMM_WORLD.Get_rank()
+HANG_RANK = int(os.environ.get("HANG_RANK", "-1"))
+MODE = os.environ.get("HANG_MODE", "sleep")
+
+
+def test_before_the_hang():
+    MPI.COMM_WORLD.Barrier()
+
+
+def test_one_rank_sleeps():
+    if RANK == HANG_RANK:
+        time.sleep(300)
+    if MODE == "barrier":
+        MPI.COMM_WORLD.Barrier()
+
+
+@pytest.mark.hang_timeout(30)
+def test_marker_allows_longer():
+    if RANK == HANG_RANK and MODE == "marker":
+        time.sleep(2)
+
+
+def test_never_reached():
+    pass
