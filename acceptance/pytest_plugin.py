@@ -21,6 +21,7 @@ import shlex
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ GRACE_S = 15.0
 ROOT_LATE_S = 1.0
 # Startup over thousands of ranks (imports on a shared file system) is slow: never less than this.
 CENSUS_MIN_S = 300.0
+# How long rank 0 waits for the missing ranks to say where they are stuck.
+NOTE_WAIT_S = 1.0
 MARKERS = {
     "preflight": "node and job sanity checks before anything is measured",
     "memreg": "RDMA memory registration",
@@ -373,6 +376,9 @@ class CollectivePlugin:
         print(f"[rank {self.labels[self.rank]}] deadline of {phase.label} passed "
               f"({phase.timeout:g} s); stack of every thread:", file=out, flush=True)
         faulthandler.dump_traceback(file=out, all_threads=True)
+        # Tell rank 0 where this rank's main thread is, so the HANG report can
+        # set the odd rank out (sleeping, computing) apart from those waiting in MPI.
+        self.sync.send_note(_main_thread_location())
 
     def _root_lost(self, phase: Phase) -> None:
         with self._hang_lock:
@@ -395,16 +401,25 @@ class CollectivePlugin:
             if capman is not None:
                 capman.suspend_global_capture(in_=True)
         except Exception:
-            pass
-        self._say(message)
+            pass  # reporting matters more than tidy capture state; we abort next
+        notes = self.sync.collect_notes(NOTE_WAIT_S)
+        if self.rank in missing:
+            notes[self.rank] = _main_thread_location()
+        for rank in notes:
+            if rank not in missing:
+                notes[rank] = "the sync point (arrived in time)"
+        where = [f"  {outcomes.describe(ranks, self.labels)} at {place}"
+                 for place, ranks in _group(notes).items()]
+        report = "\n".join([message, *where])
+        self._say("\n" + report)
         try:
-            self._log_hang_report(nodeid, when, message)
+            self._log_hang_report(nodeid, when, report)
         finally:
             if self.folder is not None:
                 self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
-                                       missing_ranks=missing, hang=message)
+                                       missing_ranks=missing, hang=report)
             self._say(f"acceptance: run folder {self.folder.path if self.folder else '(none)'}; "
-                      f"per-rank stacks in logs/rank-<r>.log")
+                      f"stacks of every rank in logs/rank-<r>.log")
             sys.stdout.flush()
             self.world.Abort(EXIT_INCOMPLETE)
 
@@ -438,6 +453,22 @@ def _group_by_digest(got: dict) -> dict:
     for rank in sorted(got):
         groups.setdefault(got[rank], []).append(rank)
     return groups
+
+
+def _main_thread_location() -> str:
+    """'file.py:12 in test_x: time.sleep(300)' for the innermost frame of the main thread."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return "unknown"
+    last = traceback.extract_stack(frame)[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}: {(last.line or '').strip()}"
+
+
+def _group(notes: dict) -> dict:
+    by_where: dict[str, list[int]] = {}
+    for rank in sorted(notes):
+        by_where.setdefault(notes[rank], []).append(rank)
+    return by_where
 
 
 def _report_text(rep) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
-_UP, _DOWN = 7101, 7102
+_UP, _DOWN, _NOTE = 7101, 7102, 7103
 _POLL_S = 0.001
 _POLL_MAX_S = 0.02
 
@@ -88,6 +88,24 @@ class Agreement:
             self._drain()
             time.sleep(_POLL_S)
         return set(self._arrived)
+
+    def send_note(self, note: Any) -> None:
+        """A rank other than 0 tells rank 0 something outside any sync point (e.g. where it is stuck)."""
+        if self.rank != 0:
+            self.comm.isend(note, dest=0, tag=_NOTE)
+
+    def collect_notes(self, wait: float) -> dict[int, Any]:
+        """Rank 0: the notes that arrive within `wait` seconds, by rank (the latest per rank)."""
+        notes: dict[int, Any] = {}
+        status = MPI.Status()
+        end = time.monotonic() + wait
+        while len(notes) < self.size - 1 and time.monotonic() < end:
+            msg = self.comm.improbe(source=MPI.ANY_SOURCE, tag=_NOTE, status=status)
+            if msg is None:
+                time.sleep(_POLL_S)
+                continue
+            notes[status.Get_source()] = msg.recv()
+        return notes
 
     def _drain(self) -> bool:
         got = False

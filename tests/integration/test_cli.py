@@ -1,0 +1,131 @@
+"""The `acceptance` command as a user runs it: real mpiexec, real run folders."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_folder_from(out: str) -> Path:
+    match = re.search(r"^run folder: (\S+)$", out, re.M)
+    assert match, out
+    return Path(match.group(1))
+
+
+def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_path):
+    p = acceptance_cli("run")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "4 local ranks as 2 virtual nodes x 2 rails" in p.stdout
+    folder = run_folder_from(p.stdout)
+    assert folder.parent == tmp_path / "reports"
+    assert sorted(x.name for x in folder.iterdir()) == ["junit.xml", "logs", "results.jsonl", "run.json"]
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["complete"] is True and meta["exit_code"] == 0
+    assert meta["command"] == "acceptance run"
+    assert meta["profile"]["name"] == "local"
+    assert meta["topology"]["world_size"] == 4
+    assert meta["start"].endswith("Z") and meta["end"].endswith("Z")
+    records = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+    assert {r["suite"] for r in records} == {"preflight"}
+    memlock = [r for r in records if r["metric"] == "memlock"]
+    assert sorted(r["ranks"][0] for r in memlock) == [0, 1, 2, 3]
+
+
+def test_run_passes_pytest_args_and_layout(acceptance_cli):
+    p = acceptance_cli("run", "--nodes", "3", "--ranks-per-node", "1", "--", "-m", "preflight", "-k", "layout")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 passed, 2 deselected" in p.stdout
+    meta = json.loads((run_folder_from(p.stdout) / "run.json").read_text())
+    assert meta["topology"]["nodes"] == {"node1": [0], "node2": [1], "node3": [2]}
+
+
+def test_run_failing_check_exits_1(acceptance_cli, tmp_path):
+    strict = tmp_path / "strict.toml"
+    strict.write_text('extends = "local"\n[preflight]\nmemlock_min = "unlimited"\n')
+    p = acceptance_cli("run", "--profile", str(strict), "--", "-k", "memlock")
+    if "unlimited" in subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout:
+        assert p.returncode == 0
+        return
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "memlock limit (ulimit -l) is" in p.stdout
+    assert "failed on ranks [0@node1, 1@node1, 2@node2, 3@node2] of 4" in p.stdout
+    assert "exit 1 (a check failed)" in p.stdout
+
+
+def test_run_hang_exits_3(acceptance_cli):
+    suite = ROOT / "tests" / "mpi_suites" / "suite_hang.py"
+    p = acceptance_cli("run", "--hang-timeout", "3", "--suites", str(suite), "--", f"--confcutdir={suite.parent}",
+                       env={"HANG_RANK": "3", "HANG_MODE": "sleep"})
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "HANG: rank [3@node2] did not reach" in p.stderr
+    assert "run INCOMPLETE" in p.stderr
+    meta = json.loads((run_folder_from(p.stdout) / "run.json").read_text())
+    assert meta["missing_ranks"] == [3]
+
+
+def test_malformed_profile_exits_2_before_launching(acceptance_cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run]\nhang_timout = 5\n")
+    p = acceptance_cli("run", "--profile", str(bad))
+    assert p.returncode == 2
+    assert f"{bad}: run.hang_timout: unknown key" in p.stderr
+    assert "did you mean 'hang_timeout'" in p.stderr
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+
+
+def test_bad_toml_exits_2(acceptance_cli, tmp_path):
+    bad = tmp_path / "broken.toml"
+    bad.write_text("[run\n")
+    p = acceptance_cli("profiles", "show", str(bad))
+    assert p.returncode == 2
+    assert f"{bad}: invalid TOML" in p.stderr
+
+
+def test_profiles_list_and_show(acceptance_cli):
+    listing = acceptance_cli("profiles")
+    assert listing.returncode == 0 and re.search(r"^local\s+Built-in default", listing.stdout, re.M)
+    show = acceptance_cli("profiles", "show", "local")
+    assert show.returncode == 0
+    assert 'hang_timeout = "1min"' in show.stdout and 'memlock_min = "8MiB"' in show.stdout
+
+
+def test_doctor_one_line_per_capability(acceptance_cli):
+    p = acceptance_cli("doctor")
+    assert p.returncode == 0
+    lines = p.stdout.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["mpi", "launcher", "slurm", "verbs", "gpu", "nccl"]
+    assert all(re.match(r"^\w+: (usable|unavailable) — .+", line) for line in lines), lines
+    assert lines[0].startswith("mpi: usable — MPICH")
+
+
+def test_python_dash_m_and_help(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "acceptance", "run", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0
+    for word in ("--launcher", "--nodes", "--ranks-per-node", "--profile", "exit codes", "-- -m"):
+        assert word in p.stdout
+
+
+def test_pytest_suites_directly_without_launcher(tmp_path):
+    """`pytest suites -m preflight` as a user types it, single process, no launcher."""
+    p = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "suites"), "-m", "preflight",
+                        "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"}, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "3 passed" in p.stdout
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["complete"] is True
+
+
+def test_pytest_suites_directly_under_mpiexec(tmp_path):
+    mpiexec = Path(sys.executable).parent / "mpiexec"
+    p = subprocess.run([str(mpiexec), "-n", "4", sys.executable, "-m", "mpi4py", "-m", "pytest",
+                        str(ROOT / "suites"), "-m", "preflight", "--run-dir", str(tmp_path / "run")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("3 passed") == 1  # only rank 0 reports
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["topology"]["world_size"] == 4 and meta["launcher"] == "mpiexec"
+    # Without emulation all ranks share this host: one node, rails 0..3.
+    assert meta["topology"]["rails"] == [0, 1, 2, 3]
