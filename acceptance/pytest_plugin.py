@@ -387,7 +387,7 @@ class CollectivePlugin:
             if self.rank == 1 and self.folder is not None:
                 self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
                                        missing_ranks=[0])
-            self.world.Abort(EXIT_INCOMPLETE)
+            self._abort()
 
     def _hang(self, nodeid: str, when: str, missing: list[int], timeout: float) -> None:
         """Rank 0: report the ranks that did not arrive, write junit.xml and run.json, abort with 3."""
@@ -418,10 +418,16 @@ class CollectivePlugin:
             if self.folder is not None:
                 self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
                                        missing_ranks=missing, hang=report)
-            self._say(f"acceptance: run folder {self.folder.path if self.folder else '(none)'}; "
+            self._say(f"\nacceptance: run folder {self.folder.path if self.folder else '(none)'}; "
                       f"stacks of every rank in logs/rank-<r>.log")
-            sys.stdout.flush()
-            self.world.Abort(EXIT_INCOMPLETE)
+            self._abort()
+
+    def _abort(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.world.Abort(EXIT_INCOMPLETE)
+        # Under srun (PMI) MPI_Abort can return while Slurm tears the step down.
+        os._exit(EXIT_INCOMPLETE)
 
     def _log_hang_report(self, nodeid: str, when: str, message: str) -> None:
         """A failed report for the test in flight, so terminal and junit.xml show the hang."""

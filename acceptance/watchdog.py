@@ -86,3 +86,7 @@ class Watchdog:
                         break
                 pending.pop(0)
                 callback(phase)
+            # Each stage fires once per armed phase: wait for the next arm or disarm.
+            with self._cond:
+                while self._generation == generation:
+                    self._cond.wait()

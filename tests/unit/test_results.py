@@ -1,0 +1,167 @@
+"""results: records, the Recorder and the run folder, on a real temporary folder."""
+import json
+import math
+import re
+from datetime import datetime
+
+import pytest
+
+from acceptance.results import (
+    REQUIRED_KEYS, Recorder, RecordError, RunFolder, make_record, new_run_id, utc_now,
+)
+
+BASE = dict(test="t::x", suite="p2p", metric="bw", unit="GB/s", nodes=["n1"], ranks=[0])
+
+
+def test_make_record_has_every_required_key():
+    rec = make_record(value=1.5, **BASE)
+    assert set(REQUIRED_KEYS) <= set(rec)
+    assert "detail" not in rec
+    assert rec["value"] == 1.5
+    assert rec["verdict"] == "info"
+    assert rec["memory"] == "host"
+    assert rec["iteration"] == 0
+    assert rec["samples"] == 1
+    assert rec["size"] is None and rec["rail"] is None and rec["threshold"] is None
+    assert rec["nodes"] == ["n1"] and rec["ranks"] == [0]
+    assert rec["time"].endswith("Z")
+
+
+def test_make_record_keeps_int_and_copies_lists():
+    nodes, ranks = ["n1"], [0]
+    rec = make_record(**{**BASE, "nodes": nodes, "ranks": ranks}, value=7)
+    assert rec["value"] == 7 and type(rec["value"]) is int
+    nodes.append("n2")
+    assert rec["nodes"] == ["n1"]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"verdict": "ok"},
+    {"memory": "gpu"},
+    {"value": True},
+    {"value": "3"},
+    {"value": float("nan")},
+    {"value": float("inf")},
+    {"value": -math.inf},
+])
+def test_bad_records_raise(kwargs):
+    args = {**BASE, "value": 1.0, **kwargs}
+    with pytest.raises(RecordError):
+        make_record(**args)
+
+
+def test_record_error_is_value_error():
+    assert issubclass(RecordError, ValueError)
+
+
+def test_none_value_allowed_with_detail():
+    rec = make_record(value=None, detail="no rdma device", verdict="warn", **BASE)
+    assert rec["value"] is None
+    assert rec["detail"] == "no rdma device"
+    assert rec["verdict"] == "warn"
+
+
+def test_recorder_bind_defaults():
+    rec = Recorder(rank=3, node="node2", rail=1, iteration=4)
+    record = rec.bind("suite/test_x.py::test_y", "p2p")
+    r = record("latency", 2.5, "us")
+    assert r["test"] == "suite/test_x.py::test_y"
+    assert r["suite"] == "p2p"
+    assert r["nodes"] == ["node2"]
+    assert r["ranks"] == [3]
+    assert r["rail"] == 1
+    assert r["iteration"] == 4
+    assert r["metric"] == "latency" and r["value"] == 2.5 and r["unit"] == "us"
+
+
+def test_recorder_bind_overrides():
+    rec = Recorder(rank=3, node="node2", rail=1)
+    record = rec.bind("t", "p2p")
+    r = record("bw", 10, "GB/s", nodes=["a", "b"], ranks=[0, 1], rail=None, iteration=9,
+               suite="collective", size=1024, verdict="pass", threshold=5.0)
+    assert r["nodes"] == ["a", "b"]
+    assert r["ranks"] == [0, 1]
+    assert r["rail"] is None
+    assert r["iteration"] == 9
+    assert r["suite"] == "collective"
+    assert r["size"] == 1024 and r["verdict"] == "pass" and r["threshold"] == 5.0
+
+
+def test_recorder_take_clears():
+    rec = Recorder(rank=0, node="n", rail=None)
+    record = rec.bind("t", "s")
+    a = record("m1", 1, "x")
+    b = record("m2", 2, "x")
+    assert rec.take() == [a, b]
+    assert rec.take() == []
+
+
+def test_recorder_bad_record_not_kept():
+    rec = Recorder(rank=0, node="n", rail=None)
+    record = rec.bind("t", "s")
+    with pytest.raises(RecordError):
+        record("m", float("nan"), "x")
+    assert rec.take() == []
+
+
+def test_run_folder_create(tmp_path):
+    f = RunFolder.create(tmp_path, "run-1")
+    assert f.path == tmp_path / "run-1"
+    assert (tmp_path / "run-1" / "logs").is_dir()
+    assert f.run_id == "run-1"
+    assert f.run_json == tmp_path / "run-1" / "run.json"
+    assert f.results == tmp_path / "run-1" / "results.jsonl"
+    assert f.junit == tmp_path / "run-1" / "junit.xml"
+    assert f.log(5) == tmp_path / "run-1" / "logs" / "rank-5.log"
+
+
+def test_run_folder_create_generates_id(tmp_path):
+    f = RunFolder.create(tmp_path)
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", f.run_id)
+    assert (f.path / "logs").is_dir()
+
+
+def test_write_run_atomic_and_update_merges(tmp_path):
+    f = RunFolder.create(tmp_path, "r")
+    f.write_run({"a": 1, "b": {"c": 2}})
+    assert sorted(p.name for p in f.path.iterdir()) == ["logs", "run.json"]
+    assert json.loads(f.run_json.read_text()) == {"a": 1, "b": {"c": 2}}
+    assert f.run_json.read_text().endswith("\n")
+    merged = f.update_run(a=5, d="x")
+    assert merged == {"a": 5, "b": {"c": 2}, "d": "x"}
+    assert f.read_run() == merged
+    assert not list(f.path.glob("*.tmp"))
+
+
+def test_update_run_without_run_json(tmp_path):
+    f = RunFolder.create(tmp_path, "r")
+    assert f.update_run(complete=False) == {"complete": False}
+    assert f.read_run() == {"complete": False}
+
+
+def test_append_and_read_records(tmp_path):
+    f = RunFolder.create(tmp_path, "r")
+    assert f.read_records() == []
+    assert f.append_records([]) == 0
+    assert not f.results.exists()
+    r1 = make_record(value=1, **BASE)
+    r2 = make_record(value=None, detail="d", **BASE)
+    r3 = make_record(value=2.5, **BASE)
+    assert f.append_records([r1, r2]) == 2
+    assert f.append_records(r for r in [r3]) == 1
+    lines = f.results.read_text().splitlines()
+    assert len(lines) == 3
+    assert [json.loads(line) for line in lines] == [r1, r2, r3]
+    assert f.read_records() == [r1, r2, r3]
+
+
+def test_new_run_id_format():
+    a = new_run_id()
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", a)
+    datetime.strptime(a[:15], "%Y%m%d-%H%M%S")
+
+
+def test_utc_now_format():
+    now = utc_now()
+    assert now.endswith("Z")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", now)

@@ -1,0 +1,66 @@
+"""Agreement on a real one-rank MPI world (singleton init, no mpiexec)."""
+import time
+
+import pytest
+from mpi4py import MPI
+
+from acceptance.outcomes import merge, phase_summary
+from acceptance.sync import Agreement
+
+
+@pytest.fixture
+def agreement():
+    a = Agreement(MPI.COMM_WORLD)
+    yield a
+    a.comm.Free()
+
+
+def test_private_communicator(agreement):
+    assert (agreement.rank, agreement.size) == (0, 1)
+    assert agreement.comm != MPI.COMM_WORLD
+    assert MPI.Comm.Compare(agreement.comm, MPI.COMM_WORLD) == MPI.CONGRUENT
+
+
+def test_agree_size_one_returns_merge_of_own_payload(agreement):
+    seen = []
+
+    def merge_fn(got):
+        seen.append(dict(got))
+        return {"sum": sum(got.values())}
+    got = agreement.agree(41, merge_fn, deadline=time.monotonic() + 1.0, label="t::a (call)")
+    assert got == {"sum": 41}
+    assert seen == [{0: 41}]
+
+
+def test_agree_size_one_with_outcomes_merge(agreement):
+    payload = phase_summary("failed", "call", False, "boom")
+    got = agreement.agree(payload, lambda g: merge(g, {0: "0@node1"}),
+                          deadline=time.monotonic() + 1.0, label="t::a (call)")
+    assert got == {"outcome": "failed", "ranks": [0],
+                   "longrepr": "failed on rank [0@node1] of 1\n---- failed on rank [0@node1] ----\nboom"}
+
+
+def test_agree_size_one_past_deadline_still_agrees(agreement):
+    # Nobody else to wait for: a deadline already passed cannot make rank 0 miss itself.
+    got = agreement.agree("x", lambda g: sorted(g.items()), deadline=time.monotonic() - 10, label="late")
+    assert got == [(0, "x")]
+
+
+def test_collect_notes_size_one_returns_at_once(agreement):
+    start = time.monotonic()
+    assert agreement.collect_notes(5.0) == {}
+    assert time.monotonic() - start < 1.0
+
+
+def test_send_note_on_rank_zero_sends_nothing(agreement):
+    agreement.send_note("stuck somewhere")
+    assert agreement.comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) is False
+    assert agreement.collect_notes(0.1) == {}
+
+
+def test_arrived_ranks_size_one_is_bounded(agreement):
+    start = time.monotonic()
+    got = agreement.arrived_ranks(settle=0.2)
+    elapsed = time.monotonic() - start
+    assert got == set()
+    assert elapsed < 1.0
