@@ -3,8 +3,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# Debian packages the tests use (installed only when running as root and missing).
-APT_PACKAGES ?= iproute2 procps
+# Debian packages the tests use (installed only when running as root and missing):
+# Slurm and munge for the srun tests (a private local cluster per test run).
+APT_PACKAGES ?= slurm-wlm munge iproute2 procps
 
 .PHONY: demo test venv dev apt clean
 
