@@ -47,6 +47,8 @@ ROOT_LATE_S = 1.0
 CENSUS_MIN_S = 300.0
 # How long rank 0 waits for the missing ranks to say where they are stuck.
 NOTE_WAIT_S = 1.0
+# Lines of a failure text quoted in a HANG report.
+HANG_TEXT_LINES = 12
 MARKERS = {
     "preflight": "node and job sanity checks before anything is measured",
     "memreg": "RDMA memory registration",
@@ -349,7 +351,7 @@ class CollectivePlugin:
         try:
             return self.sync.agree(payload, merge, phase.deadline, phase.label, grace=GRACE_S)
         except Missing as m:
-            self._hang(nodeid, when, m.ranks, phase.timeout)
+            self._hang(nodeid, when, m.ranks, phase.timeout, m.arrived)
         except RootLost:
             self._root_lost(phase)
 
@@ -364,12 +366,13 @@ class CollectivePlugin:
         """Rank 0's own main thread did not reach the sync point: report who else is missing too."""
         if self._hang_lock.locked():
             return
-        arrived = self.sync.arrived_ranks() - {0}
-        missing = sorted(set(range(self.size)) - arrived)
+        arrived = self.sync.arrived()
+        arrived.pop(0, None)
+        missing = sorted(set(range(self.size)) - set(arrived))
         if self.folder is not None:
             with open(self.folder.log(0), "a") as log:
                 self._dump_stack(phase, log)
-        self._hang(phase.nodeid, phase.when, missing, phase.timeout)
+        self._hang(phase.nodeid, phase.when, missing, phase.timeout, arrived)
 
     def _dump_stack(self, phase: Phase, out=None) -> None:
         out = out or self._logfile or self._stderr
@@ -389,7 +392,7 @@ class CollectivePlugin:
                                        missing_ranks=[0])
             self._abort()
 
-    def _hang(self, nodeid: str, when: str, missing: list[int], timeout: float) -> None:
+    def _hang(self, nodeid: str, when: str, missing: list[int], timeout: float, arrived: dict) -> None:
         """Rank 0: report the ranks that did not arrive, write junit.xml and run.json, abort with 3."""
         if not self._hang_lock.acquire(blocking=False):
             while True:  # the other thread is reporting and will abort the job
@@ -410,7 +413,7 @@ class CollectivePlugin:
                 notes[rank] = "the sync point (arrived in time)"
         where = [f"  {outcomes.describe(ranks, self.labels)} at {place}"
                  for place, ranks in _group(notes).items()]
-        report = "\n".join([message, *where])
+        report = "\n".join([message, *where, *self._failures_before(arrived)])
         self._say("\n" + report)
         try:
             self._log_hang_report(nodeid, when, report)
@@ -421,6 +424,21 @@ class CollectivePlugin:
             self._say(f"\nacceptance: run folder {self.folder.path if self.folder else '(none)'}; "
                       f"stacks of every rank in logs/rank-<r>.log")
             self._abort()
+
+    def _failures_before(self, arrived: dict) -> list[str]:
+        """Ranks that arrived having failed: often why the others wait in a collective for them."""
+        by_text: dict[str, list[int]] = {}
+        for rank in sorted(arrived):
+            payload = arrived[rank]
+            summary = payload[0] if isinstance(payload, tuple) and isinstance(payload[0], dict) else None
+            if summary and summary.get("outcome") == "failed":
+                by_text.setdefault(summary["text"], []).append(rank)
+        lines = []
+        for text, ranks in by_text.items():
+            lines.append(f"  {outcomes.describe(ranks, self.labels)} arrived having failed "
+                         f"(the others may be waiting for them in a collective):")
+            lines += ["    " + line for line in text.rstrip().splitlines()[-HANG_TEXT_LINES:]]
+        return lines
 
     def _abort(self) -> None:
         sys.stdout.flush()

@@ -76,8 +76,8 @@ class Agreement:
         MPI.Request.Waitall(reqs)
         return decision
 
-    def arrived_ranks(self, settle: float = 0.5) -> set[int]:
-        """Rank 0: ranks that have reached the sync point in progress.
+    def arrived(self, settle: float = 0.5) -> dict[int, Any]:
+        """Rank 0: the payloads of the ranks that have reached the sync point in progress.
 
         Polls for `settle` seconds: a rank whose main thread has not called
         MPI for a while has not driven progress, so messages already sent
@@ -87,7 +87,7 @@ class Agreement:
         while len(self._arrived) < self.size and time.monotonic() < end:
             self._drain()
             time.sleep(_POLL_S)
-        return set(self._arrived)
+        return dict(self._arrived)
 
     def send_note(self, note: Any) -> None:
         """A rank other than 0 tells rank 0 something outside any sync point (e.g. where it is stuck)."""

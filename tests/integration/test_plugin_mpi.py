@@ -95,6 +95,16 @@ def test_hang_ends_the_job_with_exit_3_naming_the_rank(mpi_pytest, hang_rank, mo
     assert "test_never_reached" not in cases
 
 
+def test_hang_report_quotes_the_rank_that_failed_before_a_collective(mpi_pytest):
+    # Rank 1 raises before the Barrier that ranks 0, 2, 3 wait in: the classic MPI test deadlock.
+    run = mpi_pytest("suite_hang.py", "--hang-timeout", "3", env={"HANG_RANK": "1", "HANG_MODE": "raise"})
+    assert run.rc == 3, run.out
+    assert "HANG: ranks [0@node1, 2@node2, 3@node2] did not reach" in run.out
+    assert "rank [1@node1] arrived having failed" in run.out
+    assert "RuntimeError: rank 1 failed before the collective" in run.out
+    assert "rank 1 failed before the collective" in run.run_json()["hang"]
+
+
 def test_hang_timeout_marker_overrides_the_option(mpi_pytest):
     # The marked test sleeps 2 s on one rank with --hang-timeout 1: allowed by hang_timeout(30).
     run = mpi_pytest("suite_hang.py", "--hang-timeout", "1", "-k", "marker or never",

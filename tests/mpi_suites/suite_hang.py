@@ -1,5 +1,6 @@
 """Hang watchdog scenarios, chosen by environment: HANG_RANK sleeps in the test; HANG_MODE=barrier
-makes the others wait in a Barrier (all stuck) instead of reaching the sync point."""
+makes the others wait in a Barrier (all stuck) instead of reaching the sync point; HANG_MODE=raise
+makes HANG_RANK fail before the Barrier the others wait in (the classic MPI test deadlock)."""
 import os
 import time
 
@@ -16,8 +17,12 @@ def test_before_the_hang():
 
 
 def test_one_rank_sleeps():
+    if RANK == HANG_RANK and MODE == "raise":
+        raise RuntimeError(f"rank {RANK} failed before the collective")
     if RANK == HANG_RANK:
         time.sleep(300)
+    if MODE == "raise":
+        MPI.COMM_WORLD.Barrier()
     if MODE == "barrier":
         MPI.COMM_WORLD.Barrier()
 

@@ -58,9 +58,9 @@ def test_send_note_on_rank_zero_sends_nothing(agreement):
     assert agreement.collect_notes(0.1) == {}
 
 
-def test_arrived_ranks_size_one_is_bounded(agreement):
+def test_arrived_size_one_is_bounded(agreement):
     start = time.monotonic()
-    got = agreement.arrived_ranks(settle=0.2)
+    got = agreement.arrived(settle=0.2)
     elapsed = time.monotonic() - start
-    assert got == set()
+    assert got == {}
     assert elapsed < 1.0
