@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .profile import ProfileError, Profile, format_profile, format_profile_list, load_profile
+from .profile import ProfileError, format_profile, format_profile_list, load_profile
 from .results import RunFolder
 from .topology import ENV_NODES, ENV_RANKS_PER_NODE
 

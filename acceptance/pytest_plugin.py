@@ -170,7 +170,7 @@ class CollectivePlugin:
         census_timeout = max(self.default_timeout, CENSUS_MIN_S)
         self.watchdog = self._make_watchdog()
         self.watchdog.arm("session", "census", census_timeout)
-        me = {"host": MPI.Get_processor_name(), "pid": os.getpid(), "versions": software_versions()}
+        me = {"host": MPI.Get_processor_name(), "versions": software_versions()}
         run_dir = None
         if self.rank == 0:
             folder = self._make_folder()
@@ -187,8 +187,7 @@ class CollectivePlugin:
         self.topology = Topology(self.world, self.world.allgather(ident))
         self.labels = {r.rank: f"{r.rank}@{r.node}" for r in self.topology.ranks}
         self.watchdog.disarm()
-        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail,
-                                 iteration=int(os.environ.get("ACCEPTANCE_ITERATION", "0")))
+        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail)
         if self.rank == 0:
             self._write_run_start(census["ranks"])
 
@@ -254,8 +253,8 @@ class CollectivePlugin:
     def _collection_message(self, groups: dict, lists: dict) -> str:
         base_ranks = next(ranks for ranks in groups.values() if 0 in ranks)
         base = set(lists[0])
-        lines = [f"collected tests differ between ranks; all ranks must collect the same tests "
-                 f"(fix: a fixed PYTHONHASHSEED, the same checkout on every node, no rank-dependent parametrize)",
+        lines = ["collected tests differ between ranks; all ranks must collect the same tests "
+                 "(fix: a fixed PYTHONHASHSEED, the same checkout on every node, no rank-dependent parametrize)",
                  f"  {outcomes.describe(base_ranks, self.labels)}: {len(lists[0])} tests"]
         for ranks in groups.values():
             if ranks is base_ranks:
@@ -469,6 +468,8 @@ class CollectivePlugin:
 
     def _exit(self, code: int, message: str):
         self.forced_exit = code
+        if self.watchdog is not None:
+            self.watchdog.disarm()
         pytest.exit(message, returncode=code)
 
 
