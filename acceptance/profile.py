@@ -274,14 +274,23 @@ class Duration(Field):
 
 
 class Rate(Field):
-    """Gbit/s (float); a unit is required since "400" could be bits or bytes."""
+    """Gbit/s (float); a unit is required since "400" could be bits or bytes.
+
+    `unit` only sets how it is shown: "GB/s" for collectives, as nccl-tests prints them.
+    """
 
     expected, types = 'a rate like "400Gbit/s" or "48GB/s"', (str,)
+
+    def __init__(self, default, unit="Gbit/s", help=""):
+        super().__init__(default, help)
+        self.unit = unit
 
     def convert(self, raw):
         return _at_least(parse_rate(raw), 0, raw)
 
     def to_toml(self, value):
+        if self.unit == "GB/s":
+            return json.dumps(f"{_plain(Decimal(repr(float(value))) / 8)}GB/s")
         return json.dumps(format_rate(value))
 
 
@@ -301,6 +310,46 @@ class StrIntMap(Field):
     def to_toml(self, value):
         items = ", ".join(f"{_toml_key(k)} = {v}" for k, v in value.items())
         return f"{{ {items} }}" if items else "{}"
+
+
+class SizeMap(Field):
+    """Bounds by message size: { "8B" = ..., "1MiB" = ... }; each applies from its size up to the next.
+
+    Stored as [[bytes, value], ...] sorted by size (JSON-friendly); see bound_at().
+    """
+
+    types = (dict,)
+
+    def __init__(self, inner: Field, default=None, help=""):
+        super().__init__({} if default is None else default, help)
+        self.inner = inner
+        self.expected = f'a table of size = bound, e.g. {{ "8B" = ..., "1MiB" = ... }} with {inner.expected} bounds'
+
+    def convert(self, raw):
+        pairs = []
+        for size, bound in raw.items():
+            try:
+                nbytes = parse_size(size)
+            except ValueError as e:
+                raise ValueError(f"{size!r}: {e}") from None
+            try:
+                pairs.append([nbytes, self.inner.parse(bound)])
+            except ValueError as e:
+                raise ValueError(f"{size}: {e}") from None
+        return sorted(pairs)
+
+    def to_toml(self, value):
+        items = ", ".join(f"{json.dumps(format_size(n))} = {self.inner.to_toml(v)}" for n, v in value)
+        return f"{{ {items} }}" if items else "{}"
+
+
+def bound_at(size_map: list, size: int):
+    """The bound of a SizeMap value that applies to `size`, or None when no entry covers it."""
+    bound = None
+    for start, value in size_map:
+        if start <= size:
+            bound = value
+    return bound
 
 
 def _toml_key(key: str) -> str:
@@ -324,6 +373,45 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "memlock_min": Size("64MiB", allow_unlimited=True,
                             help='minimum locked-memory limit (ulimit -l), or "unlimited"'),
         "same_versions": Bool(True, help="Python, mpi4py and MPI versions must match across nodes"),
+    },
+    "sweep": {
+        "min_size": Size("8B", help="smallest message of bandwidth and collective sweeps"),
+        "max_size": Size("64MiB", help="largest message of the sweeps"),
+        "factor": Int(2, min=2, help="each size is the previous one times this"),
+        "bytes_per_size": Size("1GiB", help="data one size moves in its timed loop; sets iterations at large sizes"),
+        "min_iters": Int(5, min=1, help="timed iterations per size, at least"),
+        "max_iters": Int(1000, min=1, help="timed iterations per size, at most"),
+        "warmup_fraction": Float(0.1, help="untimed warmup iterations, as a fraction of the timed ones (at least 1)"),
+        "window": Int(64, min=1, help="puts in flight per bandwidth iteration, as osu_put_bw"),
+    },
+    "latency": {
+        "size": Size("8B", help="message size of the latency tests"),
+        "iters": Int(10000, min=1, help="timed latency samples; p99 needs 1e4, p99.9 needs 1e5"),
+        "warmup": Int(100, help="untimed iterations before the latency samples"),
+    },
+    "memreg": {
+        "min_size": Size("4KiB", help="smallest registered region"),
+        "max_size": Size("256MiB", help="largest registered region"),
+        "factor": Int(4, min=2, help="each size is the previous one times this"),
+        "repeats": Int(10, min=1, help="timed register/deregister pairs per size"),
+        "leak_cycles": Int(200, min=1, help="register/deregister cycles of the leak check"),
+        "leak_size": Size("4MiB", help="region size of the leak check"),
+        "leak_max": Size("16MiB", help="resident memory growth over the leak cycles that counts as a leak"),
+        "reg_time_max": SizeMap(Duration("0s"), help="p50 registration time bound by size"),
+        "dereg_time_max": SizeMap(Duration("0s"), help="p50 deregistration time bound by size"),
+    },
+    "rdma_write": {
+        "pattern": Str("all-pairs", help='node pairs per rail: "all-pairs" or "sample:K" (K partners per node)'),
+        "bandwidth_min": SizeMap(Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)"),
+        "latency_p50_max": Duration(None, help="put+flush latency p50 bound at latency.size"),
+        "latency_p99_max": Duration(None, help="put+flush latency p99 bound"),
+        "latency_p999_max": Duration(None, help="put+flush latency p99.9 bound"),
+    },
+    "collectives": {
+        "allreduce_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-reduce busbw bound by size, world and rail communicators"),
+        "alltoall_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-to-all busbw bound by size, world and rail communicators"),
+        "node_allreduce_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-reduce busbw bound inside one node"),
+        "node_alltoall_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-to-all busbw bound inside one node"),
     },
 }
 
@@ -415,7 +503,8 @@ def _resolve(raw: dict, file) -> tuple[dict, dict]:
                 raise ProfileError(file, f"{section}.{key}",
                                    f"unknown key (known keys in [{section}]: {', '.join(fields)})"
                                    + _did_you_mean(key, fields))
-        values[section] = {key: _parse(field, table.get(key, field.default), file, f"{section}.{key}")
+        values[section] = {key: None if key not in table and field.default is None
+                           else _parse(field, table.get(key, field.default), file, f"{section}.{key}")
                            for key, field in fields.items()}
     return top, values
 
@@ -489,7 +578,8 @@ def format_profile(p: Profile) -> str:
         lines.append(f"name = {json.dumps(p.name, ensure_ascii=False)}")
     lines.append(f"description = {json.dumps(p.description, ensure_ascii=False)}")
     for section, fields in SCHEMA.items():
-        rows = [(f"{key} = {field.to_toml(p.values[section][key])}", field.help)
+        rows = [(f"{key} = {field.to_toml(p.values[section][key])}" if p.values[section][key] is not None
+                 else f"# {key} = (not set)", field.help)
                 for key, field in fields.items()]
         width = max(len(text) for text, _ in rows)
         lines += ["", f"[{section}]"]

@@ -6,6 +6,7 @@ import pytest
 
 from acceptance.profile import (
     SCHEMA,
+    bound_at,
     ProfileError,
     builtin_dir,
     builtin_names,
@@ -138,11 +139,32 @@ def test_builtins_include_local():
 def test_empty_file_gets_defaults(tmp_path):
     p = load_profile(write(tmp_path, "empty.toml", ""))
     assert p.name == "empty" and p.description == ""
-    assert p.values == {
+    assert set(p.values) == set(SCHEMA)
+    assert {k: p.values[k] for k in ("run", "topology", "preflight", "latency")} == {
         "run": {"engine": "auto", "hang_timeout": 120.0, "nodes": 2, "ranks_per_node": 2},
         "topology": {"rails": 0, "nic_rails": {}},
         "preflight": {"memlock_min": 64 * 2**20, "same_versions": True},
+        "latency": {"size": 8, "iters": 10000, "warmup": 100},
     }
+    assert p.values["rdma_write"]["latency_p99_max"] is None  # optional bound: not set
+    assert p.values["collectives"]["allreduce_busbw_min"] == []
+
+
+def test_size_map_bounds(tmp_path):
+    p = load_profile(write(tmp_path, "m.toml", '[rdma_write]\nbandwidth_min = { "1MiB" = "10Gbit/s", "8B" = "1Mbit/s" }\n'))
+    m = p.get("rdma_write.bandwidth_min")
+    assert m == [[8, 0.001], [2**20, 10.0]]
+    assert bound_at(m, 4) is None and bound_at(m, 8) == 0.001 and bound_at(m, 2**20 - 1) == 0.001
+    assert bound_at(m, 64 * 2**20) == 10.0
+
+
+def test_size_map_errors_name_the_entry(tmp_path):
+    with pytest.raises(ProfileError) as info:
+        load_profile(write(tmp_path, "m.toml", '[rdma_write]\nbandwidth_min = { "1MB" = "fast" }\n'))
+    assert info.value.key == "rdma_write.bandwidth_min" and info.value.reason.startswith("1MB:")
+    with pytest.raises(ProfileError) as info:
+        load_profile(write(tmp_path, "n.toml", '[memreg]\nreg_time_max = { "huge" = "1ms" }\n'))
+    assert info.value.key == "memreg.reg_time_max" and "'huge'" in info.value.reason
 
 
 def test_existing_path_without_toml_suffix(tmp_path):
