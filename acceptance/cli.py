@@ -95,6 +95,32 @@ def _parser() -> argparse.ArgumentParser:
     profiles.add_argument("action", nargs="?", choices=["show"])
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH")
     profiles.set_defaults(func=cmd_profiles)
+
+    plan = sub.add_parser(
+        "plan", help="rounds, pair measurements and estimated duration for a cluster size",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Count what the pairwise RDMA-write suite would measure on N nodes x R rails, "
+                    "and estimate how long it takes. Runs nothing.",
+        epilog="A round is a set of disjoint node pairs (no node twice), all measured at the same time;\n"
+               "each pair is measured in both directions, one after the other. Rounds run one after\n"
+               "another, and rails one after another (one pytest test per rail, same schedule on each).\n\n"
+               "patterns:\n"
+               "  all-pairs  every node pair: N-1 rounds for even N, N for odd N (one node idle per round)\n"
+               "  sample:K   K rounds of the all-pairs schedule, spread across it, so each node gets K\n"
+               "             partners at varied distances; for very large clusters\n\n"
+               "examples:\n"
+               "  acceptance plan --nodes 2048 --rails 8\n"
+               "  acceptance plan --nodes 2048 --rails 8 --pattern sample:16 --rate 400Gbit/s\n")
+    plan.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes in the cluster (>= 2)")
+    plan.add_argument("--rails", type=int, required=True, metavar="R", help="rails (NICs) per node (>= 1)")
+    plan.add_argument("--pattern", metavar="all-pairs|sample:K",
+                      help="node pairs per rail (default: the profile's rdma_write.pattern, all-pairs)")
+    plan.add_argument("--profile", metavar="NAME|PATH",
+                      help="profile whose sweep and latency settings time the estimate (default: local)")
+    plan.add_argument("--rate", metavar="RATE",
+                      help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
+                           "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
+    plan.set_defaults(func=cmd_plan)
     return p
 
 
@@ -124,6 +150,17 @@ def cmd_profiles(args) -> int:
     if not args.name:
         raise UsageError("profiles show needs a profile name or path")
     print(format_profile(load_profile(args.name)))
+    return EXIT_OK
+
+
+# ---- plan ------------------------------------------------------------------
+
+def cmd_plan(args) -> int:
+    from .plan import plan_text
+    try:
+        print(plan_text(args.nodes, args.rails, args.pattern, load_profile(args.profile), args.rate))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     return EXIT_OK
 
 

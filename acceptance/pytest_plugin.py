@@ -104,6 +104,18 @@ def _plugin(request) -> "CollectivePlugin":
     return request.config.pluginmanager.get_plugin(PLUGIN_NAME)
 
 
+def topology_of(config: pytest.Config) -> Topology:
+    """The run's topology, for collection-time decisions (identical on every rank)."""
+    return config.pluginmanager.get_plugin(PLUGIN_NAME).topology
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A test asking for `rail` runs once per rail of this run: test_x[rail0], test_x[rail1], ...
+    if "rail" in metafunc.fixturenames:
+        rails = topology_of(metafunc.config).rails
+        metafunc.parametrize("rail", rails, ids=[f"rail{r}" for r in rails])
+
+
 @pytest.fixture(scope="session")
 def topology(request) -> Topology:
     """The rank -> node -> rail map and this rank's world, node and rail communicators."""

@@ -1,0 +1,1 @@
+"""Transports (engines) and the memory they move."""

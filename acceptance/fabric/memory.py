@@ -1,0 +1,184 @@
+"""Buffers the engines move, and the byte pattern that proves they arrived intact.
+
+One interface for host (numpy) and device (cupy) memory: every function takes
+or returns arrays of the module `array_module(memory)` gives, so engines never
+branch on where the bytes live.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy
+
+PAGE = 4096
+FLIP_ENV = "ACCEPTANCE_TEST_FLIP_BIT"
+
+_MASK = (1 << 64) - 1
+# splitmix64 constants: a full-period odd increment and a finalizer whose every
+# output bit depends on every input bit, so nearby seeds/indices look unrelated.
+_GAMMA = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+
+
+class MemoryUnavailable(Exception):
+    """The requested kind of memory cannot be used here; str() says why."""
+
+
+def array_module(memory: str):
+    """numpy for "host", cupy for "cuda" (only if a CUDA device is usable)."""
+    if memory == "host":
+        return numpy
+    if memory != "cuda":
+        raise ValueError(f"unknown memory {memory!r}: expected 'host' or 'cuda'")
+    try:
+        import cupy
+    except ModuleNotFoundError as exc:
+        if exc.name != "cupy":
+            raise MemoryUnavailable(
+                f"cupy is installed but cannot import: {exc}"
+            ) from exc
+        raise MemoryUnavailable(
+            "cupy not installed (pip install 'acceptance[gpu]')"
+        ) from exc
+    except ImportError as exc:  # e.g. CUDA libraries missing or mismatched
+        raise MemoryUnavailable(f"cupy is installed but cannot import: {exc}") from exc
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError when no driver/device
+        raise MemoryUnavailable(f"cupy imports but no CUDA device: {exc}") from exc
+    if count < 1:
+        raise MemoryUnavailable("cupy imports but no CUDA device: device count is 0")
+    return cupy
+
+
+def allocate(nbytes: int, memory: str = "host"):
+    """A 1-D uint8 array of `nbytes` (contents undefined).
+
+    Host memory is page-aligned because MPI windows and verbs MRs register
+    whole pages. The result is a view into a slightly larger buffer; the view's
+    `.base` holds that buffer, so keeping the view alive keeps the memory alive.
+    """
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    xp = array_module(memory)
+    if xp is not numpy:
+        # cupy pool allocations are already 256-byte aligned.
+        return xp.empty(nbytes, dtype=xp.uint8)
+    raw = numpy.empty(nbytes + PAGE, dtype=numpy.uint8)
+    start = -raw.ctypes.data % PAGE
+    # Slice from a non-empty view: numpy resets the pointer of an empty slice
+    # to its base's start, which would lose the alignment for nbytes == 0.
+    return raw[start : start + nbytes + 1][:nbytes]
+
+
+def _xp_of(buf):
+    # cupy arrays can only exist once cupy is imported, so don't import it here.
+    cupy = sys.modules.get("cupy")
+    return cupy.get_array_module(buf) if cupy is not None else numpy
+
+
+def _mix64(z: int) -> int:
+    z = (z ^ (z >> 30)) * _M1 & _MASK
+    z = (z ^ (z >> 27)) * _M2 & _MASK
+    return z ^ (z >> 31)
+
+
+def _seed(src: int, dst: int, iteration: int) -> int:
+    # Chained hashing: (0,1,0) and (1,0,0) get unrelated seeds, not shifted streams.
+    s = 0
+    for part in (src, dst, iteration):
+        s = _mix64((s ^ (part & _MASK)) + _GAMMA & _MASK)
+    return s
+
+
+def _pattern(nbytes: int, src: int, dst: int, iteration: int, xp):
+    # Word i = mix(seed + i*GAMMA): every byte depends on its index, so data
+    # landing at the wrong offset fails verification.
+    u64 = xp.uint64
+    z = xp.arange((nbytes + 7) // 8, dtype=u64)
+    z *= u64(_GAMMA)
+    z += u64(_seed(src, dst, iteration))
+    z ^= z >> u64(30)
+    z *= u64(_M1)
+    z ^= z >> u64(27)
+    z *= u64(_M2)
+    z ^= z >> u64(31)
+    return z.view(xp.uint8)[:nbytes]  # drops the tail of the last word
+
+
+def fill_pattern(buf, src: int, dst: int, iteration: int) -> None:
+    """Overwrite `buf` (1-D uint8) with the pattern for (src, dst, iteration)."""
+    buf[...] = _pattern(len(buf), src, dst, iteration, _xp_of(buf))
+
+
+def expected(nbytes: int, src: int, dst: int, iteration: int, xp=numpy):
+    """The bytes fill_pattern writes, as a new uint8 array of module `xp`."""
+    return _pattern(nbytes, src, dst, iteration, xp).copy()
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    offset: int  # first wrong byte
+    expected: int
+    got: int
+    wrong_bytes: int  # how many bytes differ in total
+    nbytes: int
+
+    def __str__(self) -> str:
+        plural = "" if self.wrong_bytes == 1 else "s"
+        return (
+            f"first wrong byte at offset {self.offset} of {self.nbytes}: "
+            f"expected 0x{self.expected:02x}, got 0x{self.got:02x} "
+            f"({self.wrong_bytes} wrong byte{plural})"
+        )
+
+
+def verify(buf, src: int, dst: int, iteration: int) -> Mismatch | None:
+    """None if `buf` holds exactly the pattern, else where and how it differs."""
+    xp = _xp_of(buf)
+    nbytes = len(buf)
+    want = _pattern(nbytes, src, dst, iteration, xp)
+    diff = buf != want
+    wrong = int(xp.count_nonzero(diff))  # on cupy only scalars cross to the host
+    if wrong == 0:
+        return None
+    offset = int(xp.argmax(diff))
+    return Mismatch(offset, int(want[offset]), int(buf[offset]), wrong, nbytes)
+
+
+def flip_bit(buf, offset: int, bit: int = 0) -> None:
+    """Flip one bit of byte `offset` in place."""
+    if not 0 <= bit <= 7:
+        raise ValueError(f"bit must be 0..7, got {bit}")
+    if not 0 <= offset < len(buf):
+        raise IndexError(f"offset {offset} outside buffer of {len(buf)} bytes")
+    buf[offset] ^= numpy.uint8(1 << bit)
+
+
+def corrupt_for_test(buf) -> bool:
+    """Test hook: flip the bit named by $ACCEPTANCE_TEST_FLIP_BIT ("OFFSET" or
+    "OFFSET:BIT") if OFFSET lies inside `buf`. Engines call this just before
+    verify() so a suite can prove it catches corruption. Returns whether it flipped.
+    """
+    value = os.environ.get(FLIP_ENV, "").strip()
+    if not value:
+        return False
+    offset_s, colon, bit_s = value.partition(":")
+    try:
+        offset = int(offset_s)
+        bit = int(bit_s) if colon else 0
+    except ValueError:
+        offset = bit = -1
+    if offset < 0 or not 0 <= bit <= 7:
+        raise ValueError(
+            f"{FLIP_ENV}={value!r}: expected OFFSET or OFFSET:BIT "
+            "(OFFSET >= 0, BIT 0..7)"
+        )
+    if offset >= len(buf):
+        return False
+    flip_bit(buf, offset, bit)
+    return True

@@ -1,0 +1,265 @@
+"""The `mpi` engine: MPI one-sided RMA and collectives through mpi4py.
+
+Memory registration is `Win.Allocate` / `Win.Create` (an RDMA-capable MPI
+registers window memory with the NIC there); a one-sided write is `Put` +
+`Flush`, as in OSU's osu_put_bw / osu_put_latency with `-w allocate -s flush`.
+On a real cluster it rides whatever fabric the MPI library uses. The engine
+knows one transport and nothing about pytest, thresholds or reports: it
+returns raw per-iteration times (ns) and verification results.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ..measure import timed
+from .memory import Mismatch, allocate, corrupt_for_test, fill_pattern, verify
+
+NAME = "mpi"
+
+
+def available() -> tuple[bool, str]:
+    """The mpi engine runs wherever mpi4py imports; say which library it is."""
+    return True, MPI.Get_library_version().strip().splitlines()[0]
+
+
+# ---- memory registration ----------------------------------------------------
+
+
+def register_times(
+    nbytes: int, repeats: int, how: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(registration ns, deregistration ns) for `repeats` windows of nbytes on this rank alone.
+
+    how = "allocate": MPI allocates and registers (Win.Allocate);
+    how = "create": MPI registers memory we allocated (Win.Create).
+    """
+    reg = np.empty(repeats, dtype=np.int64)
+    dereg = np.empty(repeats, dtype=np.int64)
+    buf = allocate(nbytes) if how == "create" else None
+    now = time.perf_counter_ns
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for i in range(repeats):
+            t0 = now()
+            if buf is None:
+                win = MPI.Win.Allocate(nbytes, 1, comm=MPI.COMM_SELF)
+            else:
+                win = MPI.Win.Create(buf, 1, comm=MPI.COMM_SELF)
+            t1 = now()
+            win.Free()
+            t2 = now()
+            reg[i], dereg[i] = t1 - t0, t2 - t1
+    finally:
+        if was_enabled:
+            gc.enable()
+    return reg, dereg
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def registration_growth(nbytes: int, cycles: int) -> int:
+    """Resident memory growth over `cycles` register/deregister pairs: a leak check.
+
+    One untimed cycle first, so the library's one-time setup is not counted.
+    """
+    MPI.Win.Allocate(nbytes, 1, comm=MPI.COMM_SELF).Free()
+    gc.collect()
+    before = resident_bytes()
+    for _ in range(cycles):
+        MPI.Win.Allocate(nbytes, 1, comm=MPI.COMM_SELF).Free()
+    gc.collect()
+    return resident_bytes() - before
+
+
+# ---- point-to-point ---------------------------------------------------------
+
+
+@dataclass
+class Transfer:
+    """One direction of one size: the origin's times, the target's verification."""
+
+    times_ns: np.ndarray | None  # origin only
+    mismatch: Mismatch | None  # target only; None when the data arrived intact
+
+
+class PairLink:
+    """Two ranks (a pair communicator of size 2) with an RMA window on each.
+
+    Both ranks call every method (collective over the pair); `origin` names
+    the pair rank (0 or 1) that writes, the other is the passive target.
+    """
+
+    def __init__(self, comm: MPI.Comm, max_size: int):
+        if comm.Get_size() != 2:
+            raise ValueError(
+                f"a PairLink needs a communicator of 2 ranks, got {comm.Get_size()}"
+            )
+        self.comm = comm
+        self.me = comm.Get_rank()
+        self.peer = 1 - self.me
+        self.win = MPI.Win.Allocate(max(max_size, 1), 1, comm=comm)
+        self.window_mem = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
+        self.send = allocate(max(max_size, 1))
+
+    def free(self) -> None:
+        self.win.Free()
+
+    def put_bandwidth(
+        self,
+        size: int,
+        iters: int,
+        warmup: int,
+        window: int,
+        origin: int,
+        seed: tuple[int, int, int],
+    ) -> Transfer:
+        """osu_put_bw: each iteration is `window` Puts then one Flush. Data verified after the run.
+
+        seed = (source world rank, destination world rank, iteration) of the pattern.
+        """
+        times = None
+        if self.me == origin:
+            src = self.send[:size]
+            fill_pattern(src, *seed)
+            win, target = self.win, self.peer
+            put, flush = win.Put, win.Flush
+            spec = [src, MPI.BYTE]
+
+            def op():
+                for _ in range(window):
+                    put(spec, target)
+                flush(target)
+
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                times = timed(op, iters, warmup)
+            finally:
+                win.Unlock(target)
+        self.comm.Barrier()
+        mismatch = None
+        if self.me != origin:
+            # An exclusive lock on our own window orders our reads after the peer's completed puts.
+            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
+            try:
+                got = self.window_mem[:size]
+                corrupt_for_test(got)
+                mismatch = verify(got, *seed)
+            finally:
+                self.win.Unlock(self.me)
+        self.comm.Barrier()
+        return Transfer(times, mismatch)
+
+    def put_latency(
+        self, size: int, iters: int, warmup: int, origin: int
+    ) -> np.ndarray | None:
+        """osu_put_latency with flush: one Put + Flush per sample (not halved)."""
+        times = None
+        if self.me == origin:
+            win, target = self.win, self.peer
+            put, flush = win.Put, win.Flush
+            spec = [self.send[:size], MPI.BYTE]
+
+            def op():
+                put(spec, target)
+                flush(target)
+
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                times = timed(op, iters, warmup)
+            finally:
+                win.Unlock(target)
+        self.comm.Barrier()
+        return times
+
+    def pingpong_latency(
+        self, size: int, iters: int, warmup: int, origin: int
+    ) -> np.ndarray | None:
+        """osu_latency: Send/Recv ping-pong; each sample is half a round trip, timed at the origin."""
+        comm, peer = self.comm, self.peer
+        spec = [self.send[:size], MPI.BYTE]
+        send, recv = comm.Send, comm.Recv
+        if self.me == origin:
+
+            def op():
+                send(spec, peer, 1)
+                recv(spec, peer, 1)
+
+            times = timed(op, iters, warmup) // 2
+        else:
+            for _ in range(iters + warmup):
+                recv(spec, peer, 1)
+                send(spec, peer, 1)
+            times = None
+        comm.Barrier()
+        return times
+
+
+# ---- collectives --------------------------------------------------------------
+
+
+@dataclass
+class Collective:
+    nbytes: int            # bytes per rank actually moved (nccl-tests' "size")
+    times_ns: np.ndarray   # per iteration, the slowest rank's time (valid on comm rank 0)
+    wrong: int             # elements that differ from the exact expected result, over all ranks
+    first_wrong: str | None
+
+
+def _slowest(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
+    """Per-iteration max over ranks, as nccl-tests -I does across GPUs and processes."""
+    out = np.empty_like(times) if comm.Get_rank() == 0 else None
+    comm.Reduce(times, out, op=MPI.MAX, root=0)
+    return out
+
+
+def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
+    """Sum of float64 vectors of `size` bytes; inputs are small integers, so the sum is exact."""
+    count = max(size // 8, 1)
+    rank, n = comm.Get_rank(), comm.Get_size()
+    ramp = (np.arange(count, dtype=np.float64) % 13) + 1.0
+    send = ramp * (rank + 1)
+    recv = np.empty(count, dtype=np.float64)
+    Allreduce = comm.Allreduce
+    spec_s, spec_r = [send, MPI.DOUBLE], [recv, MPI.DOUBLE]
+    times = timed(lambda: Allreduce(spec_s, spec_r, op=MPI.SUM), iters, warmup)
+    expected = ramp * (n * (n + 1) // 2)
+    return _checked(comm, count * 8, times, recv, expected)
+
+
+def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
+    """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests counts it."""
+    rank, n = comm.Get_rank(), comm.Get_size()
+    block = max(size // (8 * n), 1)
+    index = np.arange(block, dtype=np.float64) % 2**20
+    # Element j of the block from src to dst encodes (src, dst, j) exactly in a double (< 2**53).
+    send = np.concatenate([rank * 2.0**33 + dst * 2.0**20 + index for dst in range(n)])
+    recv = np.empty_like(send)
+    expected = np.concatenate([src * 2.0**33 + rank * 2.0**20 + index for src in range(n)])
+    Alltoall = comm.Alltoall
+    spec_s, spec_r = [send, block, MPI.DOUBLE], [recv, block, MPI.DOUBLE]
+    times = timed(lambda: Alltoall(spec_s, spec_r), iters, warmup)
+    return _checked(comm, block * 8 * n, times, recv, expected)
+
+
+def _checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, got: np.ndarray,
+             expected: np.ndarray) -> Collective:
+    bad = np.flatnonzero(got != expected)
+    first = None
+    if bad.size:
+        i = int(bad[0])
+        first = f"rank {comm.Get_rank()} element {i}: expected {expected[i]!r}, got {got[i]!r}"
+    wrong = comm.allreduce(int(bad.size), op=MPI.SUM)
+    firsts = [f for f in comm.allgather(first) if f]
+    return Collective(nbytes, _slowest(comm, times), wrong, firsts[0] if firsts else None)

@@ -1,0 +1,54 @@
+"""All-reduce / all-to-all sweeps over a communicator: algbw, busbw and an exact correctness check.
+
+Each iteration is timed on every rank; an iteration's time is the slowest
+rank's (as nccl-tests -I); algbw = bytes / mean time, busbw = algbw x the
+nccl-tests factor for the operation and communicator size.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mpi4py import MPI
+
+from ..profile import Profile, bound_at
+from .sweep import sweep_from_profile
+from .units import busbw, gbyte_per_s
+from .verdict import judge
+
+OPS = ("allreduce", "alltoall")
+
+
+def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | None, nodes: list[str],
+                     profile: Profile, record: Callable) -> list[str]:
+    """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm."""
+    run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
+    sweep = sweep_from_profile(profile)
+    prefix = "node_" if scope == "node" else ""
+    bounds = profile.get(f"collectives.{prefix}{op}_busbw_min")
+    n, root = comm.Get_size(), comm.Get_rank() == 0
+    ranks = comm.allgather(MPI.COMM_WORLD.Get_rank())
+    problems = []
+    where = f"{op} over {scope} ({n} ranks on {', '.join(nodes)})"
+    for size in sweep.sizes:
+        iters = sweep.iters(size)
+        res = run(comm, size, iters, sweep.warmup(iters))
+        if not root:
+            continue
+        common = dict(size=res.nbytes, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME,
+                      samples=iters)
+        mean_ns = float(res.times_ns.mean())
+        alg = gbyte_per_s(res.nbytes, mean_ns)
+        bus = busbw(op, alg, n)
+        bound_gbit = bound_at(bounds, res.nbytes)
+        bound = None if bound_gbit is None else bound_gbit / 8  # profile rates are Gbit/s; busbw is GB/s
+        verdict = judge(bus, bound, higher_is_better=True)
+        record("algbw", alg, "GB/s", **common)
+        record("busbw", bus, "GB/s", threshold=bound, verdict=verdict, **common)
+        record("errors", res.wrong, "count", threshold=0, verdict="fail" if res.wrong else "pass",
+               detail=res.first_wrong, **common)
+        if verdict == "fail":
+            problems.append(f"{where}, size {res.nbytes} B: busbw {bus:.3f} GB/s < bound {bound:g} GB/s")
+        if res.wrong:
+            problems.append(f"{where}, size {res.nbytes} B: {res.wrong} wrong elements; first: {res.first_wrong}")
+    return problems

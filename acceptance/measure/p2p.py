@@ -1,0 +1,141 @@
+"""Point-to-point writes on one rail: every scheduled node pair, both directions.
+
+All pairs of a round run at once, each on its own two-rank communicator;
+within a pair the lower node writes first, then the higher one. The origin
+records what it timed, the target records whether the data arrived intact.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mpi4py import MPI
+
+from ..profile import Profile, bound_at
+from ..schedule import schedule
+from ..topology import Topology
+from .stats import percentiles
+from .sweep import sweep_from_profile
+from .units import gbit_per_s, us
+from .verdict import judge
+
+LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "latency_p999"), ("max", "latency_max"))
+
+
+class RailPairs:
+    """This rank's view of one rail's schedule. Ranks not on the rail have nothing to do."""
+
+    def __init__(self, topology: Topology, rail: int, pattern: str):
+        self.active = topology.rail == rail
+        self.rail = rail
+        if not self.active:
+            return
+        self.comm = topology.rail_comm
+        self.index = self.comm.Get_rank()
+        members = self.comm.allgather((topology.rank, topology.node))
+        self.world_ranks = [r for r, _ in members]
+        self.nodes = [n for _, n in members]
+        self.rounds = schedule(len(members), pattern)
+
+    def pairs(self):
+        """Yield (pair communicator, low, high) for each round this rank takes part in.
+
+        Collective over the rail communicator; a rank with a bye gets no pair that round.
+        """
+        for pairs in self.rounds:
+            color, key = MPI.UNDEFINED, 0
+            for i, (low, high) in enumerate(pairs):
+                if self.index in (low, high):
+                    color, key = i, 0 if self.index == low else 1
+            comm = self.comm.Split(color, key)
+            if comm == MPI.COMM_NULL:
+                continue
+            try:
+                low, high = next(p for p in pairs if self.index in p)
+                yield comm, low, high
+            finally:
+                comm.Free()
+
+    def direction(self, low: int, high: int, origin: int) -> tuple[int, int, list[str], list[int]]:
+        """(source rail index, destination rail index, [src node, dst node], [src rank, dst rank])."""
+        src, dst = (low, high) if origin == 0 else (high, low)
+        return src, dst, [self.nodes[src], self.nodes[dst]], [self.world_ranks[src], self.world_ranks[dst]]
+
+
+def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable) -> list[str]:
+    """Bandwidth sweep of windowed puts in both directions of every pair; data verified after each size."""
+    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"))
+    if not rp.active:
+        return []
+    sweep = sweep_from_profile(profile)
+    window = profile.get("sweep.window")
+    bounds = profile.get("rdma_write.bandwidth_min")
+    problems = []
+    for comm, low, high in rp.pairs():
+        link = engine.PairLink(comm, max(sweep.sizes))
+        try:
+            for origin in (0, 1):
+                src, dst, nodes, ranks = rp.direction(low, high, origin)
+                where = f"{nodes[0]} -> {nodes[1]} rail {rail}"
+                for i, size in enumerate(sweep.sizes):
+                    iters = sweep.iters(size, size * window)
+                    t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
+                                           seed=(ranks[0], ranks[1], i))
+                    common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME)
+                    if t.times_ns is not None:
+                        value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
+                        bound = bound_at(bounds, size)
+                        verdict = judge(value, bound, higher_is_better=True)
+                        record("bandwidth", value, "Gbit/s", samples=iters, threshold=bound, verdict=verdict,
+                               **common)
+                        if verdict == "fail":
+                            problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
+                                            f"< bound {bound:g} Gbit/s")
+                    else:
+                        record("errors", 0 if t.mismatch is None else t.mismatch.wrong_bytes, "count",
+                               samples=1, threshold=0, verdict="fail" if t.mismatch else "pass",
+                               detail=str(t.mismatch) if t.mismatch else None, **common)
+                        if t.mismatch:
+                            problems.append(f"{where}, size {size} B: data corrupted: {t.mismatch}")
+        finally:
+            link.free()
+    return problems
+
+
+def write_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable) -> list[str]:
+    """Put+flush latency and send/recv ping-pong at latency.size, both directions of every pair."""
+    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"))
+    if not rp.active:
+        return []
+    size = profile.get("latency.size")
+    iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
+    bounds = {metric: profile.get(f"rdma_write.{metric}_max") for _, metric in LATENCY_METRICS[:3]}
+    problems = []
+    for comm, low, high in rp.pairs():
+        link = engine.PairLink(comm, size)
+        try:
+            for origin in (0, 1):
+                _, _, nodes, ranks = rp.direction(low, high, origin)
+                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME)
+                put = link.put_latency(size, iters, warmup, origin)
+                pingpong = link.pingpong_latency(size, iters, warmup, origin)
+                if put is None:
+                    continue
+                stats = percentiles(us(put))
+                for field, metric in LATENCY_METRICS:
+                    value = getattr(stats, field)
+                    bound_s = bounds.get(metric)
+                    bound = None if bound_s is None else bound_s * 1e6
+                    verdict = judge(value, bound, higher_is_better=False)
+                    record(metric, value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
+                           detail=stats.note(field) if field != "max" else None, **common)
+                    if verdict == "fail":
+                        problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B: write latency "
+                                        f"{field} {value:.2f} us > bound {bound:g} us ({stats.samples} samples)")
+                pp = percentiles(us(pingpong))
+                for field, metric in LATENCY_METRICS:
+                    record(f"pingpong_{metric}", getattr(pp, field), "us", samples=pp.samples,
+                           detail=pp.note(field) if field != "max" else None, **common)
+        finally:
+            link.free()
+    return problems

@@ -1,0 +1,69 @@
+"""Timing loops for Python-driven measurements.
+
+Methodology §4: use perf_counter_ns (integer ns; floats lose ns resolution), keep
+GC out of the timed region (as timeit does), preallocate an int64 array and store
+only deltas, so Python bookkeeping adds as little as possible to a µs-scale sample.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+class _GcOff:
+    """Disable GC for a block and restore the previous state, even on an exception."""
+
+    def __enter__(self):
+        self.was_enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was_enabled:
+            gc.enable()
+
+
+def timed(op: Callable[[], object], iters: int, warmup: int = 0,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """Per-iteration ns of op(), after `warmup` untimed calls; a view of `out` when given."""
+    if iters < 0 or warmup < 0:
+        raise ValueError(f"iters and warmup must be >= 0, got iters={iters}, warmup={warmup}")
+    if out is None:
+        out = np.empty(iters, dtype=np.int64)
+    elif out.dtype != np.int64 or out.ndim != 1 or len(out) < iters:
+        raise ValueError(f"out must be a 1-D int64 array of length >= {iters}, "
+                         f"got {out.dtype} with shape {out.shape}")
+    # Item assignment through a memoryview is ~15 ns cheaper than numpy's __setitem__
+    # and writes the same memory.
+    buf = memoryview(out)
+    now = time.perf_counter_ns
+    with _GcOff():
+        for _ in itertools.repeat(None, warmup):
+            op()
+        for i in range(iters):
+            t0 = now()
+            op()
+            buf[i] = now() - t0
+    return out[:iters]
+
+
+def timed_total(op: Callable[[], object], iters: int, warmup: int = 0) -> int:
+    """ns for `iters` back-to-back calls of op() under one timer pair.
+
+    Divide by iters for nccl-tests' "time": the mean pipelined time per op
+    (src/common.cu BenchTime), not a latency distribution.
+    """
+    if iters < 0 or warmup < 0:
+        raise ValueError(f"iters and warmup must be >= 0, got iters={iters}, warmup={warmup}")
+    now = time.perf_counter_ns
+    repeat = itertools.repeat
+    with _GcOff():
+        for _ in repeat(None, warmup):
+            op()
+        t0 = now()
+        for _ in repeat(None, iters):
+            op()
+        return now() - t0

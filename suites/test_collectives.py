@@ -1,0 +1,49 @@
+"""All-reduce and all-to-all over the whole job, over each rail, and inside each node.
+
+busbw per size (nccl-tests' definition) against the profile's bounds; results checked exactly.
+"""
+
+import pytest
+
+from acceptance.measure.collective import sweep_collective
+from acceptance.pytest_plugin import topology_of
+
+pytestmark = pytest.mark.collective
+SUITE = "collective"
+
+
+def pytest_generate_tests(metafunc):
+    if "scope" in metafunc.fixturenames:
+        rails = topology_of(metafunc.config).rails
+        scopes = ["world", *(pytest.param(f"rail{r}", marks=pytest.mark.rail) for r in rails), "node"]
+        metafunc.parametrize("scope", scopes)
+
+
+def _communicator(topology, scope):
+    """(communicator or None when this rank sits this one out, rail, nodes, reason to skip or None)."""
+    if scope == "world":
+        return topology.world, None, topology.nodes, None if topology.world.Get_size() > 1 else "one rank"
+    if scope == "node":
+        biggest = max(len(topology.ranks_on(n)) for n in topology.nodes)
+        return topology.node_comm, None, [topology.node], None if biggest > 1 else "one rank per node"
+    rail = int(scope.removeprefix("rail"))
+    why = None if len(topology.nodes) > 1 else "one node"
+    return (topology.rail_comm if topology.rail == rail else None), rail, topology.nodes, why
+
+
+def _run(op, engine, topology, profile, record, scope):
+    comm, rail, nodes, why_not = _communicator(topology, scope)
+    if why_not:
+        pytest.skip(f"{op} over {scope} needs at least 2 ranks in the communicator: this run has {why_not}")
+    if comm is None or comm.Get_size() < 2:
+        return
+    problems = sweep_collective(engine, op, comm, scope, rail, nodes, profile, record)
+    assert not problems, "\n".join(problems)
+
+
+def test_allreduce(engine, topology, profile, record, scope):
+    _run("allreduce", engine, topology, profile, record, scope)
+
+
+def test_alltoall(engine, topology, profile, record, scope):
+    _run("alltoall", engine, topology, profile, record, scope)

@@ -1,0 +1,28 @@
+"""One-sided writes on every rail, between every scheduled pair of nodes, in both directions.
+
+Bandwidth: a size sweep of windowed writes, the data verified after each size.
+Latency: p50 / p99 / p99.9 of single small writes (and a send/recv ping-pong for reference).
+"""
+
+import pytest
+
+from acceptance.measure.p2p import write_bandwidth, write_latency
+
+pytestmark = [pytest.mark.rail, pytest.mark.p2p]
+SUITE = "rdma_write"
+
+
+@pytest.fixture
+def pairs_exist(topology):
+    if len(topology.nodes) < 2:
+        pytest.skip(f"point-to-point writes need at least 2 nodes; this run has {len(topology.nodes)}")
+
+
+def test_write_bandwidth(engine, topology, rail, profile, record, pairs_exist):
+    problems = write_bandwidth(engine, topology, rail, profile, record)
+    assert not problems, f"rail {rail}:\n" + "\n".join(problems)
+
+
+def test_write_latency(engine, topology, rail, profile, record, pairs_exist):
+    problems = write_latency(engine, topology, rail, profile, record)
+    assert not problems, f"rail {rail}:\n" + "\n".join(problems)
