@@ -135,6 +135,16 @@ def run_folder(request) -> RunFolder:
 
 
 @pytest.fixture
+def progress(request):
+    """progress(): this rank is still making progress; the hang deadline restarts from now.
+
+    A long test that loops (rounds of pairs, sizes of a sweep) calls it once per
+    step, so the hang timeout bounds one step instead of the whole test.
+    """
+    return _plugin(request).watchdog.rearm
+
+
+@pytest.fixture
 def record(request):
     """record(metric, value, unit, **fields): add a results.jsonl record for this test.
 

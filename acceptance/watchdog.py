@@ -55,6 +55,12 @@ class Watchdog:
                                               file=self._backstop_file)
         return phase
 
+    def rearm(self) -> None:
+        """Progress: the phase in flight gets a fresh deadline (same timeout)."""
+        phase = self._phase
+        if phase is not None:
+            self.arm(phase.nodeid, phase.when, phase.timeout)
+
     def disarm(self) -> None:
         with self._cond:
             self._phase = None

@@ -31,19 +31,19 @@ def _communicator(topology, scope):
     return (topology.rail_comm if topology.rail == rail else None), rail, topology.nodes, why
 
 
-def _run(op, engine, topology, profile, record, scope):
+def _run(op, engine, topology, profile, record, progress, scope):
     comm, rail, nodes, why_not = _communicator(topology, scope)
     if why_not:
         pytest.skip(f"{op} over {scope} needs at least 2 ranks in the communicator: this run has {why_not}")
     if comm is None or comm.Get_size() < 2:
         return
-    problems = sweep_collective(engine, op, comm, scope, rail, nodes, profile, record)
+    problems = sweep_collective(engine, op, comm, scope, rail, nodes, profile, record, progress)
     assert not problems, "\n".join(problems)
 
 
-def test_allreduce(engine, topology, profile, record, scope):
-    _run("allreduce", engine, topology, profile, record, scope)
+def test_allreduce(engine, topology, profile, record, progress, scope):
+    _run("allreduce", engine, topology, profile, record, progress, scope)
 
 
-def test_alltoall(engine, topology, profile, record, scope):
-    _run("alltoall", engine, topology, profile, record, scope)
+def test_alltoall(engine, topology, profile, record, progress, scope):
+    _run("alltoall", engine, topology, profile, record, progress, scope)

@@ -18,11 +18,11 @@ def pairs_exist(topology):
         pytest.skip(f"point-to-point writes need at least 2 nodes; this run has {len(topology.nodes)}")
 
 
-def test_write_bandwidth(engine, topology, rail, profile, record, pairs_exist):
-    problems = write_bandwidth(engine, topology, rail, profile, record)
+def test_write_bandwidth(engine, topology, rail, profile, record, progress, pairs_exist):
+    problems = write_bandwidth(engine, topology, rail, profile, record, progress)
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
-def test_write_latency(engine, topology, rail, profile, record, pairs_exist):
-    problems = write_latency(engine, topology, rail, profile, record)
+def test_write_latency(engine, topology, rail, profile, record, progress, pairs_exist):
+    problems = write_latency(engine, topology, rail, profile, record, progress)
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)

@@ -259,7 +259,7 @@ def _checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, got: np.ndarray,
     first = None
     if bad.size:
         i = int(bad[0])
-        first = f"rank {comm.Get_rank()} element {i}: expected {expected[i]!r}, got {got[i]!r}"
+        first = f"rank {comm.Get_rank()} element {i}: expected {float(expected[i])!r}, got {float(got[i])!r}"
     wrong = comm.allreduce(int(bad.size), op=MPI.SUM)
     firsts = [f for f in comm.allgather(first) if f]
     return Collective(nbytes, _slowest(comm, times), wrong, firsts[0] if firsts else None)

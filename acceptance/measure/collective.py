@@ -20,7 +20,7 @@ OPS = ("allreduce", "alltoall")
 
 
 def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | None, nodes: list[str],
-                     profile: Profile, record: Callable) -> list[str]:
+                     profile: Profile, record: Callable, progress: Callable[[], None] | None = None) -> list[str]:
     """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm."""
     run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
     sweep = sweep_from_profile(profile)
@@ -33,6 +33,8 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
     for size in sweep.sizes:
         iters = sweep.iters(size)
         res = run(comm, size, iters, sweep.warmup(iters))
+        if progress:
+            progress()
         if not root:
             continue
         common = dict(size=res.nbytes, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME,

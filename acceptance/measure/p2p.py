@@ -25,9 +25,10 @@ LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "lat
 class RailPairs:
     """This rank's view of one rail's schedule. Ranks not on the rail have nothing to do."""
 
-    def __init__(self, topology: Topology, rail: int, pattern: str):
+    def __init__(self, topology: Topology, rail: int, pattern: str, progress: Callable[[], None] | None):
         self.active = topology.rail == rail
         self.rail = rail
+        self.progress = progress or (lambda: None)
         if not self.active:
             return
         self.comm = topology.rail_comm
@@ -48,13 +49,13 @@ class RailPairs:
                 if self.index in (low, high):
                     color, key = i, 0 if self.index == low else 1
             comm = self.comm.Split(color, key)
-            if comm == MPI.COMM_NULL:
-                continue
-            try:
-                low, high = next(p for p in pairs if self.index in p)
-                yield comm, low, high
-            finally:
-                comm.Free()
+            if comm != MPI.COMM_NULL:
+                try:
+                    low, high = next(p for p in pairs if self.index in p)
+                    yield comm, low, high
+                finally:
+                    comm.Free()
+            self.progress()
 
     def direction(self, low: int, high: int, origin: int) -> tuple[int, int, list[str], list[int]]:
         """(source rail index, destination rail index, [src node, dst node], [src rank, dst rank])."""
@@ -62,9 +63,10 @@ class RailPairs:
         return src, dst, [self.nodes[src], self.nodes[dst]], [self.world_ranks[src], self.world_ranks[dst]]
 
 
-def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable) -> list[str]:
+def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+                    progress: Callable[[], None] | None = None) -> list[str]:
     """Bandwidth sweep of windowed puts in both directions of every pair; data verified after each size."""
-    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"))
+    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
     sweep = sweep_from_profile(profile)
@@ -102,9 +104,10 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     return problems
 
 
-def write_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable) -> list[str]:
+def write_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+                  progress: Callable[[], None] | None = None) -> list[str]:
     """Put+flush latency and send/recv ping-pong at latency.size, both directions of every pair."""
-    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"))
+    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
     size = profile.get("latency.size")

@@ -28,7 +28,7 @@ def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_p
     assert meta["topology"]["world_size"] == 4
     assert meta["start"].endswith("Z") and meta["end"].endswith("Z")
     records = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
-    assert {r["suite"] for r in records} == {"preflight"}
+    assert {r["suite"] for r in records} >= {"preflight", "memreg", "rdma_write", "collective"}
     memlock = [r for r in records if r["metric"] == "memlock"]
     assert sorted(r["ranks"][0] for r in memlock) == [0, 1, 2, 3]
 
@@ -36,7 +36,7 @@ def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_p
 def test_run_passes_pytest_args_and_layout(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "3", "--ranks-per-node", "1", "--", "-m", "preflight", "-k", "layout")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "1 passed, 2 deselected" in p.stdout
+    assert re.search(r"1 passed, \d+ deselected", p.stdout)
     meta = json.loads((run_folder_from(p.stdout) / "run.json").read_text())
     assert meta["topology"]["nodes"] == {"node1": [0], "node2": [1], "node3": [2]}
 

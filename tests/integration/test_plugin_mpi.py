@@ -113,6 +113,12 @@ def test_hang_timeout_marker_overrides_the_option(mpi_pytest):
     assert "2 passed" in run.out
 
 
+def test_progress_fixture_restarts_the_hang_deadline(mpi_pytest):
+    run = mpi_pytest("suite_hang.py", "--hang-timeout", "2", "-k", "progress", env={"HANG_MODE": "progress"})
+    assert run.rc == 0, run.out
+    assert "1 passed" in run.out
+
+
 def test_collection_mismatch_exits_2_with_a_diff(mpi_pytest):
     run = mpi_pytest("suite_collection.py")
     assert run.rc == 2, run.out

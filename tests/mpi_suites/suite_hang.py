@@ -35,3 +35,10 @@ def test_marker_allows_longer():
 
 def test_never_reached():
     pass
+
+
+def test_progress_restarts_the_deadline(progress):
+    # 4 steps of 1 s each under --hang-timeout 2: a hang without progress(), fine with it.
+    for _ in range(4 if MODE == "progress" else 0):
+        time.sleep(1)
+        progress()

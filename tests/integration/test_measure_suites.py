@@ -1,0 +1,103 @@
+"""The memreg, rdma_write and collectives suites on real MPI ranks, through `acceptance run`."""
+import json
+import re
+from collections import Counter
+from itertools import permutations
+from pathlib import Path
+
+
+def folder_of(p) -> Path:
+    return Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+
+
+def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli):
+    p = acceptance_cli("run")
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = records(folder_of(p))
+    assert {r["suite"] for r in recs} == {"preflight", "memreg", "rdma_write", "collective"}
+    # Every measurement carries a threshold and a verdict (informational metrics aside).
+    gated = [r for r in recs if r["metric"] in ("bandwidth", "latency_p50", "latency_p99", "busbw",
+                                                "errors", "reg_time", "rss_growth")]
+    assert gated and all(r["threshold"] is not None and r["verdict"] in ("pass", "fail") for r in gated)
+    assert all(r["verdict"] == "pass" for r in gated)
+
+    bw = [r for r in recs if r["metric"] == "bandwidth"]
+    # 2 rails x both directions of the single pair, every size of the sweep 8B..4MiB.
+    directions = {(r["rail"], tuple(r["nodes"])) for r in bw}
+    assert directions == {(rail, d) for rail in (0, 1) for d in permutations(("node1", "node2"))}
+    sizes = sorted({r["size"] for r in bw})
+    assert sizes[0] == 8 and sizes[-1] == 4 * 2**20 and len(sizes) == 20
+    assert all(r["value"] > 0 and r["unit"] == "Gbit/s" and r["engine"] == "mpi" for r in bw)
+    # The target of every transfer verified it: one errors record per bandwidth record.
+    assert Counter(r["metric"] for r in recs if r["suite"] == "rdma_write")["errors"] == len(bw)
+    lat = [r for r in recs if r["metric"] in ("latency_p50", "latency_p99", "latency_p999")]
+    assert {(r["rail"], tuple(r["nodes"]), r["metric"]) for r in lat} == {
+        (rail, d, m) for rail in (0, 1) for d in permutations(("node1", "node2"))
+        for m in ("latency_p50", "latency_p99", "latency_p999")}
+    p999 = [r for r in lat if r["metric"] == "latency_p999"]
+    assert all(r["samples"] == 10000 and "fewer than the 100000" in r["detail"] for r in p999)
+
+    coll = [r for r in recs if r["suite"] == "collective" and r["metric"] == "busbw"]
+    scopes = {(r["test"].split("::")[1], r["rail"], tuple(r["nodes"])) for r in coll}
+    for op in ("test_allreduce", "test_alltoall"):
+        assert (f"{op}[world]", None, ("node1", "node2")) in scopes
+        assert (f"{op}[rail0]", 0, ("node1", "node2")) in scopes
+        assert (f"{op}[rail1]", 1, ("node1", "node2")) in scopes
+        assert (f"{op}[node]", None, ("node1",)) in scopes and (f"{op}[node]", None, ("node2",)) in scopes
+    assert all(r["value"] == 0 for r in recs if r["suite"] == "collective" and r["metric"] == "errors")
+
+    reg = [r for r in recs if r["metric"] == "reg_time"]
+    assert sorted({r["ranks"][0] for r in reg}) == [0, 1, 2, 3]
+
+
+def test_one_pair_on_one_rail(acceptance_cli):
+    p = acceptance_cli("run", "--nodes", "2", "--ranks-per-node", "1", "--", "-m", "p2p")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"test_write_bandwidth\[rail0\]", p.stdout) is None  # quiet: only the summary line
+    assert "2 passed" in p.stdout
+    recs = records(folder_of(p))
+    assert {(r["rail"], tuple(r["nodes"])) for r in recs if r["metric"] == "bandwidth"} == {
+        (0, ("node1", "node2")), (0, ("node2", "node1"))}
+
+
+def test_odd_node_count_measures_every_pair_with_byes(acceptance_cli):
+    p = acceptance_cli("run", "--nodes", "3", "--ranks-per-node", "1", "--", "-m", "p2p", "-k", "bandwidth")
+    assert p.returncode == 0, p.stdout + p.stderr
+    pairs = {tuple(r["nodes"]) for r in records(folder_of(p)) if r["metric"] == "bandwidth"}
+    assert pairs == set(permutations(("node1", "node2", "node3"), 2))
+
+
+def test_flipped_bit_is_caught_with_its_offset(acceptance_cli):
+    p = acceptance_cli("run", "--nodes", "2", "--ranks-per-node", "1", "--", "-m", "p2p", "-k", "bandwidth",
+                       env={"ACCEPTANCE_TEST_FLIP_BIT": "4096:3"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"node1 -> node2 rail 0, size 8192 B: data corrupted: first wrong byte at offset 4096 "
+                     r"of 8192: expected 0x[0-9a-f]{2}, got 0x[0-9a-f]{2} \(1 wrong byte\)", p.stdout), p.stdout
+    errors = [r for r in records(folder_of(p)) if r["metric"] == "errors" and r["verdict"] == "fail"]
+    # Every size above the offset, both directions; smaller sizes are intact.
+    assert errors and all(r["size"] > 4096 and "offset 4096" in r["detail"] for r in errors)
+
+
+def test_bound_violation_names_pair_rail_size_value_and_bound(acceptance_cli, tmp_path):
+    strict = tmp_path / "strict.toml"
+    strict.write_text('extends = "local"\n[rdma_write]\nbandwidth_min = { "1MiB" = "100000Gbit/s" }\n')
+    p = acceptance_cli("run", "--profile", str(strict), "--nodes", "2", "--ranks-per-node", "1",
+                       "--", "-m", "p2p", "-k", "bandwidth")
+    assert p.returncode == 1
+    assert re.search(r"node1 -> node2 rail 0, size 1048576 B: write bandwidth [\d.]+ Gbit/s < bound 100000 Gbit/s",
+                     p.stdout), p.stdout
+    failed = [r for r in records(folder_of(p)) if r["metric"] == "bandwidth" and r["verdict"] == "fail"]
+    assert {r["size"] for r in failed} == {2**20, 2**21, 2**22} and all(r["threshold"] == 100000 for r in failed)
+
+
+def test_single_process_skips_what_needs_two_nodes(acceptance_cli):
+    p = acceptance_cli("run", "--nodes", "1", "--ranks-per-node", "1")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "passed" in p.stdout and "skipped" in p.stdout
+    p = acceptance_cli("run", "--nodes", "1", "--ranks-per-node", "1", "--", "-rs", "-m", "p2p or collective")
+    assert "point-to-point writes need at least 2 nodes; this run has 1" in p.stdout
+    assert "allreduce over world needs at least 2 ranks in the communicator: this run has one rank" in p.stdout

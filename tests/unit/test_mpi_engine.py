@@ -1,0 +1,53 @@
+"""The mpi engine on a real single-process MPI world (two-rank parts run in tests/integration)."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from acceptance.fabric import mpi
+from acceptance.fabric.engines import select
+from acceptance.profile import load_profile
+
+
+def test_register_times_both_kinds():
+    for how in ("allocate", "create"):
+        reg, dereg = mpi.register_times(1 << 16, 3, how)
+        assert reg.dtype == np.int64 and len(reg) == 3 and len(dereg) == 3
+        assert (reg > 0).all() and (dereg > 0).all()
+
+
+def test_registration_growth_is_small_for_a_well_behaved_library():
+    growth = mpi.registration_growth(1 << 20, 20)
+    assert isinstance(growth, int) and growth < 16 << 20
+
+
+@pytest.mark.parametrize("op", [mpi.allreduce, mpi.alltoall])
+def test_collectives_on_one_rank_are_exact(op):
+    res = op(MPI.COMM_SELF, 4096, 5, 1)
+    assert res.wrong == 0 and res.first_wrong is None
+    assert res.nbytes == 4096 and len(res.times_ns) == 5 and (res.times_ns > 0).all()
+
+
+def test_exact_check_names_the_first_wrong_element():
+    expected = np.arange(8, dtype=np.float64)
+    got = expected.copy()
+    got[5] += 1.0
+    res = mpi._checked(MPI.COMM_SELF, 64, np.ones(3, dtype=np.int64), got, expected)
+    assert res.wrong == 1 and res.first_wrong == "rank 0 element 5: expected 5.0, got 6.0"
+
+
+def test_pair_link_needs_two_ranks():
+    with pytest.raises(ValueError, match="2 ranks"):
+        mpi.PairLink(MPI.COMM_SELF, 8)
+
+
+def test_engine_selection():
+    assert select("auto")[0] is mpi and select("mpi")[0] is mpi
+    module, why = select("verbs")
+    assert module is None and "not part of this version" in why
+
+
+def test_every_builtin_profile_selects_a_sweep():
+    from acceptance.measure import sweep_from_profile
+    for name in ("local", "h100-ndr400", "h200-ndr400", "a100-hdr200"):
+        sweep = sweep_from_profile(load_profile(name))
+        assert sweep.sizes[0] == 8
