@@ -278,15 +278,15 @@ def run(comm: MPI.Comm, args) -> list[str]:
     ramp = (np.arange(count, dtype=np.float64) % 13) + 1.0  # as the engine builds its inputs
     send, recv = ramp * (rank + 1), np.empty(count, dtype=np.float64)
     lat, bw, ar = [], [], []
-    try:
-        for r in range(args.repeats):
-            first = r % 2 == 0
-            lat.append(latency_round(lat_link, *counts["latency"], first))
-            bw.append(bandwidth_round(bw_link, *counts["bandwidth"], first))
-            ar.append(allreduce_round(comm, send, recv, *counts["allreduce"], first))
-    finally:
-        lat_link.free()
-        bw_link.free()
+    for r in range(args.repeats):
+        first = r % 2 == 0
+        lat.append(latency_round(lat_link, *counts["latency"], first))
+        bw.append(bandwidth_round(bw_link, *counts["bandwidth"], first))
+        ar.append(allreduce_round(comm, send, recv, *counts["allreduce"], first))
+    # Not in a `finally`: Win.Free is collective, and after an error on one rank it
+    # would wait forever for the other; main() aborts the job instead.
+    lat_link.free()
+    bw_link.free()
     if rank != 0:
         return []
     results = [

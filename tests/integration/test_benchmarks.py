@@ -19,10 +19,10 @@ RATIO = r"harness [\d.]+ {unit}, bare [\d.]+ {unit}, ratio [\d.]+ \(target {sign
         r"\[rounds 2, min [\d.]+, max [\d.]+\]$"
 
 
-def run(n: int, *args: str) -> subprocess.CompletedProcess:
+def run(n: int, *args: str, script: Path = SCRIPT) -> subprocess.CompletedProcess:
     # A clean environment: no launcher or harness variables leaking in from an outer run.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
-    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, str(SCRIPT), *args],
+    return subprocess.run([str(MPIEXEC), "-n", str(n), sys.executable, str(script), *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -44,6 +44,28 @@ def test_wrong_rank_count_exits_1():
     p = run(1, "--quick")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "needs exactly 2 ranks" in p.stderr
+
+
+def test_error_on_one_rank_aborts_the_job_with_exit_1(tmp_path):
+    # The failing rank must abort rather than wait in a collective (Win.Free) for its peer.
+    wrapper = tmp_path / "failing.py"
+    wrapper.write_text(f"""
+import sys
+sys.path[:0] = [{str(SCRIPT.parent)!r}, {str(ROOT)!r}]
+import mpi_overhead
+from mpi4py import MPI
+real = mpi_overhead.engine.allreduce
+def allreduce(*args, **kwargs):
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        raise RuntimeError("injected failure")
+    return real(*args, **kwargs)
+mpi_overhead.engine.allreduce = allreduce
+sys.exit(mpi_overhead.main(["--quick"]))
+""")
+    p = run(2, script=wrapper)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "mpi_overhead: error on rank 1" in p.stderr and "injected failure" in p.stderr
+    assert "targets:" not in p.stdout
 
 
 def test_benchmark_does_not_import_pytest():
