@@ -182,7 +182,9 @@ def test_format_seconds(seconds, text):
 
 def test_plan_text_rate_sources(tmp_path):
     assert "400 Gbit/s   (from --rate)" in plan_text(4, 2, "all-pairs", "local", rate="400Gbit/s")
-    assert "100 Gbit/s   (assumed" in plan_text(4, 2, None, "local")
+    bare = tmp_path / "bare.toml"
+    bare.write_text("")  # no rdma_write.bandwidth_min
+    assert "100 Gbit/s   (assumed" in plan_text(4, 2, None, str(bare))
     path = tmp_path / "fab.toml"
     path.write_text('[rdma_write]\nbandwidth_min = { "8B" = "1Gbit/s", "64MiB" = "360Gbit/s" }\n')
     assert "360 Gbit/s   (profile fab's rdma_write.bandwidth_min" in plan_text(4, 2, None, str(path))
