@@ -129,25 +129,9 @@ class PairLink:
 
         seed = (source world rank, destination world rank, iteration) of the pattern.
         """
-        times = None
         if self.me == origin:
-            src = self.send[:size]
-            fill_pattern(src, *seed)
-            win, target = self.win, self.peer
-            put, flush = win.Put, win.Flush
-            spec = [src, MPI.BYTE]
-
-            def op():
-                for _ in range(window):
-                    put(spec, target)
-                flush(target)
-
-            win.Lock(target, MPI.LOCK_SHARED)
-            try:
-                times = timed(op, iters, warmup)
-            finally:
-                win.Unlock(target)
-        self.comm.Barrier()
+            fill_pattern(self.send[:size], *seed)
+        times = self._timed_puts(size, iters, warmup, window, origin)
         mismatch = None
         if self.me != origin:
             # An exclusive lock on our own window orders our reads after the peer's completed puts.
@@ -161,19 +145,27 @@ class PairLink:
         self.comm.Barrier()
         return Transfer(times, mismatch)
 
-    def put_latency(
-        self, size: int, iters: int, warmup: int, origin: int
-    ) -> np.ndarray | None:
+    def put_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
         """osu_put_latency with flush: one Put + Flush per sample (not halved)."""
+        return self._timed_puts(size, iters, warmup, 1, origin)
+
+    def _timed_puts(self, size: int, iters: int, warmup: int, puts: int, origin: int) -> np.ndarray | None:
+        """The origin times `puts` Puts + one Flush per iteration; the target waits. Collective over the pair."""
         times = None
         if self.me == origin:
             win, target = self.win, self.peer
             put, flush = win.Put, win.Flush
             spec = [self.send[:size], MPI.BYTE]
 
-            def op():
-                put(spec, target)
-                flush(target)
+            if puts == 1:  # no inner loop: it would add to every latency sample
+                def op():
+                    put(spec, target)
+                    flush(target)
+            else:
+                def op():
+                    for _ in range(puts):
+                        put(spec, target)
+                    flush(target)
 
             win.Lock(target, MPI.LOCK_SHARED)
             try:
