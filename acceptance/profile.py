@@ -413,6 +413,19 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "node_allreduce_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-reduce busbw bound inside one node"),
         "node_alltoall_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-to-all busbw bound inside one node"),
     },
+    "analysis": {
+        "line_rate": Rate(None, help="port line rate; when set, writes are also held to line_rate_fraction of it"),
+        "line_rate_fraction": Float(0.9, help="fraction of line_rate a write must reach from line_rate_from_size up"),
+        "line_rate_from_size": Size("8MiB", help="message size from which the line-rate bound applies"),
+        "outlier_z": Float(3.5, help="one-sided modified z-score (MAD based) beyond which a value is an outlier"),
+        "outlier_min_deviation": Float(0.10, help="an outlier must also be this far from the median (fraction)"),
+        "nic_fraction": Float(0.5, help="a node's NIC on a rail is bad when its links to this fraction of partners are"),
+        "node_fraction": Float(0.5, help="a node is bad when its NICs on this fraction of rails are"),
+        "rail_fraction": Float(0.5, help="a rail plane is bad when it is slow against the other rails, or this fraction of its nodes are"),
+        "drift_tolerance": Float(0.10, help="burn-in: last-quarter median worse than first-quarter median by this fraction"),
+        "cv_max": Float(0.10, help="burn-in: coefficient of variation across iterations above this is unstable"),
+        "regression_tolerance": Float(0.05, help="baseline: a change for the worse beyond this fraction is a regression"),
+    },
 }
 
 # Keys outside any section. `name` and `extends` are not inherited through `extends`.
