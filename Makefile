@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Debian packages the tests use (installed only when running as root and missing):
-# Slurm and munge for the srun tests (a private local cluster per test run).
-APT_PACKAGES ?= slurm-wlm munge iproute2 procps
+# Slurm and munge for the srun tests (a private local cluster per test run);
+# Chromium for the browser test of the HTML report.
+APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps
 
 .PHONY: demo test venv dev apt clean
 

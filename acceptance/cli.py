@@ -9,11 +9,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from . import __version__
 from .profile import ProfileError, format_profile, format_profile_list, load_profile
-from .results import RunFolder
+from .results import ENV_ITERATION, RunFolder
 from .topology import ENV_NODES, ENV_RANKS_PER_NODE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -27,6 +28,9 @@ examples:
   acceptance run                          embedded default: 4 local ranks as 2 nodes x 2 rails
   acceptance run -- -m preflight          only the preflight suite (pytest args after --)
   acceptance run --profile h100.toml      inside `salloc`/`sbatch`: srun over the allocation
+  acceptance run --duration 8h            burn-in: repeat the suites for 8 hours
+  acceptance report reports/<run-id>      re-analyze a run: findings.json, drain.txt, report.html
+  acceptance compare RUN BASELINE         per-link changes against a good earlier run
   acceptance doctor                       what this machine offers (MPI, Slurm, RDMA, GPUs)
   acceptance profiles show local          the thresholds a profile resolves to
 """
@@ -80,10 +84,39 @@ def _parser() -> argparse.ArgumentParser:
                      help="folder that receives the run folder (default: ./reports)")
     run.add_argument("--hang-timeout", type=float, metavar="SECONDS",
                      help="per-test deadline before a missing rank is reported as HANG (default: profile)")
+    burn = run.add_mutually_exclusive_group()
+    burn.add_argument("--iterations", type=_positive, metavar="K",
+                      help="burn-in: run the selected suites K times; records carry `iteration`")
+    burn.add_argument("--duration", type=_seconds, metavar="SEC",
+                      help="burn-in: repeat the suites until SEC seconds have passed (e.g. 3600, 8h, 30min)")
+    run.add_argument("--drain", action="store_true",
+                     help="execute the scontrol drain lines of failing nodes (default: only print them)")
     run.add_argument("--suites", metavar="PATH", default=None,
                      help="suites folder or file (default: ./suites, else the checkout's suites/)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then arguments for pytest")
     run.set_defaults(func=cmd_run)
+
+    report = sub.add_parser(
+        "report", help="(re)analyze a run folder: findings.json, drain.txt, report.html",
+        description="Re-evaluate every record of RUN_DIR against its profile (run.json's, or --profile), "
+                    "localize what is slow or broken, and (re)write findings.json, drain.txt and report.html "
+                    "there. Works on a folder holding only results.jsonl and a run.json with run_id and "
+                    "profile. Exit 1 when a finding fails.")
+    report.add_argument("run_dir", metavar="RUN_DIR")
+    report.add_argument("--baseline", metavar="RUN_DIR", help="a good earlier run: regressions become findings")
+    report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: RUN_DIR/report.html)")
+    report.add_argument("--drain", action="store_true", help="execute the scontrol drain lines (default: print them)")
+    report.set_defaults(func=cmd_report)
+
+    compare = sub.add_parser(
+        "compare", help="per-metric, per-link changes of a run against a baseline run",
+        description="Median of each metric per link (and size, rail) in RUN_DIR against BASELINE_DIR; "
+                    "worst changes first. A change for the worse beyond the profile's "
+                    "analysis.regression_tolerance (default 5%%) is a regression; exit 1 if there is one.")
+    compare.add_argument("run_dir", metavar="RUN_DIR")
+    compare.add_argument("baseline_dir", metavar="BASELINE_DIR")
+    compare.add_argument("--top", type=_positive, default=20, metavar="N", help="rows to show (default 20)")
+    compare.set_defaults(func=cmd_compare)
 
     doctor = sub.add_parser("doctor", help="what this machine offers: MPI, launcher, Slurm, RDMA, GPUs, NCCL")
     doctor.set_defaults(func=cmd_doctor)
@@ -122,6 +155,17 @@ def _parser() -> argparse.ArgumentParser:
                            "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
     plan.set_defaults(func=cmd_plan)
     return p
+
+
+def _seconds(text: str) -> float:
+    from .profile import parse_duration
+    try:
+        value = parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -164,6 +208,47 @@ def cmd_plan(args) -> int:
     return EXIT_OK
 
 
+# ---- report / compare ------------------------------------------------------
+
+def _run_dir(path: str) -> Path:
+    folder = Path(path)
+    for needed in ("run.json", "results.jsonl"):
+        if not (folder / needed).is_file():
+            raise UsageError(f"{folder}: not a run folder ({needed} missing)")
+    return folder
+
+
+def cmd_report(args) -> int:
+    from .postrun import analyze_and_report, execute_drains, summary
+    folder = _run_dir(args.run_dir)
+    baseline = _run_dir(args.baseline) if args.baseline else None
+    analysis, report = analyze_and_report(folder, baseline, args.output)
+    print(summary(analysis, report))
+    if args.drain:
+        execute_drains(analysis.drains)
+    return EXIT_FAILED if analysis.verdict == "fail" else EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    from .analysis import analyze
+    analysis = analyze(_run_dir(args.run_dir), baseline_dir=_run_dir(args.baseline_dir))
+    deltas = analysis.deltas
+    if deltas is None or deltas.empty:
+        print("no metric in common with the baseline")
+        return EXIT_OK
+    worst = deltas.sort_values("change").head(args.top)
+    print(f"{len(deltas)} metrics compared with {args.baseline_dir}; "
+          f"{int(deltas['regression'].sum())} regressions; worst {len(worst)} first:")
+    for row in worst.itertuples():
+        link = f"{row.src} -> {row.dst}" if isinstance(row.dst, str) and row.dst else f"{row.src}"
+        rail = "" if row.rail is None or row.rail != row.rail else f" rail {int(row.rail)}"
+        size = "" if row.size is None or row.size != row.size else f" {int(row.size)} B"
+        flag = "  REGRESSION" if row.regression else ""
+        print(f"  {row.suite} {row.metric}{size}{rail} {link}: {row.value:.4g} vs {row.baseline:.4g} "
+              f"({row.change:+.1%}){flag}")
+    return EXIT_FAILED if deltas["regression"].any() else EXIT_OK
+
+
 # ---- run -------------------------------------------------------------------
 
 def cmd_run(args) -> int:
@@ -189,14 +274,69 @@ def cmd_run(args) -> int:
 
     print(f"acceptance: {what}, profile {profile.name}", flush=True)
     print(f"acceptance: run folder {folder.path}", flush=True)
-    rc = _run_child(cmd, env)
-    code = _final_code(folder, rc)
-    if code == EXIT_INCOMPLETE:
-        print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
-              file=sys.stderr)
+    code = _burn_in(cmd, env, folder, args.iterations, args.duration)
+    if code in (EXIT_OK, EXIT_FAILED):
+        code = max(code, _post_run(folder, args.drain))
     print(f"acceptance: exit {code} ({_WORDS[code]})")
     print(f"run folder: {folder.path}")
     return code
+
+
+def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | None,
+             duration: float | None) -> int:
+    """Launch the suites once, or repeatedly for a burn-in; the worst exit code wins."""
+    start = time.monotonic()
+    codes: list[int] = []
+    while True:
+        k = len(codes)
+        env[ENV_ITERATION] = str(k)
+        rc = _run_child(cmd, env)
+        code = _final_code(folder, rc)
+        codes.append(code)
+        if code == EXIT_INCOMPLETE:
+            print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
+                  file=sys.stderr)
+        elapsed = time.monotonic() - start
+        done = (code in (EXIT_USAGE, EXIT_INCOMPLETE) or (iterations is None and duration is None)
+                or (iterations is not None and len(codes) >= iterations)
+                or (duration is not None and elapsed >= duration))
+        if iterations or duration:
+            if iterations:
+                left = elapsed / len(codes) * (iterations - len(codes))
+                of = f"/{iterations}"
+            else:
+                left, of = max(0.0, duration - elapsed), ""
+            print(f"acceptance: burn-in iteration {len(codes)}{of} done (exit {code}), "
+                  f"elapsed {_duration(elapsed)}, remaining {'0 s' if done else '~' + _duration(left)}", flush=True)
+        if done:
+            break
+    final = max(codes)
+    if len(codes) > 1:
+        folder.update_run(iterations=len(codes), exit_code=final, complete=final != EXIT_INCOMPLETE,
+                          iteration_exit_codes=codes)
+    return final
+
+
+def _post_run(folder: RunFolder, drain: bool) -> int:
+    """Analysis and report; EXIT_FAILED when a finding fails. A broken report never loses the results."""
+    from .postrun import analyze_and_report, execute_drains, summary
+    try:
+        analysis, report = analyze_and_report(folder.path)
+    except Exception as e:  # the results are on disk; say what broke and carry on
+        print(f"acceptance: analysis or report failed: {type(e).__name__}: {e} "
+              f"(results are in {folder.results}; retry with `acceptance report {folder.path}`)", file=sys.stderr)
+        return EXIT_FAILED
+    print(summary(analysis, report))
+    if drain:
+        execute_drains(analysis.drains)
+    return EXIT_FAILED if analysis.verdict == "fail" else EXIT_OK
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h} h {m} min" if h else f"{m} min {s} s" if m else f"{s} s"
 
 
 _WORDS = {EXIT_OK: "all checks passed", EXIT_FAILED: "a check failed",

@@ -30,7 +30,7 @@ from mpi4py import MPI
 from . import outcomes
 from .preflight import software_versions
 from .profile import Profile, ProfileError, load_profile, parse_duration
-from .results import Recorder, RunFolder, new_run_id, utc_now
+from .results import ENV_ITERATION, Recorder, RunFolder, new_run_id, utc_now
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
 from .watchdog import Phase, Watchdog
@@ -170,6 +170,7 @@ class CollectivePlugin:
         self.recorder: Recorder | None = None
         self.watchdog: Watchdog | None = None
         self.forced_exit: int | None = None
+        self.iteration = int(os.environ.get(ENV_ITERATION, "0"))
         self._hang_lock = threading.Lock()
         self._items: list[pytest.Item] = []
         self._logfile = None
@@ -209,7 +210,7 @@ class CollectivePlugin:
         self.topology = Topology(self.world, self.world.allgather(ident))
         self.labels = {r.rank: f"{r.rank}@{r.node}" for r in self.topology.ranks}
         self.watchdog.disarm()
-        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail)
+        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration)
         if self.rank == 0:
             self._write_run_start(census["ranks"])
 
@@ -227,8 +228,13 @@ class CollectivePlugin:
             software.setdefault(info.node, c["versions"])
         command = os.environ.get("ACCEPTANCE_COMMAND") or shlex.join(
             ["pytest", *self.config.invocation_params.args])
+        if self.iteration > 0 and self.folder.run_json.exists():
+            # A later burn-in iteration: the run started with iteration 0.
+            self.folder.update_run(iterations=self.iteration + 1, complete=False, end=None, exit_code=None)
+            return
         self.folder.write_run({
             "run_id": self.folder.run_id,
+            "iterations": 1,
             "start": utc_now(),
             "end": None,
             "command": command,

@@ -21,6 +21,9 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
                  "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
 OPTIONAL_KEYS = ("detail",)
 VERDICTS = ("pass", "fail", "warn", "info")
+# Burn-in: `acceptance run --iterations/--duration` launches the suites once per
+# iteration with this set; every record carries it.
+ENV_ITERATION = "ACCEPTANCE_ITERATION"
 MEMORY = ("host", "cuda")
 
 

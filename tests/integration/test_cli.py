@@ -20,7 +20,10 @@ def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_p
     assert "4 local ranks as 2 virtual nodes x 2 rails" in p.stdout
     folder = run_folder_from(p.stdout)
     assert folder.parent == tmp_path / "reports"
-    assert sorted(x.name for x in folder.iterdir()) == ["junit.xml", "logs", "results.jsonl", "run.json"]
+    assert sorted(x.name for x in folder.iterdir()) == [
+        "drain.txt", "findings.json", "junit.xml", "logs", "report.html", "results.jsonl", "run.json"]
+    assert "verdict: PASS (0 findings)" in p.stdout
+    assert json.loads((folder / "findings.json").read_text()) == []
     meta = json.loads((folder / "run.json").read_text())
     assert meta["complete"] is True and meta["exit_code"] == 0
     assert meta["command"] == "acceptance run"

@@ -1,0 +1,52 @@
+"""After the suites: analysis, findings.json, drain.txt, report.html, and what to tell the operator."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from .analysis import Analysis, analyze, write_outputs
+from .report import render
+
+SHOWN_FINDINGS = 10
+
+
+def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
+                       out: str | Path | None = None) -> tuple[Analysis, Path]:
+    """(Re)write findings.json, drain.txt and report.html of a run folder."""
+    analysis = analyze(run_dir, baseline_dir=baseline)
+    write_outputs(run_dir, analysis)
+    return analysis, render(analysis, run_dir, out)
+
+
+def summary(analysis: Analysis, report: Path) -> str:
+    """A few lines for the terminal: verdict, the worst findings, drain lines, where the report is."""
+    lines = [f"verdict: {analysis.verdict.upper()} ({len(analysis.findings)} findings)"]
+    for f in analysis.findings[:SHOWN_FINDINGS]:
+        lines.append(f"  {f['severity'].upper():4} {f['scope']:7} {f['message']}")
+    if len(analysis.findings) > SHOWN_FINDINGS:
+        lines.append(f"  ... and {len(analysis.findings) - SHOWN_FINDINGS} more in findings.json")
+    if analysis.drains:
+        lines.append("drain suggestions (run them, or pass --drain):")
+        lines += [f"  {line}" for line in analysis.drains]
+    lines.append(f"report: {report}")
+    return "\n".join(lines)
+
+
+def execute_drains(lines: list[str]) -> int:
+    """Run the scontrol lines; returns how many failed. Only ever called when the operator asked (--drain)."""
+    if not lines:
+        return 0
+    if not shutil.which("scontrol"):
+        print("acceptance: --drain: scontrol is not on PATH; nothing drained")
+        return len(lines)
+    failed = 0
+    for line in lines:
+        p = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=60)
+        ok = p.returncode == 0
+        failed += not ok
+        print(f"acceptance: {'drained' if ok else 'FAILED'}: {line}"
+              + ("" if ok else f" ({(p.stderr or p.stdout).strip()})"))
+    return failed

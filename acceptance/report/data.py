@@ -1,0 +1,215 @@
+"""Shaping the records for the report: one slim, typed frame; node order; number formatting.
+
+Everything here works on whole columns (pandas / numpy), never on one record at a
+time, so a 1,024-node x 8-rail run (millions of records) is summarized in seconds.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from ..profile import format_size
+
+# Columns the report reads, with what a missing column becomes.
+COLUMNS = ("test", "suite", "metric", "value", "unit", "size", "rail", "iteration",
+           "src", "dst", "op", "scope", "threshold", "verdict", "detail")
+
+# Metrics where a smaller value is better (everything else: larger is better).
+_LOWER_IS_BETTER = re.compile(r"(latency|time|errors|error|drop|discard|retry|retries|timeout|"
+                              r"rss_growth|mismatch|downed|recovery|overrun|symbol|integrity|stall)",
+                              re.IGNORECASE)
+
+
+def lower_is_better(metric: str) -> bool:
+    return bool(_LOWER_IS_BETTER.search(str(metric)))
+
+
+def prepare(records: pd.DataFrame | None) -> pd.DataFrame:
+    """The columns the report needs, typed; src/dst derived from `nodes` when analysis left them out.
+
+    Text columns keep their dtype (no per-value conversion of millions of strings).
+    """
+    numeric = ("value", "size", "rail", "iteration", "threshold")
+    if records is None or not isinstance(records, pd.DataFrame) or records.empty:
+        return pd.DataFrame({c: pd.Series(dtype=float if c in numeric else object) for c in COLUMNS})
+    df = records
+    index = df.index
+
+    def col(name):
+        if name in df.columns:
+            return df[name]
+        return pd.Series([None] * len(df), index=index, dtype=object)
+
+    out: dict[str, pd.Series] = {}
+    for name in numeric:
+        out[name] = pd.to_numeric(col(name), errors="coerce").astype(float)
+    out["iteration"] = out["iteration"].fillna(0)
+    for name in ("test", "suite", "metric", "unit", "detail", "op", "scope"):
+        out[name] = col(name)
+    verdict = col("verdict")
+    out["verdict"] = verdict.astype(object).where(verdict.notna(), "info") if verdict.isna().any() else verdict
+    src, dst = col("src"), col("dst")
+    if ("src" not in df.columns or "dst" not in df.columns) and "nodes" in df.columns:
+        nodes = df["nodes"]
+        derived_src = nodes.str[0]
+        derived_dst = nodes.str[1].where(nodes.str.len() == 2, None)
+        src = src.where(src.notna(), derived_src)
+        dst = dst.where(dst.notna(), derived_dst)
+    out["src"], out["dst"] = src, dst
+    return pd.DataFrame(out, index=index)
+
+
+def collective_labels(sub: pd.DataFrame) -> pd.DataFrame:
+    """op, scope ("world", "rail", "node", ...) and the communicator of collective records.
+
+    op and scope come from analysis; where absent, from the test id
+    (``test_allreduce[rail0]`` -> allreduce, rail). "rail0" and "rail1" are one scope, "rail".
+    """
+    sub = sub.copy()
+    parsed = sub["test"].astype(object).fillna("").astype(str).str.extract(
+        r"::test_([A-Za-z0-9_]+?)(?:\[([^\]]*)\])?$")
+    op = sub["op"].astype(object)
+    scope = sub["scope"].astype(object)
+    op = op.where(op.notna() & (op != ""), parsed[0]).fillna("collective").astype(str)
+    scope = scope.where(scope.notna() & (scope != ""), parsed[1]).fillna("world").astype(str)
+    scope = scope.str.replace(r"\d+$", "", regex=True).replace("", "world")
+    sub["op"], sub["scope"] = op, scope
+    rail = sub["rail"]
+    src = sub["src"].astype(object).fillna("?").astype(str)
+    comm = np.where(scope == "rail", "rail " + rail.fillna(-1).astype(int).astype(str),
+                    np.where(scope == "node", src, scope))
+    sub["comm"] = comm
+    return sub
+
+
+_NUM = re.compile(r"(\d+)")
+
+
+def natural_key(name) -> list:
+    return [int(part) if part.isdigit() else part for part in _NUM.split(str(name))]
+
+
+def natural_sorted(names: Iterable) -> list[str]:
+    return sorted({str(n) for n in names if n is not None and not (isinstance(n, float) and math.isnan(n))},
+                  key=natural_key)
+
+
+def compress_hosts(names: Iterable[str], limit: int = 160) -> str:
+    """node1, node2, node3, node7 -> "node[1-3,7]" (Slurm hostlist style), cut at `limit` characters."""
+    groups: dict[tuple[str, int, str], list[int]] = {}
+    plain: list[str] = []
+    parsed = []
+    for name in natural_sorted(names):
+        m = re.fullmatch(r"(.*?)(\d+)([^\d]*)", name)
+        if m:
+            parsed.append(m.groups())
+        else:
+            plain.append(name)
+    # zero-padded widths per prefix: gpu0999 and gpu1000 are one 4-digit group
+    padded = {(p, len(d), x) for p, d, x in parsed if d.startswith("0") and len(d) > 1}
+    for prefix, digits, suffix in parsed:
+        width = len(digits) if (prefix, len(digits), suffix) in padded else 0
+        groups.setdefault((prefix, width, suffix), []).append(int(digits))
+    parts = list(plain)
+    for (prefix, width, suffix), numbers in groups.items():
+        numbers = sorted(set(numbers))
+        ranges, start, prev = [], numbers[0], numbers[0]
+        for k in numbers[1:] + [None]:
+            if k is not None and k == prev + 1:
+                prev = k
+                continue
+            a, b = f"{start:0{width}d}", f"{prev:0{width}d}"
+            ranges.append(a if start == prev else f"{a}-{b}")
+            if k is not None:
+                start = prev = k
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{ranges[0]}{suffix}")
+        else:
+            parts.append(f"{prefix}[{','.join(ranges)}]{suffix}")
+    text = ",".join(parts)
+    if len(text) > limit:
+        count = len(set(map(str, names)))
+        text = text[:limit].rsplit(",", 1)[0] + f",… ({count} in all)"
+    return text
+
+
+def compress_ints(values: Iterable[int]) -> str:
+    """[0, 1, 2, 3, 8] -> "0-3,8"."""
+    nums = sorted({int(v) for v in values})
+    if not nums:
+        return ""
+    ranges, start, prev = [], nums[0], nums[0]
+    for k in nums[1:] + [None]:
+        if k is not None and k == prev + 1:
+            prev = k
+            continue
+        ranges.append(str(start) if start == prev else f"{start}-{prev}")
+        if k is not None:
+            start = prev = k
+    return ",".join(ranges)
+
+
+# --- formatting -----------------------------------------------------------------
+
+def is_missing(value) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def fmt_num(value, unit: str | None = None) -> str:
+    """4 significant digits; integers in full; '–' for missing."""
+    if is_missing(value):
+        return "–"
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value)).lower()
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        v = float(value)
+        if v.is_integer() and abs(v) < 1e15:
+            text = f"{int(v):,}" if abs(v) >= 1e5 else str(int(v))
+        elif abs(v) >= 1e5 or abs(v) < 1e-3:
+            text = f"{v:.3e}"
+        else:
+            text = f"{v:.4g}"
+    else:
+        text = str(value)
+    return f"{text} {unit}" if unit else text
+
+
+def fmt_size(size) -> str:
+    if is_missing(size):
+        return "–"
+    try:
+        return format_size(int(size))
+    except (TypeError, ValueError):
+        return str(size)
+
+
+def fmt_int(value) -> str:
+    if is_missing(value):
+        return "–"
+    try:
+        return str(int(value))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def fmt_text(value) -> str:
+    return "–" if is_missing(value) or value == "" else str(value)
+
+
+def unit_of(records: pd.DataFrame) -> dict[str, str]:
+    """metric -> its most common unit in the records."""
+    if records.empty:
+        return {}
+    units = records[["metric", "unit"]].dropna()
+    if units.empty:
+        return {}
+    return units.groupby("metric", sort=False)["unit"].agg(lambda s: s.mode().iat[0]).to_dict()

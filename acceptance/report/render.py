@@ -1,0 +1,77 @@
+"""render(analysis, run_dir) -> run_dir/report.html: one self-contained file, no network fetches.
+
+Figures are PNG data URIs, the CSS is inline, there is no JavaScript; jinja2 escapes
+every value (autoescape) and refuses undefined names (StrictUndefined).
+"""
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from . import figures, sections
+from .data import prepare, unit_of
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+def environment() -> Environment:
+    return Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def context(analysis, run_dir: str | os.PathLike) -> dict:
+    """Everything the template shows, pre-formatted."""
+    from ..profile import format_profile
+
+    run_dir = Path(run_dir)
+    run = analysis.run or {}
+    recs = prepare(analysis.records)
+    units = unit_of(recs)
+    with matplotlib.rc_context(figures.STYLE):
+        ctx = {
+            "summary": sections.summary(analysis, recs, run_dir),
+            "findings": sections.findings(analysis, units),
+            "drain_file": sections.drain_file(run_dir),
+            "failing": sections.failing_records(recs),
+            "heatmaps": sections.heatmaps(recs, run),
+            "sweeps": sections.sweeps(recs),
+            "collectives": sections.collectives(recs),
+            "burnin": sections.burnin(recs, _setting(analysis.profile, "analysis.drift_tolerance", 0.10)),
+            "deltas": sections.deltas(analysis),
+            "counters": sections.counters(recs),
+            "env": sections.environment(run),
+        }
+    try:
+        ctx["profile_text"] = format_profile(analysis.profile)
+    except Exception as e:  # a report must still come out when the profile object is odd
+        ctx["profile_text"] = f"(profile could not be formatted: {e})"
+    ctx["generated"] = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return ctx
+
+
+def _setting(profile, key: str, default):
+    try:
+        value = profile.get(key)
+    except (AttributeError, KeyError):
+        return default
+    return default if value is None else value
+
+
+def render(analysis, run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+    """Write the HTML report (default run_dir/report.html) and return its path."""
+    started = time.perf_counter()
+    run_dir = Path(run_dir)
+    path = Path(out) if out is not None else run_dir / "report.html"
+    ctx = context(analysis, run_dir)
+    ctx["render_seconds"] = f"{time.perf_counter() - started:.1f}"
+    html = environment().get_template("report.html.j2").render(**ctx)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

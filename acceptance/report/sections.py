@@ -1,0 +1,551 @@
+"""The report's sections: from an Analysis to small, pre-formatted template contexts.
+
+Each builder returns plain dicts and lists of strings (the template only lays them
+out) and caps every table, worst first, so the page stays small at any cluster size.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import figures
+from .data import (
+    collective_labels,
+    compress_hosts,
+    compress_ints,
+    fmt_int,
+    fmt_num,
+    fmt_size,
+    fmt_text,
+    is_missing,
+    lower_is_better,
+    natural_key,
+    natural_sorted,
+)
+
+MAX_ROWS = 50          # rows of a capped table
+MAX_FINDINGS = 100     # findings shown
+MAX_EVIDENCE = 25      # evidence lines per finding
+SEVERITY_ORDER = {"fail": 0, "warn": 1}
+LATENCY_ORDER = ["latency_p50", "latency_p99", "latency_p999", "latency_max",
+                 "pingpong_latency_p50", "pingpong_latency_p99", "pingpong_latency_p999",
+                 "pingpong_latency_max"]
+LATENCY_LABELS = {"latency_p50": "p50", "latency_p99": "p99", "latency_p999": "p99.9",
+                  "latency_max": "max", "pingpong_latency_p50": "ping-pong p50",
+                  "pingpong_latency_p99": "ping-pong p99", "pingpong_latency_p999": "ping-pong p99.9",
+                  "pingpong_latency_max": "ping-pong max"}
+
+
+def _more(total: int, shown: int, where: str) -> str:
+    return f"{total - shown:,} more in {where}" if total > shown else ""
+
+
+def _parse_time(text):
+    if not text or not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _duration(start, end) -> str:
+    a, b = _parse_time(start), _parse_time(end)
+    if not a or not b:
+        return "–"
+    seconds = int(round((b - a).total_seconds()))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h {m:02d}min {s:02d}s" if h else f"{m}min {s:02d}s" if m else f"{s}s"
+
+
+def _where(src, dst, rail=None) -> str:
+    parts = []
+    if not is_missing(src):
+        parts.append(f"{src} → {dst}" if not is_missing(dst) else str(src))
+    if not is_missing(rail):
+        parts.append(f"rail {int(rail)}")
+    return ", ".join(parts) or "–"
+
+
+# --- 1. summary ------------------------------------------------------------------
+
+def summary(analysis, recs: pd.DataFrame, run_dir: Path) -> dict:
+    run = analysis.run or {}
+    findings = analysis.findings or []
+    counts = recs["verdict"].value_counts().to_dict() if len(recs) else {}
+    results = (run_dir / "results.jsonl").resolve()
+    profile = getattr(analysis.profile, "name", None) or (run.get("profile") or {}).get("name")
+    complete = run.get("complete")
+    missing = run.get("missing_ranks") or []
+    return {
+        "verdict": analysis.verdict,
+        "n_fail": sum(1 for f in findings if f.get("severity") == "fail"),
+        "n_warn": sum(1 for f in findings if f.get("severity") == "warn"),
+        "run_id": fmt_text(run.get("run_id") or run_dir.name),
+        "start": fmt_text(run.get("start")),
+        "end": fmt_text(run.get("end")),
+        "duration": _duration(run.get("start"), run.get("end")),
+        "command": fmt_text(run.get("command")),
+        "launcher": fmt_text(run.get("launcher")),
+        "profile": fmt_text(profile),
+        "complete": "–" if complete is None else "yes" if complete else "no",
+        "incomplete": complete is False,
+        "exit_code": fmt_text(run.get("exit_code")),
+        "missing_ranks": compress_ints(missing) if missing and all(isinstance(r, int) for r in missing)
+        else ", ".join(map(str, missing)),
+        "results_path": str(results),
+        "results_exists": results.exists(),
+        "findings_path": str((run_dir / "findings.json").resolve()),
+        "records": f"{len(recs):,}",
+        "record_fail": f"{int(counts.get('fail', 0)):,}",
+        "record_warn": f"{int(counts.get('warn', 0)):,}",
+        "record_pass": f"{int(counts.get('pass', 0)):,}",
+        "record_info": f"{int(counts.get('info', 0)):,}",
+        "baseline_id": fmt_text(analysis.baseline_id) if analysis.baseline_id else "",
+    }
+
+
+# --- 2. findings -----------------------------------------------------------------
+
+def _value_with_unit(value, unit):
+    if is_missing(value):
+        return "–"
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return fmt_num(value, unit)
+    return str(value)
+
+
+def findings(analysis, units: dict) -> dict:
+    items = list(enumerate(analysis.findings or []))
+    items.sort(key=lambda t: (SEVERITY_ORDER.get(t[1].get("severity"), 2), t[0]))
+    rows = []
+    for _, f in items[:MAX_FINDINGS]:
+        unit = f.get("unit") or units.get(f.get("metric"))
+        metric = fmt_text(f.get("metric"))
+        if not is_missing(f.get("size")) and f.get("size") != "":
+            metric += f" at {fmt_size(f.get('size'))}"
+        evidence = [str(e) for e in (f.get("evidence") or [])]
+        shown = evidence[:MAX_EVIDENCE]
+        rows.append({
+            "severity": fmt_text(f.get("severity")),
+            "severity_class": f.get("severity") if f.get("severity") in ("fail", "warn") else "other",
+            "scope": fmt_text(f.get("scope")),
+            "node": fmt_text(f.get("node")),
+            "rail": fmt_int(f.get("rail")),
+            "peer": fmt_text(f.get("peer")),
+            "metric": metric,
+            "kind": fmt_text(f.get("kind")) if f.get("kind") else "",
+            "value": _value_with_unit(f.get("value"), unit),
+            "expected": _value_with_unit(f.get("expected"), unit),
+            "message": fmt_text(f.get("message")),
+            "evidence": shown,
+            "evidence_more": _more(len(evidence), len(shown), "findings.json"),
+        })
+    return {"rows": rows, "total": len(items), "more": _more(len(items), len(rows), "findings.json"),
+            "drains": [str(d) for d in (analysis.drains or [])]}
+
+
+def drain_file(run_dir: Path) -> str:
+    path = run_dir / "drain.txt"
+    return str(path.resolve()) if path.exists() else ""
+
+
+def failing_records(recs: pd.DataFrame) -> dict:
+    """Failed and warned measurements grouped by suite and metric, with the worst of each group."""
+    bad = recs[recs["verdict"].isin(["fail", "warn"])]
+    if bad.empty:
+        return {"rows": [], "more": ""}
+    bad = bad.assign(_lower=bad["metric"].map(lambda m: lower_is_better(m)))
+    badness = np.where(bad["_lower"].to_numpy(bool), bad["value"].to_numpy(float),
+                       -bad["value"].to_numpy(float))
+    bad = bad.assign(_bad=np.nan_to_num(badness, nan=-np.inf))
+    keys = ["verdict", "suite", "metric"]
+    counts = bad.groupby(keys, dropna=False, sort=False).size().rename("count")
+    worst = bad.sort_values("_bad", ascending=False).drop_duplicates(keys).set_index(keys)
+    table = worst.join(counts).reset_index()
+    table["_sev"] = table["verdict"].map(SEVERITY_ORDER).fillna(2)
+    table = table.sort_values(["_sev", "count"], ascending=[True, False])
+    rows = []
+    for r in table.head(MAX_ROWS).itertuples(index=False):
+        rows.append({"verdict": fmt_text(r.verdict), "suite": fmt_text(r.suite), "metric": fmt_text(r.metric),
+                     "count": f"{int(r.count):,}", "worst": fmt_num(r.value, r.unit if not is_missing(r.unit) else None),
+                     "threshold": fmt_num(r.threshold, r.unit if not is_missing(r.unit) else None),
+                     "where": _where(r.src, r.dst, r.rail), "size": fmt_size(r.size),
+                     "test": fmt_text(r.test)})
+    return {"rows": rows, "more": _more(len(table), len(rows), "results.jsonl")}
+
+
+# --- 3. heatmaps -----------------------------------------------------------------
+
+def _codes(series: pd.Series, nodes: list[str]) -> np.ndarray:
+    """Position of each value in nodes (-1 when absent); per category, not per record, when categorical."""
+    index = pd.Index(nodes, dtype=object)
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        table = index.get_indexer(pd.Index(series.cat.categories.astype(object), dtype=object))
+        codes = series.cat.codes.to_numpy()
+        return np.where(codes >= 0, table[np.maximum(codes, 0)] if len(table) else -1, -1).astype(np.int64)
+    return index.get_indexer(pd.Index(series.astype(object), dtype=object)).astype(np.int64)
+
+
+def _link_matrix(sub: pd.DataFrame, nodes: list[str]):
+    """Median over iterations per (src, dst) -> n x n matrix; failed -> n x n bool; plus summary numbers."""
+    n = len(nodes)
+    s, d = _codes(sub["src"], nodes), _codes(sub["dst"], nodes)
+    ok = (s >= 0) & (d >= 0)
+    frame = pd.DataFrame({"key": (s * n + d)[ok], "v": sub["value"].to_numpy(float)[ok],
+                          "f": (sub["verdict"].to_numpy(object)[ok] == "fail")})
+    grouped = frame.groupby("key", sort=False)
+    values = grouped["v"].median()
+    failed = grouped["f"].max()
+    matrix = np.full((n, n), np.nan)
+    matrix.flat[values.index.to_numpy()] = values.to_numpy()
+    fmask = np.zeros((n, n), dtype=bool)
+    fmask.flat[failed.index.to_numpy()] = failed.to_numpy(bool)
+    return matrix, fmask, values
+
+
+def _matrix_caption(values: pd.Series, nodes: list[str], failed: np.ndarray, unit: str,
+                    higher_better: bool, iterations: int) -> str:
+    n = len(nodes)
+    finite = values.dropna()
+    if finite.empty:
+        return "no values"
+    key = int(finite.idxmin() if higher_better else finite.idxmax())
+    worst = f"{nodes[key // n]} → {nodes[key % n]} {fmt_num(finite[key], unit)}"
+    parts = [f"{len(finite):,} of {n * (n - 1):,} directed links measured",
+             f"median {fmt_num(float(finite.median()), unit)}",
+             f"worst {worst}"]
+    n_failed = int(failed.sum())
+    parts.append(f"{n_failed:,} below threshold (red frame)" if higher_better and n_failed else
+                 f"{n_failed:,} above threshold (red frame)" if n_failed else "none beyond threshold")
+    if iterations > 1:
+        parts.append(f"each cell the median of {iterations} iterations")
+    return "; ".join(parts)
+
+
+def topology_nodes(run: dict) -> list[str]:
+    nodes = (run.get("topology") or {}).get("nodes") or {}
+    return [str(n) for n in nodes]
+
+
+def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
+    rd = recs[(recs["suite"] == "rdma_write") & recs["src"].notna() & recs["dst"].notna()
+              & recs["value"].notna()]
+    bw = rd[rd["metric"] == "bandwidth"]
+    lat = rd[rd["metric"] == "latency_p99"]
+    if bw.empty and lat.empty:
+        return {"available": False, "rails": [], "nodes": 0,
+                "note": "No point-to-point write records (suite rdma_write) in this run: no heatmaps."}
+    nodes = natural_sorted(set(topology_nodes(run)) | set(bw["src"].unique()) | set(bw["dst"].unique())
+                           | set(lat["src"].unique()) | set(lat["dst"].unique()))
+    rails = sorted(set(bw["rail"].dropna().unique()) | set(lat["rail"].dropna().unique()))
+    has_no_rail = bw["rail"].isna().any() or lat["rail"].isna().any()
+    rail_keys = [float(r) for r in rails] + ([np.nan] if has_no_rail else [])
+    out = []
+    for rail in rail_keys:
+        label = f"rail {int(rail)}" if not np.isnan(rail) else "no rail"
+        entry = {"label": label, "figures": []}
+        for sub_all, title, higher in ((bw, "write bandwidth", True), (lat, "write latency p99", False)):
+            sub = sub_all[sub_all["rail"] == rail] if not np.isnan(rail) else sub_all[sub_all["rail"].isna()]
+            if sub.empty:
+                entry["figures"].append({"figure": None, "caption": f"{label}: no {title} records."})
+                continue
+            size_note = ""
+            if higher:
+                largest = sub["size"].max()
+                if not np.isnan(largest):
+                    sub = sub[sub["size"] == largest]
+                    size_note = f" at {fmt_size(largest)}"
+            else:
+                sizes = sub["size"].dropna().unique()
+                if len(sizes) == 1:
+                    size_note = f" at {fmt_size(sizes[0])}"
+            unit = fmt_text(sub["unit"].iloc[0])
+            matrix, failed, values = _link_matrix(sub, nodes)
+            iterations = int(sub["iteration"].nunique())
+            fig_title = f"{label}: {title}{size_note}"
+            fig = figures.heatmap(matrix, failed, nodes, title=fig_title, unit=unit, higher_better=higher,
+                                  alt=f"{fig_title}, source x destination node")
+            entry["figures"].append({"figure": fig, "caption": _matrix_caption(values, nodes, failed, unit,
+                                                                               higher, iterations)})
+        out.append(entry)
+    note = ""
+    if len(nodes) > figures.MAX_CELLS:
+        k = -(-len(nodes) // figures.MAX_CELLS)
+        note = (f"{len(nodes):,} nodes: each pixel shows the worst link of a block of {k} x {k} nodes "
+                f"(lowest bandwidth, highest latency); tick labels name the first node of a block.")
+    return {"available": True, "rails": out, "nodes": len(nodes), "note": note}
+
+
+# --- 4. bandwidth and latency against size ------------------------------------
+
+def sweeps(recs: pd.DataFrame) -> dict:
+    rd = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
+    figs, notes = [], []
+    bw = rd[(rd["metric"] == "bandwidth") & rd["size"].notna()]
+    if not bw.empty:
+        unit = fmt_text(bw["unit"].iloc[0])
+        stats = bw.groupby(["rail", "size"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
+        thr = bw.groupby("size")["threshold"].median().dropna().reset_index()
+        figs.append({"figure": figures.sweep(stats, title="write bandwidth against message size",
+                                             ylabel=f"bandwidth ({unit})", logy=True, threshold=thr,
+                                             alt="write bandwidth against message size per rail"),
+                     "caption": "Per rail: median over links (line) and min–max over links (band); "
+                                "dashed red: the profile's bound (records' threshold column)."})
+    else:
+        notes.append("No write bandwidth records in this run.")
+    lat = rd[rd["metric"].isin(LATENCY_ORDER)]
+    if not lat.empty:
+        unit = fmt_text(lat["unit"].iloc[0])
+        sizes = lat["size"].dropna().unique()
+        if len(sizes) > 1:
+            for metric in [m for m in LATENCY_ORDER if m in set(lat["metric"].unique())][:4]:
+                sub = lat[lat["metric"] == metric]
+                stats = sub.groupby(["rail", "size"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
+                thr = sub.groupby("size")["threshold"].median().dropna().reset_index()
+                figs.append({"figure": figures.sweep(stats, title=f"write latency {LATENCY_LABELS[metric]} against size",
+                                                     ylabel=f"latency ({unit})", logy=True, threshold=thr,
+                                                     alt=f"write latency {metric} against message size"),
+                             "caption": "Per rail: median over links and min–max band."})
+        else:
+            stats = lat.groupby(["rail", "metric"])["value"].agg(["median", "min", "max"]).reset_index()
+            order = {m: i for i, m in enumerate(LATENCY_ORDER)}
+            stats = stats.sort_values("metric", key=lambda s: s.map(order))
+            size = fmt_size(sizes[0]) if len(sizes) else "–"
+            fig = figures.latency_points(stats.assign(metric=stats["metric"].map(LATENCY_LABELS)),
+                                         title=f"write latency at {size} (the only latency size measured)",
+                                         ylabel=f"latency ({unit})",
+                                         alt=f"write latency percentiles at {size} per rail")
+            figs.append({"figure": fig,
+                         "caption": "Per rail: median over links (dot) and min–max over links (bar). "
+                                    "Put + flush latency is not halved; the ping-pong reference is half a round trip."})
+    else:
+        notes.append("No write latency records in this run.")
+    return {"figures": figs, "notes": notes}
+
+
+# --- 5. collectives --------------------------------------------------------------
+
+def collectives(recs: pd.DataFrame) -> dict:
+    coll = recs[(recs["suite"] == "collective") & (recs["metric"] == "busbw") & recs["value"].notna()
+                & recs["size"].notna()]
+    if coll.empty:
+        return {"figure": None, "rows": [], "note": "No collective busbw records in this run."}
+    coll = collective_labels(coll)
+    scope_order = {"world": 0, "rail": 1, "node": 2}
+    panels, rows = [], []
+    for (op, scope), sub in sorted(coll.groupby(["op", "scope"], sort=False),
+                                   key=lambda t: (t[0][0], scope_order.get(t[0][1], 9), t[0][1])):
+        unit = fmt_text(sub["unit"].iloc[0])
+        per = sub.groupby(["comm", "size"])["value"].median().reset_index()
+        comms = sorted(per["comm"].unique(), key=natural_key)
+        lines = []
+        if len(comms) <= 8:
+            for comm in comms:
+                c = per[per["comm"] == comm].sort_values("size")
+                lines.append({"label": comm if scope != "world" else "world", "size": c["size"].to_numpy(),
+                              "median": c["value"].to_numpy(), "min": None, "max": None})
+        else:
+            agg = per.groupby("size")["value"].agg(["median", "min", "max"]).reset_index()
+            lines.append({"label": f"median of {len(comms)} ({scope})", "size": agg["size"].to_numpy(),
+                          "median": agg["median"].to_numpy(), "min": agg["min"].to_numpy(),
+                          "max": agg["max"].to_numpy()})
+        thr = sub.groupby("size")["threshold"].median().dropna().reset_index()
+        panels.append({"op": op, "scope": scope, "lines": lines, "threshold": thr, "unit": unit})
+        largest = sub["size"].max()
+        at = per[per["size"] == largest]
+        worst = at.loc[at["value"].idxmin()] if len(at) else None
+        thr_at = thr[thr["size"] == largest]["threshold"]
+        rows.append({"op": op, "scope": scope, "comms": f"{len(comms):,}", "size": fmt_size(largest),
+                     "median": fmt_num(float(at["value"].median()) if len(at) else None, unit),
+                     "worst": fmt_num(worst["value"], unit) if worst is not None else "–",
+                     "worst_comm": fmt_text(worst["comm"]) if worst is not None else "–",
+                     "threshold": fmt_num(float(thr_at.iloc[0]) if len(thr_at) else None, unit),
+                     "failed": f"{int((sub['verdict'] == 'fail').sum()):,}"})
+    fig = figures.collectives(panels, alt="collective busbw against message size per op and scope")
+    return {"figure": fig, "rows": rows, "note": ""}
+
+
+# --- 6. burn-in ------------------------------------------------------------------
+
+def burnin(recs: pd.DataFrame, tolerance: float = 0.10) -> dict:
+    """tolerance: a median that ends this much worse than it started is flagged (analysis.drift_tolerance)."""
+    iterations = recs["iteration"].dropna().unique()
+    if len(iterations) <= 1:
+        return {"figure": None, "rows": [],
+                "note": "One iteration only: no burn-in time series (run with --iterations K or --duration SEC)."}
+    candidates = []
+    rd = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
+    bw = rd[rd["metric"] == "bandwidth"]
+    if not bw.empty:
+        candidates.append(("write bandwidth at " + fmt_size(bw["size"].max()), bw[bw["size"] == bw["size"].max()], True))
+    for metric in ("latency_p50", "latency_p99"):
+        sub = rd[rd["metric"] == metric]
+        if not sub.empty:
+            candidates.append((f"write latency {LATENCY_LABELS[metric]}", sub, False))
+    coll = recs[(recs["suite"] == "collective") & (recs["metric"] == "busbw") & recs["value"].notna()]
+    if not coll.empty:
+        coll = collective_labels(coll)
+        scope_order = {"world": 0, "rail": 1, "node": 2}
+        for (op, scope), sub in sorted(coll.groupby(["op", "scope"], sort=False),
+                                       key=lambda t: (t[0][0], scope_order.get(t[0][1], 9), t[0][1])):
+            largest = sub["size"].max()
+            candidates.append((f"{op} busbw ({scope}) at {fmt_size(largest)}", sub[sub["size"] == largest], True))
+    panels, rows = [], []
+    for title, sub, higher in candidates:
+        if sub["iteration"].nunique() <= 1:
+            continue
+        unit = fmt_text(sub["unit"].iloc[0])
+        g = sub.groupby("iteration")["value"]
+        stats = g.agg(["median", "min", "max"]).sort_index()
+        worst_col = "min" if higher else "max"
+        worst_idx = sub["value"].idxmin() if higher else sub["value"].idxmax()
+        w = sub.loc[worst_idx]
+        if not is_missing(w["dst"]):
+            where = _where(w["src"], w["dst"], w["rail"])
+        else:
+            where = fmt_text(w["comm"]) if "comm" in w.index else _where(w["src"], None, w["rail"])
+        panels.append({"title": title, "unit": unit, "iteration": stats.index.to_numpy(),
+                       "median": stats["median"].to_numpy(), "worst": stats[worst_col].to_numpy(),
+                       "worst_label": "worst link" if sub["dst"].notna().any() else "worst communicator"})
+        first, last = float(stats["median"].iloc[0]), float(stats["median"].iloc[-1])
+        change = (last - first) / first if first else np.nan
+        if not higher and not np.isnan(change):
+            change = -change
+        rows.append({"metric": title, "iterations": f"{len(stats):,}",
+                     "first": fmt_num(first, unit), "last": fmt_num(last, unit),
+                     "change": "–" if np.isnan(change) else f"{change:+.1%}",
+                     "worse": bool(not np.isnan(change) and change < -tolerance),
+                     "worst": fmt_num(w["value"], unit), "worst_where": where,
+                     "worst_iteration": fmt_int(w["iteration"])})
+    if not panels:
+        return {"figure": None, "rows": [], "note": "No metric was measured in more than one iteration."}
+    return {"figure": figures.burnin(panels, alt="median and worst link per iteration"), "rows": rows,
+            "note": ""}
+
+
+# --- 7. baseline deltas ----------------------------------------------------------
+
+def deltas(analysis) -> dict:
+    d = analysis.deltas
+    if d is None:
+        return {"given": False, "rows": [], "note": "No baseline was given "
+                "(acceptance report RUN_DIR --baseline RUN_DIR compares with a previous good run)."}
+    if len(d) == 0:
+        return {"given": True, "rows": [], "total": "0", "regressions": "0", "more": "",
+                "note": f"Nothing in common with the baseline {analysis.baseline_id or ''} to compare.".replace("  ", " ")}
+    change = pd.to_numeric(d["change"], errors="coerce") if "change" in d.columns else pd.Series(np.nan, index=d.index)
+    regress = d["regression"].fillna(False).astype(bool) if "regression" in d.columns else pd.Series(False, index=d.index)
+    order = d.assign(chg=change, isreg=regress).sort_values(["isreg", "chg"], ascending=[False, True],
+                                                               na_position="last")
+
+    def get(r, name):
+        return getattr(r, name, None)
+
+    rows = []
+    for r in order.head(MAX_ROWS).itertuples(index=False):
+        what = fmt_text(get(r, "metric"))
+        op, scope = get(r, "op"), get(r, "scope")
+        if not is_missing(op) and get(r, "suite") == "collective":
+            what = f"{op} {what}" + (f" ({scope})" if not is_missing(scope) else "")
+        rows.append({"suite": fmt_text(get(r, "suite")), "metric": what, "size": fmt_size(get(r, "size")),
+                     "where": _where(get(r, "src"), get(r, "dst"), get(r, "rail")),
+                     "value": fmt_num(get(r, "value")), "baseline": fmt_num(get(r, "baseline")),
+                     "change": "–" if is_missing(r.chg) else f"{r.chg:+.1%}",
+                     "regression": bool(r.isreg)})
+    return {"given": True, "rows": rows, "total": f"{len(d):,}", "regressions": f"{int(regress.sum()):,}",
+            "more": _more(len(d), len(rows), "the comparison (acceptance compare RUN_DIR BASELINE_DIR)"),
+            "note": ""}
+
+
+# --- 8. counters -----------------------------------------------------------------
+
+def counters(recs: pd.DataFrame) -> dict:
+    c = recs[recs["suite"] == "counters"]
+    if c.empty:
+        return {"available": False, "summary": [], "rows": [], "more": "",
+                "note": "No counter data in this run."}
+    summary_rows = []
+    for metric, sub in sorted(c.groupby("metric", sort=False), key=lambda t: str(t[0])):
+        values = sub["value"]
+        nonzero = sub[values.fillna(0) != 0]
+        top = sub.loc[values.idxmax()] if values.notna().any() else None
+        summary_rows.append({"metric": fmt_text(metric), "unit": fmt_text(sub["unit"].iloc[0]),
+                             "records": f"{len(sub):,}", "nonzero": f"{len(nonzero):,}",
+                             "total": fmt_num(float(values.sum())),
+                             "max": fmt_num(top["value"]) if top is not None else "–",
+                             "where": _where(top["src"], top["dst"], top["rail"]) if top is not None else "–",
+                             "failed": f"{int((sub['verdict'] == 'fail').sum()):,}"})
+    hot = c[(c["value"].fillna(0) != 0) | c["verdict"].isin(["fail", "warn"])]
+    hot = hot.assign(_sev=hot["verdict"].map(SEVERITY_ORDER).fillna(2)).sort_values(
+        ["_sev", "value"], ascending=[True, False])
+    rows = [{"node": fmt_text(r.src), "peer": fmt_text(r.dst), "rail": fmt_int(r.rail), "metric": fmt_text(r.metric),
+             "value": fmt_num(r.value, r.unit if not is_missing(r.unit) else None), "verdict": fmt_text(r.verdict),
+             "detail": fmt_text(r.detail)}
+            for r in hot.head(MAX_ROWS).itertuples(index=False)]
+    return {"available": True, "summary": summary_rows, "rows": rows,
+            "more": _more(len(hot), len(rows), "results.jsonl"),
+            "note": "" if len(hot) else "Every counter is zero."}
+
+
+# --- 9. environment --------------------------------------------------------------
+
+MAX_NODE_ROWS = 16
+
+
+def environment(run: dict) -> dict:
+    topo = run.get("topology") or {}
+    nodes = topo.get("nodes") or {}
+    if not isinstance(nodes, dict):
+        nodes = {str(n): [] for n in nodes}
+    names = natural_sorted(nodes)
+    rails = topo.get("rails") or []
+    facts = [("nodes", f"{len(names):,}" + (f" ({compress_hosts(names)})" if names else "")),
+             ("ranks (world size)", fmt_text(topo.get("world_size"))),
+             ("rails", compress_ints(rails) if rails and all(isinstance(r, int) for r in rails) else
+              ", ".join(map(str, rails)) or "–")]
+    ranks = topo.get("ranks") or []
+    nics = {}
+    for r in ranks if isinstance(ranks, list) and len(ranks) <= 100_000 else []:
+        if isinstance(r, dict) and r.get("nic"):
+            nics.setdefault(r.get("rail"), set()).add(str(r["nic"]))
+    if nics:
+        facts.append(("NICs per rail", "; ".join(f"rail {k}: {', '.join(sorted(v))}" for k, v in
+                                                 sorted(nics.items(), key=lambda t: natural_key(t[0])))))
+    # nodes -> ranks: all of them when few; else the first ones and the odd ones out.
+    per_node = {n: list(nodes.get(n) or []) for n in names}
+    counts = pd.Series({n: len(v) for n, v in per_node.items()}, dtype=int)
+    usual = int(counts.mode().iat[0]) if len(counts) else 0
+    odd = [n for n in names if len(per_node[n]) != usual]
+    if len(names) <= MAX_NODE_ROWS:
+        listed = names
+    else:
+        listed = list(dict.fromkeys(names[:4] + odd[:MAX_NODE_ROWS]))
+    node_rows = [{"node": n, "count": str(len(per_node[n])), "ranks": compress_ints(per_node[n])
+                  if all(isinstance(x, int) for x in per_node[n]) else ", ".join(map(str, per_node[n])),
+                  "odd": n in odd} for n in listed]
+    node_note = ""
+    if len(names) > len(listed):
+        node_note = (f"{len(names) - len(odd):,} of {len(names):,} nodes have {usual} ranks"
+                     + (f"; {len(odd):,} differ (listed first {min(len(odd), MAX_NODE_ROWS)})" if odd else "")
+                     + f"; showing {len(listed)} nodes.")
+    # software: nodes grouped by identical versions.
+    software = run.get("software") or {}
+    keys = list(dict.fromkeys(k for v in software.values() if isinstance(v, dict) for k in v))
+    groups: dict[tuple, list[str]] = {}
+    for node, versions in software.items():
+        versions = versions if isinstance(versions, dict) else {}
+        groups.setdefault(tuple(str(versions.get(k, "–")) for k in keys), []).append(str(node))
+    ordered = sorted(groups.items(), key=lambda t: -len(t[1]))
+    sw_rows = [{"count": f"{len(ns):,}", "nodes": compress_hosts(ns), "versions": list(vals), "odd": i > 0}
+               for i, (vals, ns) in enumerate(ordered[:20])]
+    return {"facts": facts, "node_rows": node_rows, "node_note": node_note,
+            "software_keys": keys, "software_rows": sw_rows,
+            "software_note": ("identical on every node" if len(groups) == 1 else
+                              f"{len(groups)} different version sets; the odd ones out are highlighted"
+                              if groups else "no software versions in run.json"),
+            "software_more": _more(len(ordered), len(sw_rows), "run.json")}

@@ -1,0 +1,307 @@
+"""Synthetic run folders: healthy numbers with small noise, plus injected faults.
+
+Used by the analysis tests, the report tests and the analysis benchmark. The
+records are shaped exactly like the ones the suites write (every key of
+acceptance.results.REQUIRED_KEYS, same units and test ids), so what analysis
+sees here is what it sees on a cluster.
+
+make_run(dir, ...)       a small, complete run: rdma_write bandwidth (all ordered pairs,
+                         every rail, each size), errors, put latency and ping-pong
+                         percentiles, collectives (world / rail / node), memreg, preflight.
+make_run_fast(dir, ...)  a very large run for the benchmark: one rdma_write bandwidth
+                         record per unordered node pair per rail at one size (direction
+                         alternating), 1024 nodes x 8 rails = 4,190,208 records (~1.4 GB),
+                         built with numpy and written in a few big writes.
+
+Noise is uniform (value x (1 + U(-a, a))), so a healthy value is never more than a
+(1% bandwidth, 3% latency) from its nominal figure, and a test that expects "no
+findings" on clean data can never fail by chance.
+
+Faults multiply bandwidth by a factor (and divide latencies by it):
+  slow_link=("node03", "node09", 2[, 0.5])  that pair, both directions, on rail 2
+  slow_nic=("node05", 4[, 0.6])             every link of node05 on rail 4
+  slow_node="node11" or ("node11", 0.6)     every link of node11 on every rail
+  slow_rail=6 or (6, 0.6)                   every link on rail 6
+Burn-in (iterations > 1):
+  drift=("node03", "node09", 2[, 0.7])      that link degrades linearly to 0.7 by the last iteration
+  noisy=("node02", "node07", 1[, 0.4])      that link's values jump by up to +-40% between iterations
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from acceptance.profile import load_profile
+
+BASE_TIME = datetime(2026, 1, 1, 2, 0, 0, tzinfo=timezone.utc)
+DEFAULT_SIZES = (65536, 8388608)
+LATENCY_SIZE = 8
+BW_PEAK = 370.0          # Gbit/s at large sizes
+BW_HALF = 32768          # bytes at which the bandwidth curve reaches half of the peak
+LATENCY = {"latency_p50": 3.0, "latency_p99": 4.5, "latency_p999": 8.0, "latency_max": 25.0}
+PINGPONG = {"pingpong_latency_p50": 3.5, "pingpong_latency_p99": 5.0,
+            "pingpong_latency_p999": 9.0, "pingpong_latency_max": 30.0}
+BW_NOISE, LAT_NOISE, MAX_NOISE = 0.01, 0.03, 0.20
+BUSBW = {"world": 150.0, "rail": 45.0, "node": 350.0}   # GB/s
+COLLECTIVE_SIZES = (1048576, 67108864)
+MEMREG_SIZES = (4096, 65536, 1048576, 16777216)
+
+BW_TEST = "suites/test_rdma_write.py::test_write_bandwidth[rail{}]"
+LAT_TEST = "suites/test_rdma_write.py::test_write_latency[rail{}]"
+
+
+def node_names(n: int) -> list[str]:
+    width = max(2, len(str(n)))
+    return [f"node{i + 1:0{width}d}" for i in range(n)]
+
+
+def _fault(spec, arity: int, default: float):
+    """(fields..., factor) from a tuple with or without its factor, or a bare value."""
+    if spec is None:
+        return None
+    if not isinstance(spec, (tuple, list)):
+        spec = (spec,)
+    spec = tuple(spec)
+    return spec if len(spec) > arity else (*spec, default)
+
+
+def _time(iteration: int, seconds: float = 0.0) -> str:
+    t = BASE_TIME + timedelta(hours=iteration, seconds=seconds)
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _record(test, suite, metric, value, unit, *, nodes, ranks, size=None, rail=None, engine="verbs",
+            iteration=0, samples=1, time=None, detail=None):
+    rec = {"test": test, "suite": suite, "metric": metric, "value": value, "unit": unit,
+           "size": size, "rail": rail, "nodes": list(nodes), "ranks": [int(r) for r in ranks],
+           "engine": engine, "memory": "host", "iteration": iteration, "time": time or _time(iteration),
+           "samples": samples, "threshold": None, "verdict": "info"}
+    if detail is not None:
+        rec["detail"] = detail
+    return rec
+
+
+def _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail, drift, noisy, rng):
+    """factor[iteration, rail, src, dst]: 1.0 healthy, < 1 slower."""
+    n = len(names)
+    index = {name: i for i, name in enumerate(names)}
+    f = np.ones((iterations, rails, n, n))
+    if slow_link:
+        a, b, rail, k = _fault(slow_link, 3, 0.5)
+        f[:, rail, index[a], index[b]] *= k
+        f[:, rail, index[b], index[a]] *= k
+    if slow_nic:
+        node, rail, k = _fault(slow_nic, 2, 0.6)
+        f[:, rail, index[node], :] *= k
+        f[:, rail, :, index[node]] *= k
+        f[:, rail, index[node], index[node]] /= k  # the diagonal is unused; keep it 1
+    if slow_node:
+        node, k = _fault(slow_node, 1, 0.6)
+        f[:, :, index[node], :] *= k
+        f[:, :, :, index[node]] *= k
+    if slow_rail is not None:
+        rail, k = _fault(slow_rail, 1, 0.6)
+        f[:, rail] *= k
+    if drift:
+        a, b, rail, k = _fault(drift, 3, 0.7)
+        ramp = np.linspace(1.0, k, iterations) if iterations > 1 else np.array([k])
+        f[:, rail, index[a], index[b]] *= ramp
+        f[:, rail, index[b], index[a]] *= ramp
+    if noisy:
+        a, b, rail, amp = _fault(noisy, 3, 0.4)
+        jumps = 1 + rng.uniform(-amp, amp, size=iterations)
+        f[:, rail, index[a], index[b]] *= jumps
+        f[:, rail, index[b], index[a]] *= jumps
+    return f
+
+
+def healthy_bandwidth(size: int) -> float:
+    return BW_PEAK * size / (size + BW_HALF)
+
+
+def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, slow_link=None, slow_nic=None,
+             slow_node=None, slow_rail=None, iterations: int = 1, drift=None, noisy=None, seed: int = 0,
+             profile: str = "local", collectives: bool = True, memreg: bool = True, preflight: bool = True,
+             latency: bool = True, run_id: str | None = None) -> Path:
+    """Write run.json and results.jsonl into `directory` (created if needed); return it."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = node_names(nodes)
+    prof = load_profile(profile)
+    run_id = run_id or f"synthetic-{seed}"
+    factors = _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail, drift, noisy, rng)
+
+    def rank(node_i, rail):
+        return node_i * rails + rail
+
+    records = []
+    pairs = [(i, j) for i in range(nodes) for j in range(nodes) if i != j]
+    for it in range(iterations):
+        # Noise is drawn before faults are applied, for every value, so the same seed gives the
+        # same healthy numbers whatever is injected (a baseline and a faulty run differ only there).
+        bw_noise = 1 + rng.uniform(-BW_NOISE, BW_NOISE, size=(rails, len(pairs), len(sizes)))
+        lat_noise = 1 + rng.uniform(-LAT_NOISE, LAT_NOISE, size=(rails, len(pairs), 6))
+        max_noise = 1 + rng.uniform(-MAX_NOISE, MAX_NOISE, size=(rails, len(pairs), 2))
+        for rail in range(rails):
+            for p, (i, j) in enumerate(pairs):
+                f = float(factors[it, rail, i, j])
+                common = {"nodes": [names[i], names[j]], "ranks": [rank(i, rail), rank(j, rail)], "rail": rail,
+                              "iteration": it, "time": _time(it, rail * 10 + p * 0.01)}
+                for s, size in enumerate(sizes):
+                    bw = healthy_bandwidth(size) * bw_noise[rail, p, s] * f
+                    records.append(_record(BW_TEST.format(rail), "rdma_write", "bandwidth", round(bw, 6), "Gbit/s",
+                                           size=size, samples=1000, **common))
+                    records.append(_record(BW_TEST.format(rail), "rdma_write", "errors", 0, "count",
+                                           size=size, **common))
+                if not latency:
+                    continue
+                for k, (metric, nominal) in enumerate(LATENCY.items()):
+                    noise = lat_noise[rail, p, k] if k < 3 else max_noise[rail, p, 0]
+                    records.append(_record(LAT_TEST.format(rail), "rdma_write", metric,
+                                           round(nominal * noise / f, 4), "us", size=LATENCY_SIZE,
+                                           samples=10000, **common))
+                for k, (metric, nominal) in enumerate(PINGPONG.items()):
+                    noise = lat_noise[rail, p, 3 + k] if k < 3 else max_noise[rail, p, 1]
+                    records.append(_record(LAT_TEST.format(rail), "rdma_write", metric,
+                                           round(nominal * noise / f, 4), "us", size=LATENCY_SIZE,
+                                           samples=10000, **common))
+        if collectives:
+            records += _collectives(names, rails, it, rng)
+        if memreg:
+            records += _memreg(names, rails, it, rng)
+        if preflight and it == 0:
+            records += _preflight(names, rails, prof)
+
+    with open(directory / "results.jsonl", "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    run = {"run_id": run_id, "start": _time(0), "end": _time(iterations),
+           "command": "synthetic", "launcher": "synthetic",
+           "profile": prof.to_json(),
+           "topology": {"nodes": names, "rails": list(range(rails)), "ranks": nodes * rails,
+                        "ranks_per_node": rails},
+           "complete": True, "exit_code": 0, "missing_ranks": [], "iterations": iterations}
+    (directory / "run.json").write_text(json.dumps(run, indent=2) + "\n")
+    return directory
+
+
+def _collectives(names, rails, it, rng):
+    from acceptance.measure.units import BUSBW_FACTOR
+    out = []
+    n = len(names)
+    scopes = [("world", None, names, list(range(n * rails)))]
+    scopes += [(f"rail{r}", r, names, [i * rails + r for i in range(n)]) for r in range(rails)]
+    scopes += [("node", None, [name], [i * rails + r for r in range(rails)]) for i, name in enumerate(names)]
+    for op in ("allreduce", "alltoall"):
+        for scope, rail, nodes, ranks in scopes:
+            kind = "rail" if scope.startswith("rail") else scope
+            for size in COLLECTIVE_SIZES:
+                bus = BUSBW[kind] * size / (size + 262144) * (1 + rng.uniform(-BW_NOISE, BW_NOISE))
+                alg = bus / BUSBW_FACTOR[op](len(ranks))
+                test = f"suites/test_collectives.py::test_{op}[{scope}]"
+                common = {"nodes": nodes, "ranks": ranks, "size": size, "rail": rail, "iteration": it, "samples": 50,
+                              "engine": "nccl", "time": _time(it, 100)}
+                out.append(_record(test, "collective", "algbw", round(alg, 6), "GB/s", **common))
+                out.append(_record(test, "collective", "busbw", round(bus, 6), "GB/s", **common))
+                out.append(_record(test, "collective", "errors", 0, "count", **common))
+    return out
+
+
+def _memreg(names, rails, it, rng):
+    out = []
+    test = "suites/test_memreg.py::test_registration_time"
+    for i, name in enumerate(names):
+        for r in range(rails):
+            common = {"nodes": [name], "ranks": [i * rails + r], "rail": r, "iteration": it, "time": _time(it, 200)}
+            for size in MEMREG_SIZES:
+                base = 5.0 + size / 2e5
+                for metric, scale in (("reg_time", 1.0), ("dereg_time", 0.3), ("reg_time_user", 0.8),
+                                      ("dereg_time_user", 0.25)):
+                    v = round(base * scale * (1 + rng.uniform(-0.05, 0.05)), 3)
+                    out.append(_record(test, "memreg", metric, v, "us", size=size, samples=5,
+                                       detail=f"p50; max {v * 3:.1f} us", **common))
+            out.append(_record("suites/test_memreg.py::test_registration_does_not_leak", "memreg", "rss_growth",
+                               0, "bytes", size=4194304, samples=100,
+                               detail="100 register/deregister cycles of 4194304 B", **common))
+    return out
+
+
+def _preflight(names, rails, prof):
+    out = []
+    for i, name in enumerate(names):
+        for r in range(rails):
+            out.append(_record("suites/test_preflight.py::test_memlock_limit", "preflight", "memlock", None,
+                               "bytes", nodes=[name], ranks=[i * rails + r], rail=r, engine=None,
+                               detail="unlimited"))
+    for i, name in enumerate(names):
+        out.append(_record("suites/test_preflight.py::test_rank_layout", "preflight", "ranks", rails, "count",
+                           nodes=[name], ranks=[i * rails + r for r in range(rails)], engine=None))
+    out.append(_record("suites/test_preflight.py::test_software_versions_match", "preflight",
+                       "version_mismatches", 0, "count", nodes=names, ranks=[], engine=None))
+    return out
+
+
+def make_run_fast(directory, nodes: int = 1024, rails: int = 8, size: int = 8388608, slow_link=None,
+                  slow_nic=None, slow_node=None, slow_rail=None, seed: int = 0, profile: str = "local",
+                  chunk: int = 1 << 19) -> Path:
+    """A huge single-size run for the benchmark: one bandwidth record per unordered pair per rail.
+
+    nodes * (nodes - 1) / 2 * rails records (4,190,208 for 1024 x 8). The direction of each
+    pair alternates with (i + j) parity, so every node is the source of about half its links.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = np.array(node_names(nodes))
+    index = {name: i for i, name in enumerate(names.tolist())}
+    iu, ju = np.triu_indices(nodes, k=1)
+    flip = (iu + ju) % 2 == 1
+    src = np.where(flip, ju, iu)
+    dst = np.where(flip, iu, ju)
+    prof = load_profile(profile)
+    base = healthy_bandwidth(size)
+
+    template = ('{"test": "suites/test_rdma_write.py::test_write_bandwidth[rail%d]", "suite": "rdma_write", '
+                '"metric": "bandwidth", "value": %.4f, "unit": "Gbit/s", "size": ' + str(size) + ', '
+                '"rail": %d, "nodes": ["%s", "%s"], "ranks": [%d, %d], "engine": "verbs", "memory": "host", '
+                '"iteration": 0, "time": "%s", "samples": 5000, "threshold": null, "verdict": "info"}\n')
+    with open(directory / "results.jsonl", "w") as fh:
+        for rail in range(rails):
+            values = base * (1 + rng.uniform(-BW_NOISE, BW_NOISE, size=src.size))
+            factor = np.ones(src.size)
+            if slow_link:
+                a, b, r, k = _fault(slow_link, 3, 0.5)
+                if r == rail:
+                    ia, ib = index[a], index[b]
+                    factor[((src == ia) & (dst == ib)) | ((src == ib) & (dst == ia))] *= k
+            if slow_nic:
+                node, r, k = _fault(slow_nic, 2, 0.6)
+                if r == rail:
+                    factor[(src == index[node]) | (dst == index[node])] *= k
+            if slow_node:
+                node, k = _fault(slow_node, 1, 0.6)
+                factor[(src == index[node]) | (dst == index[node])] *= k
+            if slow_rail is not None:
+                r, k = _fault(slow_rail, 1, 0.6)
+                if r == rail:
+                    factor *= k
+            values *= factor
+            time = _time(0, rail * 60)
+            s_names, d_names = names[src].tolist(), names[dst].tolist()
+            s_ranks, d_ranks = (src * rails + rail).tolist(), (dst * rails + rail).tolist()
+            vals = values.tolist()
+            for lo in range(0, src.size, chunk):
+                hi = min(src.size, lo + chunk)
+                fh.write("".join([template % (rail, vals[k], rail, s_names[k], d_names[k], s_ranks[k],
+                                              d_ranks[k], time) for k in range(lo, hi)]))
+    run = {"run_id": f"synthetic-fast-{nodes}x{rails}", "start": _time(0), "end": _time(1),
+           "command": "synthetic fast", "launcher": "synthetic", "profile": prof.to_json(),
+           "topology": {"nodes": names.tolist(), "rails": list(range(rails)), "ranks": nodes * rails,
+                        "ranks_per_node": rails},
+           "complete": True, "exit_code": 0, "missing_ranks": [], "iterations": 1}
+    (directory / "run.json").write_text(json.dumps(run) + "\n")
+    return directory

@@ -1,0 +1,367 @@
+"""The HTML report: content, escaping, self-containment, empty sections, scale.
+
+Analysis objects are built here directly, with record frames shaped as
+acceptance.analysis produces them (DESIGN.md record keys plus src, dst, op, scope).
+"""
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from acceptance.analysis import Analysis
+from acceptance.profile import format_profile, load_profile
+from acceptance.report import render
+from acceptance.report.data import compress_hosts, compress_ints, fmt_num, prepare
+
+SIZES = [8 * 4 ** k for k in range(10)]  # 8 B .. 2 MiB
+OPS = ("allreduce", "alltoall")
+
+
+def _frame(columns: dict, n: int) -> pd.DataFrame:
+    """Scalars broadcast to n rows."""
+    return pd.DataFrame({k: (v if isinstance(v, (np.ndarray, list, pd.Series)) else [v] * n)
+                         for k, v in columns.items()})
+
+
+def make_records(nodes: list[str], rails: int, *, iterations: int = 1, partners: int | None = None,
+                 slow: tuple[str, str, int] | None = None, sweep_links: int | None = None,
+                 counters: bool = False, lists: bool = True, seed: int = 0) -> pd.DataFrame:
+    """Records like analysis.load_records(): p2p write bandwidth/latency, collectives, counters.
+
+    partners: each node talks to the next `partners` nodes (in both directions) instead of all.
+    slow: (src, dst, rail) whose write bandwidth is 40% of the rest and fails its threshold.
+    """
+    rng = np.random.default_rng(seed)
+    n = len(nodes)
+    names = np.array(nodes, dtype=object)
+    src_i, dst_i = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    src_i, dst_i = src_i.ravel(), dst_i.ravel()
+    keep = src_i != dst_i
+    if partners is not None:
+        keep &= ((dst_i - src_i) % n <= partners) | ((src_i - dst_i) % n <= partners)
+    src_i, dst_i = src_i[keep], dst_i[keep]
+    frames = []
+    largest = SIZES[-1]
+    for it in range(iterations):
+        for rail in range(rails):
+            m = len(src_i)
+            bw = rng.normal(45.0, 0.6, m) - 0.3 * it
+            lat = rng.normal(3.0, 0.05, m) + 0.01 * it
+            verdict_bw = np.full(m, "pass", dtype=object)
+            if slow is not None and rail == slow[2]:
+                hit = (names[src_i] == slow[0]) & (names[dst_i] == slow[1])
+                bw[hit] *= 0.4
+                verdict_bw[hit] = "fail"
+            common = dict(rail=float(rail), iteration=it, engine="mpi", memory="host",
+                          time="2026-11-30T04:41:27.585Z", src=names[src_i], dst=names[dst_i], op=None,
+                          scope="link")
+            frames.append(_frame(dict(common, test=f"suites/test_rdma_write.py::test_write_bandwidth[rail{rail}]",
+                                      suite="rdma_write", metric="bandwidth", value=bw, unit="Gbit/s",
+                                      size=float(largest), samples=200, threshold=30.0, verdict=verdict_bw), m))
+            frames.append(_frame(dict(common, test=f"suites/test_rdma_write.py::test_write_latency[rail{rail}]",
+                                      suite="rdma_write", metric="latency_p99", value=lat, unit="us", size=8.0,
+                                      samples=10000, threshold=20.0, verdict="pass"), m))
+            frames.append(_frame(dict(common, test=f"suites/test_rdma_write.py::test_write_latency[rail{rail}]",
+                                      suite="rdma_write", metric="latency_p50", value=lat * 0.6, unit="us", size=8.0,
+                                      samples=10000, threshold=5.0, verdict="pass"), m))
+            # the size sweep, on some links
+            k = m if sweep_links is None else min(m, sweep_links)
+            for size in SIZES[:-1]:
+                frames.append(_frame(dict(common, src=names[src_i[:k]], dst=names[dst_i[:k]],
+                                          test=f"suites/test_rdma_write.py::test_write_bandwidth[rail{rail}]",
+                                          suite="rdma_write", metric="bandwidth",
+                                          value=45.0 * size / (size + 65536) * rng.uniform(0.95, 1.05, k),
+                                          unit="Gbit/s", size=float(size), samples=200,
+                                          threshold=0.5 if size >= 65536 else 0.0001, verdict="pass"), k))
+        # collectives: world, each rail, each node
+        for op in OPS:
+            comms = [("world", np.nan, None)] + [("rail", float(r), None) for r in range(rails)] + \
+                    [("node", np.nan, nd) for nd in nodes]
+            for size in SIZES:
+                c = len(comms)
+                scope = np.array([s for s, _, _ in comms], dtype=object)
+                base = {"world": 40.0, "rail": 45.0, "node": 300.0}
+                value = np.array([base[s] for s in scope]) * size / (size + (1 << 20)) * rng.uniform(0.9, 1.1, c)
+                thr = np.where(scope == "node", 100.0, 20.0) * size / (size + (1 << 20)) * 0.5
+                tests = np.array([f"suites/test_collectives.py::test_{op}[{s if s != 'rail' else f'rail{int(r)}'}]"
+                                  for s, r, _ in comms], dtype=object)
+                frames.append(_frame(dict(test=tests, suite="collective", metric="busbw", value=value, unit="GB/s",
+                                          size=float(size), rail=np.array([r for _, r, _ in comms]), iteration=it,
+                                          engine="mpi", memory="host", time="2026-11-30T04:41:15.597Z", samples=20,
+                                          threshold=thr, verdict="pass",
+                                          src=np.array([nd for _, _, nd in comms], dtype=object), dst=None,
+                                          op=op, scope=scope), c))
+    if counters:
+        c = n * rails
+        node_i = np.repeat(np.arange(n), rails)
+        value = np.zeros(c)
+        value[1] = 17
+        frames.append(_frame(dict(test="suites/test_counters.py::test_port_counters", suite="counters",
+                                  metric="symbol_error", value=value, unit="count", size=None,
+                                  rail=np.tile(np.arange(rails), n).astype(float), iteration=0, engine=None,
+                                  memory="host", time="2026-11-30T04:41:31.000Z", samples=1,
+                                  threshold=0.0, verdict=np.where(value > 0, "fail", "pass"),
+                                  src=names[node_i], dst=None, op=None, scope="nic"), c))
+    df = pd.concat(frames, ignore_index=True)
+    if lists:
+        df["nodes"] = [[s] if d is None else [s, d] for s, d in zip(df["src"], df["dst"])]
+        df["ranks"] = [[0]] * len(df)
+    return df
+
+
+def make_run(nodes: list[str], rails: int, run_id: str = "20261130-044114-bfd8") -> dict:
+    profile = load_profile("local")
+    return {
+        "run_id": run_id, "start": "2026-11-30T04:41:15.179Z", "end": "2026-11-30T05:41:30.710Z",
+        "command": "acceptance run --nodes 3 --ranks-per-node 2", "launcher": "mpiexec",
+        "profile": profile.to_json(),
+        "topology": {"world_size": len(nodes) * rails,
+                     "nodes": {nd: list(range(i * rails, (i + 1) * rails)) for i, nd in enumerate(nodes)},
+                     "rails": list(range(rails)), "ranks": []},
+        "software": {nd: {"python": "3.11.7", "mpi4py": "4.1.2" if i else "4.0.0"} for i, nd in enumerate(nodes)},
+        "complete": True, "exit_code": 1, "missing_ranks": [],
+    }
+
+
+FINDINGS = [
+    {"severity": "warn", "scope": "nic", "node": "node2", "rail": 1, "peer": None, "metric": "latency_p99",
+     "value": 31.5, "expected": 20.0, "evidence": ["node2 -> node1 rail 1: 31.5 us"],
+     "message": "node2 rail 1 latency p99 high <b>bold</b>"},
+    {"severity": "fail", "scope": "link", "node": "node1", "rail": 0, "peer": "node3", "metric": "bandwidth",
+     "value": 18.0, "expected": 30.0,
+     "evidence": [f"node1 -> node3 rail 0 iteration {i}: 18.0 Gbit/s < 30 Gbit/s" for i in range(30)],
+     "message": "node1 -> node3 on rail 0: write bandwidth 18 Gbit/s, 40% of its peers"},
+]
+DRAINS = ['scontrol update NodeName=node1 State=DRAIN Reason="acceptance: rail 0 link to node3 slow"']
+
+
+def small_analysis(nodes=("node1", "node2", "node3"), **kw) -> Analysis:
+    nodes = list(nodes)
+    records = make_records(nodes, 2, slow=(nodes[0], nodes[2], 0), **kw)
+    deltas = pd.DataFrame([
+        {"suite": "rdma_write", "metric": "bandwidth", "size": SIZES[-1], "rail": 0, "src": nodes[0], "dst": nodes[2],
+         "op": None, "scope": "link", "value": 18.0, "baseline": 45.0, "change": -0.6, "regression": True},
+        {"suite": "collective", "metric": "busbw", "size": SIZES[-1], "rail": None, "src": None, "dst": None,
+         "op": "allreduce", "scope": "world", "value": 26.0, "baseline": 26.2, "change": -0.0076,
+         "regression": False},
+    ])
+    return Analysis(run=make_run(nodes, 2), profile=load_profile("local"), records=records,
+                    findings=[dict(f) for f in FINDINGS], drains=list(DRAINS), deltas=deltas,
+                    baseline_id="20261129-031500-aaaa")
+
+
+def _section(html: str, anchor: str) -> str:
+    start = html.index(f'<section id="{anchor}">')
+    return html[start:html.index("</section>", start)]
+
+
+def _pngs(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)]
+
+
+# --- tests --------------------------------------------------------------------------
+
+def test_report_contents(tmp_path):
+    analysis = small_analysis()
+    path = render(analysis, tmp_path)
+    assert path == tmp_path / "report.html" and path.exists()
+    html = path.read_text(encoding="utf-8")
+
+    banner = html[html.index('<header id="verdict"'):html.index("</header>")]
+    assert "FAIL" in banner and "1 failing finding" in banner and "1 warning" in banner
+    assert "20261130-044114-bfd8" in banner and "2026-11-30T04:41:15.179Z" in banner
+    assert "acceptance run --nodes 3 --ranks-per-node 2" in banner
+    assert str((tmp_path / "results.jsonl").resolve()) in banner
+
+    findings = _section(html, "findings")
+    # worst first: the fail row before the warn row, though analysis listed the warning first
+    assert findings.index("node1 -&gt; node3 on rail 0") < findings.index("latency p99 high")
+    assert "<details>" in findings and "iteration 29" not in findings and "5 more in findings.json" in findings
+    assert "18 Gbit/s" in findings and "30 Gbit/s" in findings
+    assert "<pre" in findings and "scontrol update NodeName=node1 State=DRAIN" in findings
+
+    heat = _section(html, "heatmaps")
+    images = re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]+"', heat)
+    assert len(images) == 4  # 2 rails x (bandwidth, latency p99)
+    assert "rail 0" in heat and "rail 1" in heat and "at 2MiB" in heat
+    assert "1 below threshold" in heat
+    for png in _pngs(html):
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert b"http" not in png  # no matplotlib address in the PNG metadata either
+
+    assert "<img" in _section(html, "sweeps")
+    collectives = _section(html, "collectives")
+    assert "<img" in collectives and "allreduce" in collectives and "alltoall" in collectives
+    baseline = _section(html, "baseline")
+    assert "20261129-031500-aaaa" in baseline and "REGRESSION" in baseline and "-60.0%" in baseline
+    assert baseline.index("-60.0%") < baseline.index("-0.8%")
+    assert "No counter data in this run" in _section(html, "counters")
+    env = _section(html, "environment")
+    assert "node[1-3]" in env and "4.0.0" in env and "4.1.2" in env
+    thresholds = _section(html, "thresholds")
+    profile_text = format_profile(analysis.profile)
+    assert profile_text.splitlines()[0].replace("'", "&#39;") in thresholds
+    assert "[rdma_write]" in thresholds
+
+
+def test_report_is_self_contained(tmp_path):
+    html = render(small_analysis(), tmp_path).read_text(encoding="utf-8")
+    assert "http://" not in html and "https://" not in html
+    assert not re.search(r'(src|href)\s*=\s*["\']?\s*(http|//)', html, re.IGNORECASE)
+    assert "<script" not in html.lower()
+    assert "<link" not in html.replace('<link rel="icon" href="data:,">', "")
+    assert "@import" not in html and "url(" not in html
+    for src in re.findall(r'(?:src|href)="([^"]*)"', html):
+        assert src.startswith(("data:", "#")), src
+
+
+def test_report_escapes_names_and_messages(tmp_path):
+    evil = "<script>alert(1)</script>"
+    analysis = small_analysis(nodes=("node1", "node2", evil))
+    analysis.findings.append({"severity": "fail", "scope": "node", "node": evil, "rail": None, "peer": None,
+                              "metric": "bandwidth", "value": 1.0, "expected": 30.0, "evidence": [evil],
+                              "message": "node <b>down</b> & out"})
+    analysis.drains.append(f"scontrol update NodeName={evil} State=DRAIN")
+    analysis.run["command"] = f"acceptance run {evil}"
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "node &lt;b&gt;down&lt;/b&gt; &amp; out" in html
+    assert "<b>" not in html
+
+
+def test_empty_sections_say_so(tmp_path):
+    analysis = Analysis(run={"run_id": "r1", "profile": {"name": "local"}}, profile=load_profile("local"),
+                        records=pd.DataFrame(), findings=[], drains=[])
+    path = render(analysis, tmp_path, out=tmp_path / "sub" / "r.html")
+    assert path == tmp_path / "sub" / "r.html"
+    html = path.read_text(encoding="utf-8")
+    assert "PASS" in html[html.index('<header id="verdict"'):html.index("</header>")]
+    assert "No findings" in _section(html, "findings") and "No node to drain" in _section(html, "findings")
+    assert "No point-to-point write records" in _section(html, "heatmaps")
+    assert "No write bandwidth records" in _section(html, "sweeps")
+    assert "No collective busbw records" in _section(html, "collectives")
+    assert "One iteration only" in _section(html, "burnin")
+    assert "No baseline was given" in _section(html, "baseline")
+    assert "No counter data in this run" in _section(html, "counters")
+    assert "<img" not in html
+
+
+def test_zero_records_with_columns_and_empty_deltas(tmp_path):
+    columns = ["test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks", "engine", "memory",
+               "iteration", "time", "samples", "threshold", "verdict", "src", "dst", "op", "scope"]
+    deltas = pd.DataFrame(columns=["suite", "metric", "size", "rail", "src", "dst", "op", "scope", "value",
+                                   "baseline", "change", "regression"])
+    analysis = Analysis(run=make_run(["n1"], 1), profile=load_profile("local"),
+                        records=pd.DataFrame(columns=columns), findings=[], drains=[], deltas=deltas,
+                        baseline_id="base")
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    assert "Nothing in common with the baseline base" in _section(html, "baseline")
+
+
+def test_burnin_counters_and_records_without_analysis_columns(tmp_path):
+    nodes = ["node1", "node2", "node3", "node4"]
+    records = make_records(nodes, 2, iterations=4, counters=True, slow=("node2", "node4", 1))
+    # as results.jsonl has them: no src/dst/op/scope columns (the report derives them)
+    records = records.drop(columns=["src", "dst", "op", "scope"])
+    analysis = Analysis(run=make_run(nodes, 2), profile=load_profile("local"), records=records,
+                        findings=[], drains=[])
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    burn = _section(html, "burnin")
+    assert "<img" in burn and "write bandwidth at 2MiB" in burn and "allreduce busbw" in burn
+    assert "node2 → node4, rail 1" in burn  # the worst link of the run
+    heat = _section(html, "heatmaps")
+    assert "median of 4 iterations" in heat and "1 below threshold" in heat
+    counters = _section(html, "counters")
+    assert "symbol_error" in counters and "17" in counters and "node1" in counters
+    coll = _section(html, "collectives")
+    assert "rail 0" in coll and "world" in coll and "node" in coll
+    assert "failed and warned measurements" in html.lower()
+
+
+def test_large_cluster_is_pooled_and_fast(tmp_path):
+    """300 nodes x 8 rails, sampled partners: block-pooled heatmaps, capped tables, a modest page."""
+    nodes = [f"gpu{i:04d}" for i in range(1, 301)]
+    records = make_records(nodes, 8, partners=24, slow=("gpu0007", "gpu0010", 3), sweep_links=40, lists=False)
+    findings = [{"severity": "fail", "scope": "link", "node": f"gpu{i:04d}", "rail": 3, "peer": "gpu0010",
+                 "metric": "bandwidth", "value": 18.0, "expected": 30.0, "evidence": [], "message": f"slow {i}"}
+                for i in range(1, 251)]
+    run = make_run(nodes, 8)
+    run["software"]["gpu0123"] = {"python": "3.12.1", "mpi4py": "4.1.2"}
+    analysis = Analysis(run=run, profile=load_profile("local"), records=records, findings=findings,
+                        drains=[f"scontrol update NodeName=gpu{i:04d} State=DRAIN" for i in range(1, 251)])
+    started = time.perf_counter()
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    seconds = time.perf_counter() - started
+    assert seconds < 60, seconds
+    assert len(html) < 8_000_000, len(html)
+    assert "a pixel = worst of 2 x 2 nodes" not in html  # the text is inside the PNG, not the page
+    assert "each pixel shows the worst link of a block of 2 x 2 nodes" in html
+    assert "150 more in findings.json" in html
+    env = _section(html, "environment")
+    assert "gpu[0001-0300]" in env and "3.12.1" in env
+    assert env.count("<tr") < 40
+
+
+def test_helpers():
+    assert compress_hosts(["node1", "node2", "node3", "node7", "login"]) == "login,node[1-3,7]"
+    assert compress_hosts(["gpu001", "gpu002", "gpu010"]) == "gpu[001-002,010]"
+    assert compress_ints([0, 1, 2, 3, 8]) == "0-3,8"
+    assert fmt_num(None) == "–" and fmt_num(3.0, "us") == "3 us" and fmt_num(1048576) == "1,048,576"
+    assert fmt_num(0.1234567) == "0.1235"
+    df = pd.DataFrame({"test": ["suites/test_collectives.py::test_allreduce[rail1]"], "suite": ["collective"],
+                       "metric": ["busbw"], "value": [1.0], "nodes": [["a", "b"]]})
+    prepared = prepare(df)
+    assert prepared.loc[0, "src"] == "a" and prepared.loc[0, "dst"] == "b"
+    assert prepared.loc[0, "verdict"] == "info" and prepared.loc[0, "iteration"] == 0
+
+
+@pytest.mark.parametrize("verdict,findings", [("pass", []), ("warn", [FINDINGS[0]])])
+def test_banner_verdicts(tmp_path, verdict, findings):
+    analysis = small_analysis()
+    analysis.findings = [dict(f) for f in findings]
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    assert f'class="banner {verdict}"' in html and f"<title>{verdict.upper()}" in html
+
+
+def test_renders_the_frame_load_records_returns(tmp_path):
+    """Categorical text columns, nullable integers, railN scopes: the frame analysis hands over."""
+    import json
+
+    import acceptance.analysis as analysis_module
+    from acceptance.results import REQUIRED_KEYS
+
+    load_records = getattr(analysis_module, "load_records", None)
+    if load_records is None:
+        pytest.skip("acceptance.analysis.load_records is not there yet")
+    nodes = ["node1", "node2", "node3"]
+    records = make_records(nodes, 2, iterations=2, slow=("node1", "node3", 0))
+    records["ranks"] = [[0, 1]] * len(records)
+    with open(tmp_path / "results.jsonl", "w") as fh:
+        for rec in records[list(REQUIRED_KEYS)].to_dict("records"):
+            rec = {k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in rec.items()}
+            for key in ("size", "rail"):
+                rec[key] = None if rec[key] is None else int(rec[key])
+            fh.write(json.dumps(rec) + "\n")
+    try:
+        frame = load_records(tmp_path)
+    except NotImplementedError:
+        pytest.skip("load_records is not implemented yet")
+    finding = dict(FINDINGS[1], kind="outlier", unit="Gbit/s", size=SIZES[-1])
+    analysis = Analysis(run=make_run(nodes, 2), profile=load_profile("local"), records=frame,
+                        findings=[finding], drains=list(DRAINS))
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    heat = _section(html, "heatmaps")
+    assert len(re.findall(r"<img ", heat)) == 4 and "1 below threshold" in heat
+    assert "median of 2 iterations" in heat
+    findings = _section(html, "findings")
+    assert "bandwidth at 2MiB" in findings and "outlier" in findings and "18 Gbit/s" in findings
+    assert "Failed and warned measurements" in findings and "node1 → node3, rail 0" in findings
+    coll = _section(html, "collectives")
+    assert "rail 0" in coll and "rail 1" in coll
+    assert "<img" in _section(html, "burnin")
