@@ -37,6 +37,9 @@ import numpy as np
 
 from acceptance.profile import load_profile
 
+# Local's bounds with the real-cluster outlier settings (tests/profiles/synthetic.toml).
+SYNTHETIC_PROFILE = str(Path(__file__).resolve().parent / "profiles" / "synthetic.toml")
+
 BASE_TIME = datetime(2026, 1, 1, 2, 0, 0, tzinfo=timezone.utc)
 DEFAULT_SIZES = (65536, 8388608)
 LATENCY_SIZE = 8
@@ -125,7 +128,7 @@ def healthy_bandwidth(size: int) -> float:
 
 def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, slow_link=None, slow_nic=None,
              slow_node=None, slow_rail=None, iterations: int = 1, drift=None, noisy=None, seed: int = 0,
-             profile: str = "local", collectives: bool = True, memreg: bool = True, preflight: bool = True,
+             profile: str = SYNTHETIC_PROFILE, collectives: bool = True, memreg: bool = True, preflight: bool = True,
              latency: bool = True, run_id: str | None = None) -> Path:
     """Write run.json and results.jsonl into `directory` (created if needed); return it."""
     directory = Path(directory)
@@ -246,7 +249,7 @@ def _preflight(names, rails, prof):
 
 
 def make_run_fast(directory, nodes: int = 1024, rails: int = 8, size: int = 8388608, slow_link=None,
-                  slow_nic=None, slow_node=None, slow_rail=None, seed: int = 0, profile: str = "local",
+                  slow_nic=None, slow_node=None, slow_rail=None, seed: int = 0, profile: str = SYNTHETIC_PROFILE,
                   chunk: int = 1 << 19) -> Path:
     """A huge single-size run for the benchmark: one bandwidth record per unordered pair per rail.
 

@@ -408,11 +408,16 @@ def test_analyze_minimal_run_folder(tmp_path):
     run = tmp_path / "minimal"
     run.mkdir()
     (run / "results.jsonl").write_text((src / "results.jsonl").read_text())
-    (run / "run.json").write_text(json.dumps({"run_id": "r1", "profile": "local"}))
+    # A built-in name: the h100 profile (real-cluster outlier settings; its bounds are not the point here).
+    (run / "run.json").write_text(json.dumps({"run_id": "r1", "profile": "h100-ndr400"}))
     a = analyze(run)
-    assert isinstance(a, Analysis) and a.run["run_id"] == "r1" and a.profile.name == "local"
-    assert where(a.findings) == [("nic", "node04", 1, None)]
-    (run / "run.json").write_text(json.dumps({"run_id": "r1", "profile": {"name": "local", "source": "/nowhere.toml"}}))
+    assert isinstance(a, Analysis) and a.run["run_id"] == "r1" and a.profile.name == "h100-ndr400"
+    assert ("nic", "node04", 1, None) in where(a.findings)
+    # A path.
+    (run / "run.json").write_text(json.dumps({"run_id": "r1", "profile": synthetic.SYNTHETIC_PROFILE}))
+    assert where(analyze(run).findings) == [("nic", "node04", 1, None)]
+    (run / "run.json").write_text(json.dumps({"run_id": "r1", "profile": {"name": "synthetic",
+                                                                          "source": synthetic.SYNTHETIC_PROFILE}}))
     assert where(analyze(run).findings) == [("nic", "node04", 1, None)]
 
 

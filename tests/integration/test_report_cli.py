@@ -1,0 +1,85 @@
+"""`acceptance report`, `compare`, burn-in and drain, as an operator runs them."""
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import synthetic  # noqa: E402
+
+
+def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptance_cli, tmp_path):
+    src = synthetic.make_run(tmp_path / "full", nodes=8, rails=4, slow_nic=("node05", 2))
+    run = tmp_path / "handmade"
+    run.mkdir()
+    (run / "results.jsonl").write_text((src / "results.jsonl").read_text())
+    (run / "run.json").write_text(json.dumps({"run_id": "handmade", "profile": synthetic.SYNTHETIC_PROFILE}))
+    p = acceptance_cli("report", str(run))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "verdict: FAIL (1 findings)" in p.stdout
+    assert re.search(r"FAIL nic +node05's NIC on rail 2", p.stdout), p.stdout
+    drain = 'scontrol update NodeName=node05 State=DRAIN Reason="acceptance: '
+    assert drain in p.stdout
+    assert (run / "drain.txt").read_text().startswith(drain)
+    findings = json.loads((run / "findings.json").read_text())
+    assert [(f["scope"], f["node"], f["rail"]) for f in findings] == [("nic", "node05", 2)]
+    assert (run / "report.html").stat().st_size > 10_000
+
+
+def test_report_drain_executes_only_when_asked(acceptance_cli, tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=8, rails=4, slow_nic=("node05", 2))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    fake = bin_dir / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    acceptance_cli("report", str(run), env=env)
+    assert not log.exists()
+    p = acceptance_cli("report", str(run), "--drain", env=env)
+    assert "drained: scontrol update NodeName=node05" in p.stdout
+    assert log.read_text().startswith("update NodeName=node05 State=DRAIN Reason=acceptance: ")
+
+
+def test_compare_names_the_regressed_link(acceptance_cli, tmp_path):
+    base = synthetic.make_run(tmp_path / "base", nodes=6, rails=2, seed=1)
+    now = synthetic.make_run(tmp_path / "now", nodes=6, rails=2, seed=1, slow_link=("node02", "node04", 1, 0.88))
+    p = acceptance_cli("compare", str(now), str(base))
+    assert p.returncode == 1, p.stdout + p.stderr
+    regressions = [line for line in p.stdout.splitlines() if line.endswith("REGRESSION")]
+    # Only that link regressed (bandwidth down 12%, latency up by as much), in both directions.
+    assert regressions and all(" rail 1 " in line for line in regressions)
+    assert all(set(re.findall(r"node\d+", line)) == {"node02", "node04"} for line in regressions)
+    assert any("bandwidth" in line and "(-12" in line for line in regressions)
+    same = acceptance_cli("compare", str(base), str(base))
+    assert same.returncode == 0 and " 0 regressions" in same.stdout
+
+
+def test_report_rejects_a_folder_that_is_not_a_run(acceptance_cli, tmp_path):
+    p = acceptance_cli("report", str(tmp_path))
+    assert p.returncode == 2
+    assert f"{tmp_path}: not a run folder (run.json missing)" in p.stderr
+
+
+def test_burn_in_iterations_repeat_the_suites(acceptance_cli):
+    p = acceptance_cli("run", "--iterations", "2", "--nodes", "2", "--ranks-per-node", "1",
+                       "--", "-m", "p2p", "-k", "bandwidth")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"burn-in iteration 1/2 done \(exit 0\), elapsed \d+ s, remaining ~\d+ s", p.stdout)
+    assert re.search(r"burn-in iteration 2/2 done \(exit 0\), elapsed \d+ s, remaining 0 s", p.stdout)
+    folder = Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
+    iterations = {json.loads(line)["iteration"] for line in (folder / "results.jsonl").read_text().splitlines()}
+    assert iterations == {0, 1}
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["iterations"] == 2 and meta["iteration_exit_codes"] == [0, 0] and meta["complete"] is True
+    assert (folder / "report.html").exists()
+
+
+def test_burn_in_duration_stops_by_itself(acceptance_cli):
+    p = acceptance_cli("run", "--duration", "1s", "--nodes", "2", "--ranks-per-node", "1",
+                       "--", "-m", "preflight")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"burn-in iteration 1 done \(exit 0\), elapsed \d+ s, remaining 0 s", p.stdout)
