@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +20,10 @@ from .results import ENV_ITERATION, RunFolder
 from .topology import ENV_NODES, ENV_RANKS_PER_NODE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# With srun: each rank's FI_TCP_IFACE becomes this prefix + its local rank (e.g. "rail" -> rail0, rail1).
+ENV_RAIL_IFACE = "ACCEPTANCE_RAIL_IFACE_PREFIX"
+# srun's report of a task that died, e.g. "srun: error: node4: tasks 6-7: Killed".
+SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Exited with exit code \d+)")
 REPO = Path(__file__).resolve().parents[1]
 
 EPILOG = """\
@@ -290,10 +296,12 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
     while True:
         k = len(codes)
         env[ENV_ITERATION] = str(k)
-        rc = _run_child(cmd, env)
+        lost: list = []
+        rc = _run_child(cmd, env, lost)
         code = _final_code(folder, rc)
         codes.append(code)
         if code == EXIT_INCOMPLETE:
+            _record_lost(folder, lost)
             print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
                   file=sys.stderr)
         elapsed = time.monotonic() - start
@@ -378,6 +386,10 @@ def _launch_command(launcher: str, nodes: int, per_node: int) -> tuple[list[str]
     srun = ["srun", "--kill-on-bad-exit=1"]
     if os.environ.get("ACCEPTANCE_SRUN_MPI"):
         srun.append(f"--mpi={os.environ['ACCEPTANCE_SRUN_MPI']}")
+    if os.environ.get(ENV_RAIL_IFACE):
+        # Each rank's MPI traffic leaves through its own rail: interface <prefix><local rank>.
+        # Set per rank, before MPI starts, so it must happen in the rank's own shell.
+        srun += ["/bin/sh", "-c", f'FI_TCP_IFACE="${{{ENV_RAIL_IFACE}}}$SLURM_LOCALID" exec "$0" "$@"']
     return [*srun, *python], env, f"srun over Slurm job {os.environ.get('SLURM_JOB_ID', '?')}"
 
 
@@ -393,10 +405,25 @@ def _suites_path(explicit: str | None) -> Path:
                      f"give --suites PATH")
 
 
-def _run_child(cmd: list[str], env: dict) -> int:
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+def _run_child(cmd: list[str], env: dict, lost: list | None = None) -> int:
+    """Run the launcher, passing its output through; srun's reports of dead tasks go into `lost`."""
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
+                            errors="replace", bufsize=1)
+
+    def relay():
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            m = SRUN_TASK_ERROR.search(line)
+            if m and lost is not None:
+                lost.append((m.group(1), m.group(2), m.group(3)))
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
     try:
-        return proc.wait()
+        rc = proc.wait()
+        reader.join(timeout=10)
+        return rc
     except KeyboardInterrupt:
         # Stop every rank, not just the launcher's foreground process.
         os.killpg(proc.pid, signal.SIGINT)
@@ -405,6 +432,26 @@ def _run_child(cmd: list[str], env: dict) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             return proc.wait()
+
+
+def _record_lost(folder: RunFolder, lost: list) -> None:
+    """After srun tore a step down, name the node whose tasks died first (rank 0 may not have lived to)."""
+    try:
+        run = folder.read_run()
+    except (OSError, ValueError):
+        return
+    if run.get("missing_ranks") or not lost:
+        return
+    node, tasks, how = lost[0]
+    ranks = sorted(r for part in tasks.split(",") for r in _task_range(part))
+    folder.update_run(missing_ranks=ranks, lost_nodes=[node],
+                      lost=f"srun: tasks {tasks} on {node} ended first ({how}); Slurm then stopped the step")
+    print(f"acceptance: lost node {node}: tasks {tasks} ended first ({how})", file=sys.stderr)
+
+
+def _task_range(part: str) -> range:
+    low, _, high = part.partition("-")
+    return range(int(low), int(high or low) + 1)
 
 
 def _final_code(folder: RunFolder, rc: int) -> int:

@@ -70,3 +70,37 @@ def test_hang_under_srun_ends_with_exit_3(slurm, tmp_path):
     meta = json.loads((folder / "run.json").read_text())
     assert meta["complete"] is False and meta["missing_ranks"] == [3]
     assert "HANG" in (folder / "junit.xml").read_text()
+
+
+def test_acceptance_sbatch_job(slurm, tmp_path):
+    """slurm/acceptance.sbatch submitted from the checkout: the checkout's venv, reports/ under --output."""
+    out = tmp_path / "out"
+    p = subprocess.run(["sbatch", "--wait", "-N", "2", "--ntasks-per-node=2", "-o", str(tmp_path / "job.out"),
+                        str(ROOT / "slurm" / "acceptance.sbatch")],
+                       cwd=ROOT, env=_env(slurm, ACCEPTANCE_SRUN_MPI="pmi2", ACCEPTANCE_OUTPUT=str(out),
+                                          ACCEPTANCE_MARKERS="preflight or memreg"),
+                       capture_output=True, text=True, timeout=300)
+    log = (tmp_path / "job.out").read_text()
+    assert p.returncode == 0, p.stdout + p.stderr + log
+    assert f"checkout {ROOT}, python {ROOT}/.venv/bin/python, profile local" in log
+    assert "verdict: PASS" in log
+    folder = Path(re.search(r"^run folder: (\S+)$", log, re.M).group(1))
+    assert folder.parent == out
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["launcher"] == "srun" and meta["complete"] is True
+    assert meta["topology"]["nodes"] == {"node1": [0, 1], "node2": [2, 3]}
+    assert (folder / "report.html").exists()
+
+
+def test_lost_node_under_srun_is_named(slurm, tmp_path):
+    """A node's ranks die mid-run: srun stops the step, the job exits 3 and run.json names the node."""
+    suite = ROOT / "tests" / "mpi_suites" / "suite_hang.py"
+    p = subprocess.run(["salloc", "-N", "2", "--ntasks-per-node=2", str(BIN / "acceptance"), "run",
+                        "--suites", str(suite), "--", f"--confcutdir={suite.parent}"],
+                       cwd=tmp_path, env=_env(slurm, ACCEPTANCE_SRUN_MPI="pmi2", HANG_RANK="3", HANG_MODE="die"),
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 3, p.stdout + p.stderr
+    folder = Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["complete"] is False and meta["lost_nodes"] == ["node2"] and 3 in meta["missing_ranks"]
+    assert "lost node node2" in p.stderr

@@ -1,6 +1,7 @@
 """Hang watchdog scenarios, chosen by environment: HANG_RANK sleeps in the test; HANG_MODE=barrier
 makes the others wait in a Barrier (all stuck) instead of reaching the sync point; HANG_MODE=raise
-makes HANG_RANK fail before the Barrier the others wait in (the classic MPI test deadlock)."""
+makes HANG_RANK fail before the Barrier the others wait in (the classic MPI test deadlock);
+HANG_MODE=die kills HANG_RANK's process outright."""
 import os
 import time
 
@@ -19,6 +20,8 @@ def test_before_the_hang():
 def test_one_rank_sleeps():
     if RANK == HANG_RANK and MODE == "raise":
         raise RuntimeError(f"rank {RANK} failed before the collective")
+    if RANK == HANG_RANK and MODE == "die":
+        os.kill(os.getpid(), 9)  # a node's process killed mid-run
     if RANK == HANG_RANK:
         time.sleep(300)
     if MODE == "raise":

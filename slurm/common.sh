@@ -1,0 +1,33 @@
+# Shared by the sbatch jobs: find the checkout and its Python, fix what every rank must agree on.
+# Sourced as "$CHECKOUT/slurm/common.sh" (sbatch runs a copy of the job script from its spool).
+
+# A hash seed shared by every rank: all ranks must collect the same tests in the same order.
+export PYTHONHASHSEED=0
+# srun's MPI plugin; pmix unless the site (or the emulated cluster: pmi2) says otherwise.
+export ACCEPTANCE_SRUN_MPI="${ACCEPTANCE_SRUN_MPI:-pmix}"
+
+if [ -n "${ACCEPTANCE_PYTHON:-}" ]; then
+    PY="$ACCEPTANCE_PYTHON"
+elif [ -x "$CHECKOUT/.venv/bin/python" ]; then
+    PY="$CHECKOUT/.venv/bin/python"
+else
+    PY="$(command -v python3)"
+fi
+if ! "$PY" -c "import acceptance" 2>/dev/null; then
+    echo "acceptance: $PY cannot import acceptance; run 'make venv' in $CHECKOUT or set ACCEPTANCE_PYTHON" >&2
+    exit 2
+fi
+
+OUTPUT="${ACCEPTANCE_OUTPUT:-$CHECKOUT/reports}"
+PROFILE="${ACCEPTANCE_PROFILE:-local}"
+# pytest arguments: a marker expression and anything extra (word-split on purpose).
+PYTEST_ARGS=()
+[ -n "${ACCEPTANCE_MARKERS:-}" ] && PYTEST_ARGS+=(-m "$ACCEPTANCE_MARKERS")
+# shellcheck disable=SC2206
+[ -n "${ACCEPTANCE_ARGS:-}" ] && PYTEST_ARGS+=($ACCEPTANCE_ARGS)
+RUN_ARGS=(--launcher srun --profile "$PROFILE" --output "$OUTPUT")
+[ -n "${ACCEPTANCE_SUITES:-}" ] && RUN_ARGS+=(--suites "$ACCEPTANCE_SUITES")
+[ -n "${ACCEPTANCE_HANG_TIMEOUT:-}" ] && RUN_ARGS+=(--hang-timeout "$ACCEPTANCE_HANG_TIMEOUT")
+[ "${ACCEPTANCE_DRAIN:-0}" = 1 ] && RUN_ARGS+=(--drain)
+
+echo "acceptance: job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-?} (${SLURM_NNODES:-?} nodes), checkout $CHECKOUT, python $PY, profile $PROFILE"

@@ -1,0 +1,556 @@
+#!/usr/bin/env python3
+"""An emulated multi-node, multi-rail Slurm cluster on one machine (root only).
+
+    python tests/cluster/emucluster.py up --nodes N --rails R
+    python tests/cluster/emucluster.py status
+    python tests/cluster/emucluster.py throttle node3 1 20mbit
+    python tests/cluster/emucluster.py restore
+    python tests/cluster/emucluster.py down
+
+Network (all addresses from 198.18.0.0/15, nothing leaves the machine):
+- node K (1..N) is the network namespace ``acc-node<K>``;
+- management: veth ``mgmt`` (198.18.0.K/24) in the namespace, peer ``acc-n<K>m`` on
+  bridge ``acc-mgmt`` (198.18.0.254/24, the slurmctld address) in the root namespace;
+- rail r (0..R-1): veth ``rail<r>`` (198.18.<r+1>.K/24) in the namespace, peer
+  ``acc-n<K>r<r>`` on bridge ``acc-rail<r>`` (198.18.<r+1>.254/24, one switch plane);
+- the root namespace routes between planes (net.ipv4.ip_forward=1 while up, the old
+  value is restored on down); in each namespace 198.18.0.0/15 goes via the rail0
+  gateway, and traffic sourced from rail r's address goes out rail r (policy rules),
+  so cross-rail traffic works.
+
+Slurm: munged (own key, own socket), slurmctld on 198.18.0.254:16817 and one
+``slurmd -N node<K>`` per namespace (started with ``nsenter --net=/run/netns/acc-node<K>``,
+listening on 198.18.0.K:17000+K). The config is written to /etc/slurm/slurm.conf (an
+existing one is backed up and put back on down), so plain ``sbatch``/``srun``/``sinfo``
+use this cluster while it is up. One partition ``emu`` (default, OverSubscribe=YES),
+each node claims CPUs=R, MpiDefault=pmi2. State, logs and pid files live in
+/run/acceptance-emucluster/, removed on down.
+
+How ranks use their rail: a job must set, per rank,
+``FI_PROVIDER=tcp FI_TCP_IFACE=rail${SLURM_LOCALID} MPIR_CVAR_NOLOCAL=1``
+so that MPICH (libfabric tcp provider) sends local rank i's traffic over rail i and never
+over shared memory; e.g. inside the batch script::
+
+    srun --mpi=pmi2 bash -c 'FI_PROVIDER=tcp FI_TCP_IFACE=rail$SLURM_LOCALID \\
+        MPIR_CVAR_NOLOCAL=1 exec python prog.py'
+
+``throttle NODE RAIL RATE`` puts a tbf qdisc on both ends of that node's rail link
+(namespace side ``rail<r>`` egress and root side ``acc-n<K>r<r>`` egress); ``restore``
+removes every qdisc we put on any link.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STATE = Path("/run/acceptance-emucluster")
+SLURM_CONF = Path("/etc/slurm/slurm.conf")
+MARK = "# managed by acceptance emucluster"
+CTLD_ADDR = "198.18.0.254"
+CTLD_PORT = 16817
+NS_PREFIX = "acc-node"
+MGMT_BR = "acc-mgmt"
+MARKER_ENV = "ACC_EMUCLUSTER"
+REQUIRED = ("ip", "tc", "nsenter", "munged", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "scancel")
+
+
+def _exe(name: str) -> str:
+    return shutil.which(name) or str(Path("/usr/sbin", name))
+
+
+def unavailable_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the emulated cluster needs root (network namespaces, bridges, slurmd)"
+    missing = [n for n in REQUIRED if not (shutil.which(n) or Path("/usr/sbin", n).exists())]
+    if missing:
+        return f"missing tools: {', '.join(missing)} (install slurm-wlm, munge, iproute2, util-linux)"
+    return None
+
+
+def _run(cmd: list[str], check: bool = True, timeout: float = 30, env: dict | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout}{p.stderr}")
+    return p
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run([_exe("ip"), *args], check=check)
+
+
+def _node_name(node) -> str:
+    s = str(node)
+    return s if s.startswith("node") else f"node{int(s)}"
+
+
+def _node_index(node) -> int:
+    return int(_node_name(node)[4:])
+
+
+def client_env(base: dict | None = None) -> dict:
+    """Environment for Slurm clients that talk to the emulated cluster (default slurm.conf)."""
+    return {k: v for k, v in (base or os.environ).items() if not k.startswith("SLURM_")}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie counts as gone
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _kill(pid: int, wait: float = 5.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        return
+    end = time.monotonic() + wait
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _environ(pid: int) -> list[bytes]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+
+
+class EmuCluster:
+    def __init__(self, state: Path = STATE):
+        self.dir = Path(state)
+        self.meta_file = self.dir / "meta.json"
+        self.host = socket.gethostname().split(".")[0]
+
+    # ---------------------------------------------------------------- layout
+    def meta(self) -> dict | None:
+        try:
+            return json.loads(self.meta_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def nodes(self) -> list[str]:
+        m = self.meta() or {}
+        return [f"node{k}" for k in range(1, m.get("nodes", 0) + 1)]
+
+    @property
+    def rails(self) -> int:
+        return (self.meta() or {}).get("rails", 0)
+
+    @staticmethod
+    def namespaces() -> list[str]:
+        p = _ip("netns", "list", check=False)
+        return sorted(line.split()[0] for line in p.stdout.splitlines() if line.startswith(NS_PREFIX))
+
+    @staticmethod
+    def links() -> list[str]:
+        """Our links in the root namespace (bridges and veth peers)."""
+        p = _ip("-o", "link", "show", check=False)
+        names = []
+        for line in p.stdout.splitlines():
+            m = re.match(r"\d+: ([^:@]+)", line)
+            if m and m.group(1).startswith("acc-"):
+                names.append(m.group(1))
+        return names
+
+    @staticmethod
+    def bridges() -> list[str]:
+        p = _ip("-o", "link", "show", "type", "bridge", check=False)
+        return [n for n in re.findall(r"^\d+: ([^:@]+)", p.stdout, re.M) if n.startswith("acc-")]
+
+    def run_in(self, node, cmd, **kw) -> subprocess.CompletedProcess:
+        """Run a command (list, or str for a shell) in a node's network namespace."""
+        ns = f"/run/netns/{NS_PREFIX}{_node_index(node)}"
+        argv = ["nsenter", f"--net={ns}"] + (["sh", "-c", cmd] if isinstance(cmd, str) else list(cmd))
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 60)
+        return subprocess.run(argv, **kw)
+
+    # ---------------------------------------------------------------- up
+    def healthy(self) -> bool:
+        m = self.meta()
+        if not m:
+            return False
+        st = self.status()
+        want_ns = {f"{NS_PREFIX}{k}" for k in range(1, m["nodes"] + 1)}
+        names = set(st["daemons"])
+        want_d = {"munged", "slurmctld"} | {f"slurmd-node{k}" for k in range(1, m["nodes"] + 1)}
+        return (want_ns <= set(st["namespaces"]) and want_d <= names and all(st["daemons"].values())
+                and len(st["nodes"]) == m["nodes"] and all(s == "idle" for s in st["nodes"].values()))
+
+    def up(self, nodes: int = 2, rails: int = 2, timeout: float = 60) -> "EmuCluster":
+        if not 1 <= nodes <= 250 or not 1 <= rails <= 200:
+            raise ValueError("need 1..250 nodes and 1..200 rails")
+        m = self.meta()
+        if m and m.get("nodes") == nodes and m.get("rails") == rails and self.healthy():
+            print(f"emucluster already up and healthy: {nodes} nodes x {rails} rails")
+            return self
+        if m or self.namespaces() or self.links() or self.dir.exists():
+            print("emucluster partially up or of another size: cleaning up first")
+            self.down()
+        try:
+            self.dir.mkdir(parents=True)
+            (self.dir / "log").mkdir()
+            self.meta_file.write_text(json.dumps({"nodes": nodes, "rails": rails, "host": self.host}))
+            self._net_up(nodes, rails)
+            self._write_conf(nodes, rails)
+            self._start_munge()
+            self._start_slurm(nodes)
+            self._wait_idle(nodes, timeout)
+        except BaseException:
+            print(f"emucluster up failed; logs in {self.dir / 'log'} (kept as {self.dir}.failed-logs)",
+                  file=sys.stderr)
+            shutil.rmtree(f"{self.dir}.failed-logs", ignore_errors=True)
+            try:
+                shutil.copytree(self.dir / "log", f"{self.dir}.failed-logs")
+            except OSError:
+                pass
+            self.down()
+            raise
+        print(f"emucluster up: {nodes} nodes x {rails} rails, slurmctld {CTLD_ADDR}:{CTLD_PORT}, "
+              f"state {self.dir}")
+        return self
+
+    def _net_up(self, nodes: int, rails: int) -> None:
+        fwd = Path("/proc/sys/net/ipv4/ip_forward")
+        (self.dir / "ip_forward.orig").write_text(fwd.read_text().strip())
+        # bridges: management + one per rail
+        for br, addr in [(MGMT_BR, f"{CTLD_ADDR}/24")] + [(f"acc-rail{r}", f"198.18.{r + 1}.254/24")
+                                                          for r in range(rails)]:
+            _ip("link", "add", br, "type", "bridge")
+            _ip("addr", "add", addr, "dev", br)
+            _ip("link", "set", br, "up")
+        fwd.write_text("1")
+        for k in range(1, nodes + 1):
+            ns = f"{NS_PREFIX}{k}"
+            _ip("netns", "add", ns)
+            nsip = lambda *a: _ip("-n", ns, *a)  # noqa: E731
+            nsip("link", "set", "lo", "up")
+            # loose reverse-path filter: cross-rail replies may come in on another rail
+            for key in ("all", "default"):
+                self.run_in(k, ["sysctl", "-qw", f"net.ipv4.conf.{key}.rp_filter=2"])
+            links = [("mgmt", f"acc-n{k}m", MGMT_BR, f"198.18.0.{k}/24")]
+            links += [(f"rail{r}", f"acc-n{k}r{r}", f"acc-rail{r}", f"198.18.{r + 1}.{k}/24") for r in range(rails)]
+            for inner, outer, br, addr in links:
+                _ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns)
+                _ip("link", "set", outer, "master", br)
+                _ip("link", "set", outer, "up")
+                nsip("addr", "add", addr, "dev", inner)
+                nsip("link", "set", inner, "up")
+            # other rail subnets via rail0's gateway; traffic from rail r's address leaves on rail r
+            nsip("route", "add", "198.18.0.0/15", "via", "198.18.1.254", "dev", "rail0")
+            for r in range(rails):
+                table = str(100 + r)
+                nsip("route", "add", f"198.18.{r + 1}.0/24", "dev", f"rail{r}", "table", table)
+                nsip("route", "add", "198.18.0.0/24", "dev", "mgmt", "table", table)
+                nsip("route", "add", "198.18.0.0/15", "via", f"198.18.{r + 1}.254", "dev", f"rail{r}",
+                     "table", table)
+                nsip("rule", "add", "from", f"198.18.{r + 1}.{k}", "table", table, "priority", str(1000 + r))
+
+    def _write_conf(self, nodes: int, rails: int) -> None:
+        if SLURM_CONF.exists() and not SLURM_CONF.read_text(errors="replace").startswith(MARK):
+            shutil.copy2(SLURM_CONF, self.dir / "slurm.conf.orig")
+        elif not SLURM_CONF.exists():
+            (self.dir / "slurm.conf.none").touch()
+        d = self.dir
+        node_lines = "\n".join(
+            f"NodeName=node{k} NodeAddr=198.18.0.{k} NodeHostname={self.host} Port={17000 + k} CPUs={rails}"
+            for k in range(1, nodes + 1))
+        text = f"""{MARK} ({d}); restored on `emucluster.py down`
+ClusterName=acc-emu
+SlurmctldHost={self.host}({CTLD_ADDR})
+SlurmctldPort={CTLD_PORT}
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket={d}/munge/munge.socket.2
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool-%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd-%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmi2
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=5
+{node_lines}
+PartitionName=emu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+        (d / "state").mkdir(exist_ok=True)
+        (d / "slurm.conf").write_text(text)
+        SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
+        tmp = SLURM_CONF.with_name(".slurm.conf.emucluster")
+        tmp.write_text(text)
+        tmp.replace(SLURM_CONF)
+
+    def _daemon_env(self) -> dict:
+        env = client_env()
+        env[MARKER_ENV] = str(self.dir)
+        return env
+
+    def _start_munge(self) -> None:
+        m = self.dir / "munge"
+        m.mkdir(mode=0o700)
+        key = m / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        _run([_exe("munged"), "--force", f"--key-file={key}", f"--socket={m}/munge.socket.2",
+              f"--pid-file={m}/munged.pid", f"--log-file={self.dir}/log/munged.log", f"--seed-file={m}/seed"],
+             env=self._daemon_env())
+
+    def _start_slurm(self, nodes: int) -> None:
+        env = self._daemon_env()
+        _run([_exe("slurmctld")], env=env)
+        for k in range(1, nodes + 1):
+            _run(["nsenter", f"--net=/run/netns/{NS_PREFIX}{k}", _exe("slurmd"), "-N", f"node{k}"], env=env)
+
+    def sinfo(self) -> dict[str, str]:
+        try:
+            p = _run([_exe("sinfo"), "-h", "-N", "-o", "%N %T"], check=False, timeout=10, env=client_env())
+        except subprocess.TimeoutExpired:
+            return {}
+        out = {}
+        for line in p.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                out[parts[0]] = parts[1]
+        return out
+
+    def _wait_idle(self, nodes: int, timeout: float) -> None:
+        want = {f"node{k}" for k in range(1, nodes + 1)}
+        end = time.monotonic() + timeout
+        states: dict = {}
+        while time.monotonic() < end:
+            states = self.sinfo()
+            if want <= {n for n, s in states.items() if s == "idle"}:
+                return
+            time.sleep(0.5)
+        logs = sorted(str(p) for p in (self.dir / "log").glob("*.log"))
+        raise RuntimeError(f"emucluster nodes not idle after {timeout:.0f} s: {states or 'no sinfo answer'}\n"
+                           f"logs: {' '.join(logs)}")
+
+    # ---------------------------------------------------------------- down
+    def _our_daemons(self) -> dict[str, int]:
+        """Live daemons we started: from pid files, else by the marker in their environment."""
+        found: dict[str, int] = {}
+        pidfiles = {"munged": self.dir / "munge" / "munged.pid", "slurmctld": self.dir / "slurmctld.pid"}
+        for f in sorted(self.dir.glob("slurmd-*.pid")):
+            pidfiles[f.stem] = f
+        for name, f in pidfiles.items():
+            pid = _read_pid(f)
+            if pid and _alive(pid) and _comm(pid) in ("munged", "slurmctld", "slurmd"):
+                found[name] = pid
+        marker = f"{MARKER_ENV}={self.dir}".encode()
+        for pid in _pids():
+            comm = _comm(pid)
+            if comm in ("munged", "slurmctld", "slurmd") and pid not in found.values():
+                if marker in _environ(pid):
+                    found[f"{comm}-{pid}"] = pid
+        return found
+
+    def down(self) -> None:
+        conf_ours = SLURM_CONF.exists() and SLURM_CONF.read_text(errors="replace").startswith(MARK)
+        daemons = self._our_daemons()
+        if conf_ours and any(n.startswith("slurmctld") for n in daemons):
+            try:
+                _run([_exe("scancel"), "--full", "-u", "root"], check=False, timeout=10, env=client_env())
+                time.sleep(0.5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        # slurmds first, then the controller, then munge
+        order = sorted(daemons, key=lambda n: (0 if n.startswith("slurmd") else 1 if n.startswith("slurmctld")
+                                               else 2))
+        for name in order:
+            _kill(daemons[name])
+        # anything left inside our namespaces (job steps, stray ranks)
+        for ns in self.namespaces():
+            p = _ip("netns", "pids", ns, check=False)
+            for pid in (int(x) for x in p.stdout.split() if x.isdigit()):
+                _kill(pid, wait=2)
+        for ns in self.namespaces():
+            _ip("netns", "delete", ns, check=False)
+        for name in self.links():  # veth peers vanish with their namespace; bridges stay
+            _ip("link", "delete", name, check=False)
+        orig = self.dir / "ip_forward.orig"
+        if orig.exists():
+            Path("/proc/sys/net/ipv4/ip_forward").write_text(orig.read_text().strip())
+        backup = self.dir / "slurm.conf.orig"
+        if backup.exists():
+            shutil.copy2(backup, SLURM_CONF)
+        elif conf_ours:  # no config existed before ours (slurm.conf.none)
+            SLURM_CONF.unlink(missing_ok=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # ---------------------------------------------------------------- throttle
+    def _rail_link(self, node, rail: int) -> tuple[str, str, str]:
+        k = _node_index(node)
+        ns, inner, outer = f"{NS_PREFIX}{k}", f"rail{int(rail)}", f"acc-n{k}r{int(rail)}"
+        if ns not in self.namespaces() or outer not in self.links():
+            raise ValueError(f"no such node/rail: {_node_name(node)} rail {rail}")
+        return ns, inner, outer
+
+    def throttle(self, node, rail: int, rate: str) -> None:
+        ns, inner, outer = self._rail_link(node, rail)
+        tbf = ["root", "tbf", "rate", str(rate), "burst", "32kbit", "latency", "400ms"]
+        _run([_exe("tc"), "qdisc", "replace", "dev", outer, *tbf])
+        _run([_exe("tc"), "-n", ns, "qdisc", "replace", "dev", inner, *tbf])
+
+    def _all_rail_links(self) -> list[tuple[str | None, str]]:
+        out: list[tuple[str | None, str]] = [(None, n) for n in self.links() if re.fullmatch(r"acc-n\d+[rm]\d*", n)]
+        for ns in self.namespaces():
+            p = _ip("-n", ns, "-o", "link", "show", check=False)
+            for name in re.findall(r"^\d+: ([^:@]+)", p.stdout, re.M):
+                if name.startswith(("rail", "mgmt")):
+                    out.append((ns, name))
+        return out
+
+    def throttles(self) -> dict[str, str]:
+        found = {}
+        for ns, dev in self._all_rail_links():
+            ns_args = ["-n", ns] if ns else []
+            p = _run([_exe("tc"), *ns_args, "qdisc", "show", "dev", dev, "root"], check=False)
+            for line in p.stdout.splitlines():
+                if re.search(r"\b(tbf|htb)\b", line):
+                    found[f"{ns + ':' if ns else ''}{dev}"] = line.strip()
+        return found
+
+    def restore(self) -> None:
+        for ns, dev in self._all_rail_links():
+            ns_args = ["-n", ns] if ns else []
+            _run([_exe("tc"), *ns_args, "qdisc", "del", "dev", dev, "root"], check=False)
+
+    # ---------------------------------------------------------------- helpers
+    def kill_node_processes(self, node, sig: int = signal.SIGKILL) -> list[int]:
+        """Kill the job processes run by a node's slurmd (SLURMD_NODENAME=nodeK), not the daemons."""
+        marker = f"SLURMD_NODENAME={_node_name(node)}".encode()
+        killed = []
+        for pid in _pids():
+            if _comm(pid) in ("slurmd", "slurmstepd", "slurmctld", "munged"):
+                continue
+            if marker in _environ(pid):
+                try:
+                    os.kill(pid, sig)
+                    killed.append(pid)
+                except OSError:
+                    pass
+        return killed
+
+    def status(self) -> dict:
+        daemons = self._our_daemons() if self.dir.exists() else {}
+        return {
+            "up": self.meta() is not None,
+            "meta": self.meta(),
+            "namespaces": self.namespaces(),
+            "bridges": self.bridges(),
+            "daemons": {n: _alive(p) for n, p in daemons.items()},
+            "daemon_pids": daemons,
+            "nodes": self.sinfo() if any(n.startswith("slurmctld") for n in daemons) else {},
+            "throttles": self.throttles(),
+            "slurm_conf": str(SLURM_CONF) if SLURM_CONF.exists() else None,
+            "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="create namespaces, bridges and start munged/slurmctld/slurmds")
+    p_up.add_argument("--nodes", type=int, default=2)
+    p_up.add_argument("--rails", type=int, default=2)
+    p_up.add_argument("--timeout", type=float, default=60, help="seconds to wait for all nodes idle")
+    sub.add_parser("down", help="stop everything and restore the machine")
+    p_th = sub.add_parser("throttle", help="tbf on both ends of one node's rail link")
+    p_th.add_argument("node")
+    p_th.add_argument("rail", type=int)
+    p_th.add_argument("rate", help="tc rate, e.g. 20mbit")
+    sub.add_parser("restore", help="remove all throttles")
+    p_st = sub.add_parser("status", help="namespaces, bridges, daemons, sinfo, throttles")
+    p_st.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    if args.cmd != "status" or os.geteuid() != 0:
+        reason = unavailable_reason()
+        if reason:
+            print(f"emucluster: {reason}", file=sys.stderr)
+            return 2
+    c = EmuCluster()
+    try:
+        if args.cmd == "up":
+            c.up(args.nodes, args.rails, timeout=args.timeout)
+        elif args.cmd == "down":
+            c.down()
+            print("emucluster down: machine clean")
+        elif args.cmd == "throttle":
+            c.throttle(args.node, args.rail, args.rate)
+            print(f"throttled {_node_name(args.node)} rail{args.rail} to {args.rate} (both ends)")
+        elif args.cmd == "restore":
+            c.restore()
+            print("all throttles removed")
+        elif args.cmd == "status":
+            st = c.status()
+            if args.json:
+                print(json.dumps(st, indent=2))
+            else:
+                print(f"up:         {st['up']} {st['meta'] or ''}")
+                print(f"namespaces: {' '.join(st['namespaces']) or '-'}")
+                print(f"bridges:    {' '.join(st['bridges']) or '-'}")
+                print("daemons:    " + (" ".join(f"{n}={p}{'' if st['daemons'][n] else '(dead)'}"
+                                              for n, p in st["daemon_pids"].items()) or "-"))
+                print("sinfo:      " + (" ".join(f"{n}:{s}" for n, s in st["nodes"].items()) or "-"))
+                print("throttles:  " + ("\n            ".join(f"{d}: {q}" for d, q in st["throttles"].items())
+                                        or "-"))
+                print(f"slurm.conf: {st['slurm_conf'] or '-'}   ip_forward: {st['ip_forward']}")
+    except (RuntimeError, ValueError) as e:
+        print(f"emucluster {args.cmd}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
