@@ -283,6 +283,8 @@ def cmd_run(args) -> int:
     code = _burn_in(cmd, env, folder, args.iterations, args.duration)
     if code in (EXIT_OK, EXIT_FAILED):
         code = max(code, _post_run(folder, args.drain))
+    elif code == EXIT_INCOMPLETE and folder.results.exists():
+        _post_run(folder, drain=False)  # what was measured before the loss still gets its report
     print(f"acceptance: exit {code} ({_WORDS[code]})")
     print(f"run folder: {folder.path}")
     return code

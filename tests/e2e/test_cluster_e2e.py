@@ -1,0 +1,122 @@
+"""End to end: sbatch jobs on an emulated 4-node x 2-rail Slurm cluster (network namespaces, veth rails,
+one slurmd per node), with a real degraded link and a real lost node. Root only."""
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from cluster.emucluster import EmuCluster, client_env, unavailable_reason  # noqa: E402
+
+REASON = unavailable_reason()
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    emu = EmuCluster()
+    try:
+        yield emu.up(nodes=4, rails=2)
+    finally:
+        emu.down()
+
+
+@pytest.fixture
+def clean(cluster):
+    cluster.restore()
+    yield cluster
+    cluster.restore()
+
+
+def _env(**extra) -> dict:
+    env = client_env({k: v for k, v in os.environ.items()
+                      if not k.startswith(("ACCEPTANCE_", "PMI", "PYTEST_", "SLURM_", "HANG_"))})
+    env.update(ACCEPTANCE_PROFILE="emulated", ACCEPTANCE_SRUN_MPI="pmi2", ACCEPTANCE_RAIL_IFACE_PREFIX="rail",
+               FI_PROVIDER="tcp", MPIR_CVAR_NOLOCAL="1", MPIR_CVAR_CH4_NETMOD="ofi")
+    env.update(extra)
+    return env
+
+
+def _sbatch(script: str, tmp_path: Path, timeout: float = 600, **env) -> tuple[int, str]:
+    out = tmp_path / f"{Path(script).stem}-{time.monotonic_ns()}.out"
+    p = subprocess.run(["sbatch", "--wait", "-N", "4", "--ntasks-per-node=2", "-o", str(out), f"slurm/{script}"],
+                       cwd=ROOT, env=_env(ACCEPTANCE_OUTPUT=str(tmp_path / "reports"), **env),
+                       capture_output=True, text=True, timeout=timeout)
+    log = out.read_text() if out.exists() else ""
+    return p.returncode, p.stdout + p.stderr + log
+
+
+def _folder(log: str) -> Path:
+    return Path(re.findall(r"^run folder: (\S+)$", log, re.M)[-1])
+
+
+def test_healthy_cluster_passes(clean, tmp_path):
+    rc, log = _sbatch("acceptance.sbatch", tmp_path)
+    assert rc == 0, log
+    folder = _folder(log)
+    assert (folder / "report.html").exists()
+    assert json.loads((folder / "findings.json").read_text()) == []
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["topology"]["nodes"] == {f"node{k}": [2 * k - 2, 2 * k - 1] for k in range(1, 5)}
+
+
+def test_degraded_rail_is_localized(clean, tmp_path):
+    clean.throttle("node3", 1, "20mbit")
+    rc, log = _sbatch("acceptance.sbatch", tmp_path, ACCEPTANCE_MARKERS="p2p")
+    assert rc == 1, log
+    findings = json.loads((_folder(log) / "findings.json").read_text())
+    assert findings, log
+    for f in findings:
+        assert f["scope"] in ("nic", "link") and f["rail"] == 1, f
+        assert "node3" in (f["node"], f["peer"]), f
+
+
+def test_lost_node_ends_the_job_with_exit_3(clean, tmp_path):
+    result = {}
+
+    def submit():
+        result["rc"], result["log"] = _sbatch("acceptance.sbatch", tmp_path)
+
+    job = threading.Thread(target=submit)
+    job.start()
+    reports = tmp_path / "reports"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:  # wait until the run has measured something
+        found = list(reports.glob("*/results.jsonl"))
+        if found and found[0].stat().st_size > 0:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail("the job wrote no results")
+    assert clean.kill_node_processes("node4")
+    job.join(timeout=300)
+    assert not job.is_alive(), "the job hung after losing a node"
+    assert result["rc"] == 3, result["log"]
+    folder = _folder(result["log"])
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["complete"] is False and "node4" in meta.get("lost_nodes", []) + [
+        meta["topology"]["ranks"][r]["node"] for r in meta["missing_ranks"]], meta
+    assert (folder / "results.jsonl").read_text().strip()
+    assert "incomplete" in (folder / "report.html").read_text().lower()
+
+
+def test_nightly_reports_the_regression(clean, tmp_path):
+    nightly = dict(ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_DURATION="1s", ACCEPTANCE_HISTORY=str(tmp_path / "history"))
+    rc, log = _sbatch("nightly.sbatch", tmp_path, **nightly)
+    assert rc == 0, log
+    good = (tmp_path / "history" / "last-good").read_text().strip()
+    clean.throttle("node2", 0, "50mbit")
+    rc, log = _sbatch("nightly.sbatch", tmp_path, **nightly)
+    assert rc == 1, log
+    assert f"comparing with the last good run {good}" in log
+    findings = json.loads((_folder(log) / "findings.json").read_text())
+    assert any(f.get("kind") == "regression" and "node2" in (f["node"], f["peer"]) for f in findings), findings
+    assert (tmp_path / "history" / "last-good").read_text().strip() == good  # a bad night is not the new baseline
+    assert len((tmp_path / "history" / "runs.tsv").read_text().splitlines()) == 2
