@@ -383,6 +383,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "max_iters": Int(1000, min=1, help="timed iterations per size, at most"),
         "warmup_fraction": Float(0.1, help="untimed warmup iterations, as a fraction of the timed ones (at least 1)"),
         "window": Int(64, min=1, help="puts in flight per bandwidth iteration, as osu_put_bw"),
+        "max_time_per_size": Duration(None, help="caps one size's timed point-to-point loop, so a crippled link costs seconds"),
     },
     "latency": {
         "size": Size("8B", help="message size of the latency tests"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ..measure import timed
+from ..measure import timed, timed_capped
 from .memory import Mismatch, allocate, corrupt_for_test, fill_pattern, verify
 
 NAME = "mpi"
@@ -124,14 +124,16 @@ class PairLink:
         window: int,
         origin: int,
         seed: tuple[int, int, int],
+        budget_s: float | None = None,
     ) -> Transfer:
         """osu_put_bw: each iteration is `window` Puts then one Flush. Data verified after the run.
 
         seed = (source world rank, destination world rank, iteration) of the pattern.
+        budget_s caps the timed loop (at least 2 iterations), so a crippled link costs seconds.
         """
         if self.me == origin:
             fill_pattern(self.send[:size], *seed)
-        times = self._timed_puts(size, iters, warmup, window, origin)
+        times = self._timed_puts(size, iters, warmup, window, origin, budget_s)
         mismatch = None
         if self.me != origin:
             # An exclusive lock on our own window orders our reads after the peer's completed puts.
@@ -149,7 +151,8 @@ class PairLink:
         """osu_put_latency with flush: one Put + Flush per sample (not halved)."""
         return self._timed_puts(size, iters, warmup, 1, origin)
 
-    def _timed_puts(self, size: int, iters: int, warmup: int, puts: int, origin: int) -> np.ndarray | None:
+    def _timed_puts(self, size: int, iters: int, warmup: int, puts: int, origin: int,
+                    budget_s: float | None = None) -> np.ndarray | None:
         """The origin times `puts` Puts + one Flush per iteration; the target waits. Collective over the pair."""
         times = None
         if self.me == origin:
@@ -169,7 +172,8 @@ class PairLink:
 
             win.Lock(target, MPI.LOCK_SHARED)
             try:
-                times = timed(op, iters, warmup)
+                times = (timed(op, iters, warmup) if budget_s is None
+                         else timed_capped(op, iters, warmup, int(budget_s * 1e9), min_iters=2))
             finally:
                 win.Unlock(target)
         self.comm.Barrier()

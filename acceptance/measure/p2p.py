@@ -72,6 +72,7 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     sweep = sweep_from_profile(profile)
     window = profile.get("sweep.window")
     bounds = profile.get("rdma_write.bandwidth_min")
+    budget = profile.get("sweep.max_time_per_size")
     problems = []
     for comm, low, high in rp.pairs():
         link = engine.PairLink(comm, max(sweep.sizes))
@@ -82,9 +83,10 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
                 for i, size in enumerate(sweep.sizes):
                     iters = sweep.iters(size, size * window)
                     t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
-                                           seed=(ranks[0], ranks[1], i))
+                                           seed=(ranks[0], ranks[1], i), budget_s=budget)
                     common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME)
                     if t.times_ns is not None:
+                        iters = len(t.times_ns)  # fewer when the time budget ran out
                         value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
                         bound = bound_at(bounds, size)
                         verdict = judge(value, bound, higher_is_better=True)

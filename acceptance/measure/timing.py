@@ -50,6 +50,36 @@ def timed(op: Callable[[], object], iters: int, warmup: int = 0,
     return out[:iters]
 
 
+def timed_capped(op: Callable[[], object], iters: int, warmup: int, budget_ns: int,
+                 min_iters: int = 1) -> np.ndarray:
+    """As timed(), but stops once the timed iterations add up to budget_ns (after min_iters).
+
+    perftest's -D idea for one-sided bandwidth: a crippled link costs seconds, not
+    hours. Only for loops one rank runs alone (an origin's puts): ranks of a
+    collective must all run the same number of iterations.
+    """
+    if iters < 0 or warmup < 0 or min_iters < 0:
+        raise ValueError(f"iters, warmup and min_iters must be >= 0, got {iters}, {warmup}, {min_iters}")
+    out = np.empty(iters, dtype=np.int64)
+    buf = memoryview(out)
+    now = time.perf_counter_ns
+    spent = 0
+    done = iters
+    with _GcOff():
+        for _ in itertools.repeat(None, warmup):
+            op()
+        for i in range(iters):
+            t0 = now()
+            op()
+            t = now() - t0
+            buf[i] = t
+            spent += t
+            if spent >= budget_ns and i + 1 >= min_iters:
+                done = i + 1
+                break
+    return out[:done]
+
+
 def timed_total(op: Callable[[], object], iters: int, warmup: int = 0) -> int:
     """ns for `iters` back-to-back calls of op() under one timer pair.
 

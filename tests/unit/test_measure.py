@@ -356,3 +356,20 @@ def test_driver_imports_stay_light():
             "bad = [m for m in ('pytest', 'mpi4py') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_timed_capped_stops_at_the_budget_after_min_iters():
+    import time as _time
+    from acceptance.measure import timed_capped
+    calls = []
+
+    def op():
+        calls.append(1)
+        _time.sleep(0.01)
+    t = timed_capped(op, iters=1000, warmup=2, budget_ns=50_000_000, min_iters=2)
+    assert 4 <= len(t) <= 7 and len(calls) == len(t) + 2
+    assert t.sum() >= 50_000_000
+    # min_iters wins over a budget already spent by the first iteration
+    assert len(timed_capped(op, iters=10, warmup=0, budget_ns=1, min_iters=3)) == 3
+    # a budget never reached runs every iteration
+    assert len(timed_capped(lambda: None, iters=5, warmup=0, budget_ns=10**12)) == 5
