@@ -7,6 +7,7 @@ system Slurm. Needs root and Debian's slurm-wlm and munge (make test installs th
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -65,8 +66,12 @@ class LocalSlurm:
             f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} Port={p}"
             for n, p in zip(self.nodes, node_ports))
         d = self.dir
+        # Job ids unique to this cluster: MPICH names its shared-memory segments after the
+        # PMI job, and a segment left by a killed rank of an earlier "job 1" breaks the next one.
+        first_job_id = 1000 + secrets.randbelow(60_000_000)
         self.conf.write_text(f"""\
 ClusterName=acceptance-test
+FirstJobId={first_job_id}
 SlurmctldHost={self.host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmUser=root

@@ -50,6 +50,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -312,8 +313,12 @@ class EmuCluster:
         node_lines = "\n".join(
             f"NodeName=node{k} NodeAddr=198.18.0.{k} NodeHostname={self.host} Port={17000 + k} CPUs={rails}"
             for k in range(1, nodes + 1))
+        # Job ids unique to this cluster: MPICH names its shared-memory segments after the
+        # PMI job, and a segment left by a killed rank of an earlier "job 1" breaks the next one.
+        first_job_id = 1000 + secrets.randbelow(60_000_000)
         text = f"""{MARK} ({d}); restored on `emucluster.py down`
 ClusterName=acc-emu
+FirstJobId={first_job_id}
 SlurmctldHost={self.host}({CTLD_ADDR})
 SlurmctldPort={CTLD_PORT}
 SlurmUser=root
