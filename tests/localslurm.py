@@ -27,6 +27,43 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def slurm_conf(*, cluster: str, folder: Path, controller: str, port: int, munge_socket: Path,
+               mpi_default: str, nodes: str, partition: str) -> str:
+    """A slurm.conf whose every file, socket and port is private to `folder` (shared by emucluster.py).
+
+    Job ids start at a random number: MPICH names its shared-memory segments after
+    the PMI job, and a segment left by a killed rank of an earlier "job 1" of a
+    fresh cluster breaks the next job 1's MPI_Init.
+    """
+    d = folder
+    return f"""\
+ClusterName={cluster}
+FirstJobId={1000 + secrets.randbelow(60_000_000)}
+SlurmctldHost={controller}
+SlurmctldPort={port}
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool-%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd-%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault={mpi_default}
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=5
+{nodes}
+PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+
 def _free_ports(count: int) -> list[int]:
     socks, ports = [], []
     for _ in range(count):
@@ -66,35 +103,10 @@ class LocalSlurm:
             f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} Port={p}"
             for n, p in zip(self.nodes, node_ports))
         d = self.dir
-        # Job ids unique to this cluster: MPICH names its shared-memory segments after the
-        # PMI job, and a segment left by a killed rank of an earlier "job 1" breaks the next one.
-        first_job_id = 1000 + secrets.randbelow(60_000_000)
-        self.conf.write_text(f"""\
-ClusterName=acceptance-test
-FirstJobId={first_job_id}
-SlurmctldHost={self.host}(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmUser=root
-AuthType=auth/munge
-AuthInfo=socket={self.munge_dir}/munge.socket.2
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool-%n
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd-%n.pid
-SlurmctldLogFile={d}/log/slurmctld.log
-SlurmdLogFile={d}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-SlurmdParameters=config_overrides
-KillWait=5
-{node_lines}
-PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-""")
+        self.conf.write_text(slurm_conf(
+            cluster="acceptance-test", folder=d, controller=f"{self.host}(127.0.0.1)", port=ctld_port,
+            munge_socket=self.munge_dir / "munge.socket.2", mpi_default="none", nodes=node_lines,
+            partition="test"))
         env = self.env()
         subprocess.run([_exe("slurmctld")], env=env, check=True, timeout=30)
         for node in self.nodes:

@@ -50,7 +50,6 @@ import argparse
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -58,6 +57,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, also when run as a script
+from localslurm import slurm_conf  # noqa: E402
 
 STATE = Path("/run/acceptance-emucluster")
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -313,35 +315,9 @@ class EmuCluster:
         node_lines = "\n".join(
             f"NodeName=node{k} NodeAddr=198.18.0.{k} NodeHostname={self.host} Port={17000 + k} CPUs={rails}"
             for k in range(1, nodes + 1))
-        # Job ids unique to this cluster: MPICH names its shared-memory segments after the
-        # PMI job, and a segment left by a killed rank of an earlier "job 1" breaks the next one.
-        first_job_id = 1000 + secrets.randbelow(60_000_000)
-        text = f"""{MARK} ({d}); restored on `emucluster.py down`
-ClusterName=acc-emu
-FirstJobId={first_job_id}
-SlurmctldHost={self.host}({CTLD_ADDR})
-SlurmctldPort={CTLD_PORT}
-SlurmUser=root
-AuthType=auth/munge
-AuthInfo=socket={d}/munge/munge.socket.2
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool-%n
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd-%n.pid
-SlurmctldLogFile={d}/log/slurmctld.log
-SlurmdLogFile={d}/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=pmi2
-ReturnToService=2
-SlurmdParameters=config_overrides
-KillWait=5
-{node_lines}
-PartitionName=emu Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
+        text = f"{MARK} ({d}); restored on `emucluster.py down`\n" + slurm_conf(
+            cluster="acc-emu", folder=d, controller=f"{self.host}({CTLD_ADDR})", port=CTLD_PORT,
+            munge_socket=d / "munge" / "munge.socket.2", mpi_default="pmi2", nodes=node_lines, partition="emu")
         (d / "state").mkdir(exist_ok=True)
         (d / "slurm.conf").write_text(text)
         SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
