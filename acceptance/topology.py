@@ -9,12 +9,13 @@ rail-optimized cluster) unless the profile maps this rank's NIC to a rail.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from mpi4py import MPI
+
+from .naming import natural_key
 
 # Set by `acceptance run` for local emulation: ranks r*R .. r*R+R-1 form node r+1.
 ENV_NODES = "ACCEPTANCE_VIRTUAL_NODES"
@@ -88,7 +89,7 @@ class Topology:
         self.world = world
         self.ranks = ranks
         self.me = ranks[world.Get_rank()]
-        self.nodes = sorted({r.node for r in ranks}, key=_natural)
+        self.nodes = sorted({r.node for r in ranks}, key=natural_key)
         self.rails = sorted({r.rail for r in ranks})
         node_index = {n: i for i, n in enumerate(self.nodes)}
         # Collective: every rank creates both communicators at the same time.
@@ -120,8 +121,3 @@ class Topology:
             "rails": self.rails,
             "ranks": [asdict(r) for r in self.ranks],
         }
-
-
-def _natural(name: str) -> tuple:
-    """node2 before node10."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))

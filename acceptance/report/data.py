@@ -12,20 +12,20 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from ..analysis import DIRECTION
+from ..naming import natural_key  # noqa: F401  (re-exported for sections)
 from ..profile import format_size
 
 # Columns the report reads, with what a missing column becomes.
 COLUMNS = ("test", "suite", "metric", "value", "unit", "size", "rail", "iteration",
            "src", "dst", "op", "scope", "threshold", "verdict", "detail")
 
-# Metrics where a smaller value is better (everything else: larger is better).
-_LOWER_IS_BETTER = re.compile(r"(latency|time|errors|error|drop|discard|retry|retries|timeout|"
-                              r"rss_growth|mismatch|downed|recovery|overrun|symbol|integrity|stall)",
-                              re.IGNORECASE)
+def lower_is_better(suite: str, metric: str) -> bool:
+    """From the analysis' bound registry, the one place that knows each metric's direction.
 
-
-def lower_is_better(metric: str) -> bool:
-    return bool(_LOWER_IS_BETTER.search(str(metric)))
+    Metrics without a direction there (counts such as errors, or unknown ones) read as lower-is-better.
+    """
+    return DIRECTION.get((str(suite), str(metric))) is not True
 
 
 def prepare(records: pd.DataFrame | None) -> pd.DataFrame:
@@ -84,13 +84,6 @@ def collective_labels(sub: pd.DataFrame) -> pd.DataFrame:
                     np.where(scope == "node", src, scope))
     sub["comm"] = comm
     return sub
-
-
-_NUM = re.compile(r"(\d+)")
-
-
-def natural_key(name) -> list:
-    return [int(part) if part.isdigit() else part for part in _NUM.split(str(name))]
 
 
 def natural_sorted(names: Iterable) -> list[str]:

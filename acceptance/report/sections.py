@@ -159,7 +159,7 @@ def failing_records(recs: pd.DataFrame) -> dict:
     bad = recs[recs["verdict"].isin(["fail", "warn"])]
     if bad.empty:
         return {"rows": [], "more": ""}
-    bad = bad.assign(_lower=bad["metric"].map(lambda m: lower_is_better(m)))
+    bad = bad.assign(_lower=[lower_is_better(s, m) for s, m in zip(bad["suite"], bad["metric"])])
     badness = np.where(bad["_lower"].to_numpy(bool), bad["value"].to_numpy(float),
                        -bad["value"].to_numpy(float))
     bad = bad.assign(_bad=np.nan_to_num(badness, nan=-np.inf))

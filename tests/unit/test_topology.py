@@ -4,8 +4,9 @@ import socket
 import pytest
 from mpi4py import MPI
 
+from acceptance.naming import natural_key
 from acceptance.topology import (
-    ENV_NIC, ENV_NODES, ENV_RANKS_PER_NODE, RankInfo, Topology, TopologyError, _natural,
+    ENV_NIC, ENV_NODES, ENV_RANKS_PER_NODE, RankInfo, Topology, TopologyError,
     emulation, local_identity, rail_of,
 )
 
@@ -51,8 +52,8 @@ def test_rail_of():
 
 def test_natural_order():
     names = ["node10", "node2", "node1", "gpu-a3", "gpu-a10"]
-    assert sorted(names, key=_natural) == ["gpu-a3", "gpu-a10", "node1", "node2", "node10"]
-    assert _natural("node2") < _natural("node10")
+    assert sorted(names, key=natural_key) == ["gpu-a3", "gpu-a10", "node1", "node2", "node10"]
+    assert natural_key("node2") < natural_key("node10")
 
 
 # ---- a real one-rank MPI world (singleton init, no mpiexec) -------------
