@@ -1,0 +1,150 @@
+"""File trees shaped exactly like a real node's /sys, for the counter and preflight parsers.
+
+The layout follows the kernel (drivers/infiniband/core/sysfs.c, Documentation/ABI):
+the device lives under /sys/devices/pci.../<bdf>/infiniband/<dev>, and
+/sys/class/infiniband/<dev>, /sys/class/net/<netdev> and /sys/bus/pci/devices/<bdf>
+are symlinks into it. Files hold what the kernel prints, newline included.
+Point ACCEPTANCE_SYSFS_ROOT at the returned root.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# PMA PortCounters as mlx5 exposes them (extended width: data and packet counters are 64-bit).
+PMA_COUNTERS = (
+    "symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+    "port_xmit_discards", "VL15_dropped", "link_error_recovery", "link_downed",
+    "port_xmit_constraint_errors", "port_rcv_constraint_errors", "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors", "port_xmit_wait", "port_xmit_data", "port_rcv_data",
+    "port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets", "unicast_rcv_packets",
+    "multicast_xmit_packets", "multicast_rcv_packets",
+)
+# A subset of mlx5 hw_counters (drivers/infiniband/hw/mlx5/counters.c).
+HW_COUNTERS = (
+    "out_of_buffer", "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err",
+    "implied_nak_seq_err", "local_ack_timeout_err", "resp_local_length_error", "resp_cqe_error",
+    "req_cqe_error", "req_remote_access_errors", "req_remote_invalid_request", "rx_write_requests",
+    "rx_read_requests", "rx_atomic_requests", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored",
+    "np_ecn_marked_roce_packets", "rx_icrc_encapsulated",
+)
+HW_COUNTERS_ROCE_ONLY = ("np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
+                         "rx_icrc_encapsulated")
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def _link(link: Path, target: Path) -> None:
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
+def ib_device(root: Path, name: str = "mlx5_0", *, bdf: str = "0000:18:00.0", ports: int = 1,
+              link_layer: str = "InfiniBand", rate: str = "400 Gb/sec (4X NDR)", state: str = "4: ACTIVE",
+              phys_state: str = "5: LinkUp", fw_ver: str = "28.39.1002", netdev: str | None = None,
+              netdev_mtu: int = 4200, driver: str = "mlx5_core", driver_version: str | None = None,
+              numa_node: int = 0, lid: str = "0x12", node_desc: str | None = None,
+              counters: dict[str, int] | None = None, hw_counters: dict[str, int] | None = None) -> Path:
+    """One RDMA device with `ports` ports; returns the sysfs root (for chaining).
+
+    counters / hw_counters override the zero defaults on every port.
+    """
+    root = Path(root)
+    pci = root / "devices" / "pci0000:00" / "0000:00:01.0" / bdf
+    dev = pci / "infiniband" / name
+    _write(pci / "numa_node", str(numa_node))
+    _write(pci / "vendor", "0x15b3")
+    _write(pci / "class", "0x020700" if link_layer == "InfiniBand" else "0x020000")
+    _write(pci / "local_cpulist", "0-31")
+    drv = root / "bus" / "pci" / "drivers" / driver
+    drv.mkdir(parents=True, exist_ok=True)
+    _link(pci / "driver", drv)
+    if driver_version:
+        _write(root / "module" / driver / "version", driver_version)
+    _link(root / "bus" / "pci" / "devices" / bdf, pci)
+    _write(dev / "fw_ver", fw_ver)
+    _write(dev / "hca_type", "MT4129")
+    _write(dev / "node_type", "1: CA")
+    _write(dev / "node_desc", node_desc or f"node {name}")
+    _link(dev / "device", pci)
+    _link(root / "class" / "infiniband" / name, dev)
+    if netdev:
+        net = pci / "net" / netdev
+        _write(net / "mtu", str(netdev_mtu))
+        _write(net / "operstate", "up")
+        _link(root / "class" / "net" / netdev, net)
+    for p in range(1, ports + 1):
+        port = dev / "ports" / str(p)
+        _write(port / "state", state)
+        _write(port / "phys_state", phys_state)
+        _write(port / "rate", rate)
+        _write(port / "link_layer", link_layer)
+        _write(port / "lid", lid if link_layer == "InfiniBand" else "0x0")
+        _write(port / "sm_lid", "0x1" if link_layer == "InfiniBand" else "0x0")
+        _write(port / "gids" / "0", "fe80:0000:0000:0000:0000:0000:0000:0001")
+        _write(port / "gids" / "1", "0000:0000:0000:0000:0000:0000:0000:0000")
+        for c in PMA_COUNTERS:
+            _write(port / "counters" / c, str((counters or {}).get(c, 0)))
+        for c in HW_COUNTERS:
+            if link_layer == "InfiniBand" and c in HW_COUNTERS_ROCE_ONLY:
+                continue
+            _write(port / "hw_counters" / c, str((hw_counters or {}).get(c, 0)))
+        _write(port / "hw_counters" / "lifespan", "10")
+    return root
+
+
+def set_counter(root: Path, device: str, port: int, name: str, value: int, hw: bool = False) -> None:
+    """What the NIC does between two reads: a counter file now holds `value`."""
+    sub = "hw_counters" if hw else "counters"
+    _write(Path(root) / "class" / "infiniband" / device / "ports" / str(port) / sub / name, str(value))
+
+
+def set_port(root: Path, device: str, port: int, **files: str) -> None:
+    """Overwrite port status files, e.g. set_port(root, "mlx5_1", 1, rate="200 Gb/sec (4X HDR)")."""
+    for key, text in files.items():
+        _write(Path(root) / "class" / "infiniband" / device / "ports" / str(port) / key, text)
+
+
+def gpu(root: Path, bdf: str, *, numa_node: int = 0) -> Path:
+    """An NVIDIA GPU as the PCI core shows it (vendor 0x10de, 3D controller class)."""
+    root = Path(root)
+    pci = root / "devices" / "pci0000:00" / "0000:00:02.0" / bdf
+    _write(pci / "vendor", "0x10de")
+    _write(pci / "class", "0x030200")
+    _write(pci / "numa_node", str(numa_node))
+    drv = root / "bus" / "pci" / "drivers" / "nvidia"
+    drv.mkdir(parents=True, exist_ok=True)
+    _link(pci / "driver", drv)
+    _link(root / "bus" / "pci" / "devices" / bdf, pci)
+    return root
+
+
+def hugepages(root: Path, size_kb: int, count: int) -> Path:
+    _write(Path(root) / "kernel" / "mm" / "hugepages" / f"hugepages-{size_kb}kB" / "nr_hugepages", str(count))
+    return Path(root)
+
+
+def module(root: Path, name: str, version: str | None = "1.0") -> Path:
+    """A loaded kernel module (/sys/module/<name>, with a version file when it has one)."""
+    d = Path(root) / "module" / name
+    d.mkdir(parents=True, exist_ok=True)
+    if version:
+        _write(d / "version", version)
+    return Path(root)
+
+
+def dgx_node(root: Path, *, nics: int = 8, link_layer: str = "InfiniBand", gpus: int = 8, **kw) -> Path:
+    """A node shaped like a DGX H100: mlx5_0..N-1, one port each, and N GPUs."""
+    for i in range(nics):
+        ib_device(root, f"mlx5_{i}", bdf=f"0000:{0x18 + 0x10 * i:02x}:00.0", link_layer=link_layer,
+                  netdev=f"ibp{0x18 + 0x10 * i}s0" if link_layer == "InfiniBand" else f"ens{i}f0np0",
+                  numa_node=0 if i < nics // 2 else 1, **kw)
+    for i in range(gpus):
+        gpu(root, f"0000:{0x19 + 0x10 * i:02x}:00.0", numa_node=0 if i < gpus // 2 else 1)
+    return Path(root)
