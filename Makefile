@@ -5,8 +5,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 # Debian packages the tests use (installed only when running as root and missing):
 # Slurm and munge for the srun tests (a private local cluster per test run);
-# Chromium for the browser test of the HTML report.
-APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps
+# Chromium for the browser test of the HTML report; prometheus for promtool, which lints
+# the --prometheus textfile output.
+APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps prometheus
 
 .PHONY: demo test venv dev apt clean
 

@@ -498,6 +498,24 @@ RULES: tuple[Rule, ...] = (
     Rule("preflight", "memlock", "memlock", "preflight.memlock_min", True),
     Rule("preflight", "ranks", "ranks", "topology.rails", None),
     Rule("preflight", "version_mismatches", "versions", "preflight.same_versions", False),
+    Rule("preflight", "fabric_version_mismatches", "versions", "preflight.same_versions", False),
+    Rule("preflight", "rdma_devices", "scalar", "preflight.rdma_devices", None),
+    Rule("preflight", "ports_down", "zero", None, False),
+    Rule("preflight", "port_rate", "scalar", "preflight.port_rate", True),
+    Rule("preflight", "port_mtu", "scalar", "preflight.mtu", True),
+    Rule("preflight", "link_layer_mismatches", "zero", None, False),
+    Rule("preflight", "hugepages", "scalar", "preflight.hugepages_min", True),
+    Rule("preflight", "gpus", "scalar", "preflight.gpus_per_node", None),
+    Rule("preflight", "gpu_nic_far", "zero", None, False),
+    Rule("preflight", "gpudirect_missing", "zero", None, False),
+    Rule("incast", "fairness", "scalar", "incast.fairness_min", True),
+    Rule("incast", "aggregate_bandwidth", "scalar", "incast.aggregate_min", True),
+    Rule("incast", "bandwidth", "none", None, True),
+    Rule("incast", "loaded_latency_p50", "none", None, False),
+    Rule("incast", "loaded_latency_p99", "scalar", "incast.latency_p99_max", False, _US),
+    Rule("incast", "loaded_latency_p999", "none", None, False),
+    Rule("incast", "loaded_latency_max", "none", None, False),
+    Rule("incast", "errors", "zero", None, False),
 )
 DIRECTION: dict[tuple[str, str], bool | None] = {(r.suite, r.metric): r.higher for r in RULES}
 # Fleet-relative outliers, and what burn-in and baseline comparison look at.
@@ -610,10 +628,51 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
             b = np.full(len(idx), np.nan)
         threshold[idx] = b
         verdict[idx] = _judge(v, b, rule.higher)
+    counters = np.flatnonzero(_codes_of(out["suite"], "counters")) if n else np.zeros(0, dtype=np.int64)
+    if len(counters):
+        _evaluate_counters(out, counters, value, threshold, verdict, profile)
     out["threshold"] = threshold
     out["verdict"] = pd.Categorical.from_codes(verdict, categories=VERDICTS)
     out.attrs["evaluated"] = (profile.name, profile.source)
     return out
+
+
+def _evaluate_counters(out: pd.DataFrame, idx: np.ndarray, value: np.ndarray, threshold: np.ndarray,
+                       verdict: np.ndarray, profile: Profile) -> None:
+    """Port counter deltas (suite counters): error counters fail when they rise, the rest warn.
+
+    The kind of a counter comes from acceptance.counters.kind_of; rate records (unit 1/s)
+    are held to the pause or CNP rate bound. A saturated counter has no delta (value null)
+    and says so in its detail: one that saturated during the window rose.
+    """
+    from .counters import kind_of
+    metric = out["metric"].to_numpy()[idx].astype(object)
+    unit = out["unit"].to_numpy()[idx].astype(object)
+    detail = out["detail"].to_numpy()[idx].astype(object) if "detail" in out.columns else np.full(len(idx), None)
+    text = pd.Series(detail, dtype=object).fillna("").astype(str)
+    during = text.str.contains("saturated at", regex=False).to_numpy() & text.str.contains(
+        "during the window", regex=False).to_numpy()
+    before = text.str.contains("saturated before", regex=False).to_numpy()
+    bounds = {"error": ("counters.errors_max", _FAIL), "discard": ("counters.discards_max", _WARN)}
+    rates = {"pause": "counters.pause_rate_max", "cnp": "counters.cnp_rate_max"}
+    for name, u in set(zip(metric, unit)):
+        sel = (metric == name) & (unit == u)
+        at = idx[sel]
+        is_rate = u == "1/s"
+        kind = kind_of(name[:-len("_rate")] if is_rate and name.endswith("_rate") else name)
+        if is_rate:
+            key, severity = rates.get(kind), _WARN
+        else:
+            key, severity = bounds.get(kind, (None, _INFO))
+        bound = profile.get(key) if key else None
+        b = np.full(len(at), np.nan if bound is None else float(bound))
+        v = _judge(value[at], b, False)
+        v[v == _FAIL] = severity
+        if not is_rate and kind in bounds:
+            v[during[sel]] = severity
+            v[before[sel]] = _WARN
+        threshold[at] = b
+        verdict[at] = v
 
 
 def _direction(suite: str, metric: str) -> bool | None:
@@ -1162,14 +1221,16 @@ def _bound_text(suite: str, metric: str, value, bound, unit: str) -> str:
 
 def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     """Failed bounds that the point-to-point graph does not localize."""
-    fail = _codes_of(ev["verdict"], "fail")
+    fail = _codes_of(ev["verdict"], "fail") & ~_codes_of(ev["suite"], "counters")
     fail[p2p_idx] = False
     idx = np.flatnonzero(fail)
     if not len(idx):
         return []
-    cols = ["suite", "metric", "value", "unit", "size", "rail", "src", "dst", "op", "scope", "threshold"]
-    f = ev.iloc[idx][cols].copy()
-    for c in ("suite", "metric", "unit", "src", "dst", "op", "scope"):
+    cols = ["suite", "metric", "value", "unit", "size", "rail", "src", "dst", "op", "scope", "threshold", "detail"]
+    f = ev.iloc[idx][[c for c in cols if c in ev.columns]].copy()
+    if "detail" not in f.columns:
+        f["detail"] = None
+    for c in ("suite", "metric", "unit", "src", "dst", "op", "scope", "detail"):
         f[c] = f[c].astype(object).where(f[c].notna(), None)
     f["size"] = _floats_of(f["size"])
     f["rail"] = _floats_of(f["rail"])
@@ -1193,6 +1254,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         sizes = g["size"].dropna().nunique()
         more = f" at {sizes} sizes" if sizes > 1 else _size_text(h["size"]).replace(" ", " at ", 1)
         lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit)}"
+                 + (f" ({row.detail})" if isinstance(row.detail, str) and row.suite != "collective" else "")
                  for row in g.head(EVIDENCE_MAX).itertuples()]
         msg = f"{subject}: {h['suite']} {text}{more}"
         if scope == "node":
@@ -1223,6 +1285,53 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
                 make("node", gg, node=node, subject=node)
     for (suite, metric), g in rest[rest["dst"].notna()].groupby(["suite", "metric"], sort=True):
         make("cluster", g, subject="the job")
+    return out
+
+
+_PORT = re.compile(r"^(\S+) port (\d+)")
+
+
+def _counter_findings(ev: pd.DataFrame) -> list[dict]:
+    """One finding per port whose counters fail or warn (suite counters), naming node, device, port, rail."""
+    sel = _codes_of(ev["suite"], "counters") & (_codes_of(ev["verdict"], "fail") | _codes_of(ev["verdict"], "warn"))
+    if not sel.any():
+        return []
+    cols = ["metric", "value", "unit", "rail", "src", "threshold", "verdict", "detail", "test"]
+    c = ev.loc[sel, [x for x in cols if x in ev.columns]].copy()
+    for col in ("metric", "unit", "src", "verdict", "detail", "test"):
+        if col in c.columns:
+            c[col] = c[col].astype(object)
+    port = c["detail"].fillna("").astype(str).str.extract(_PORT)
+    c["device"], c["port"] = port[0].fillna("?"), port[1].fillna("?")
+    c["rail"] = _floats_of(c["rail"])
+    c["_fail"] = c["verdict"] == "fail"
+    out = []
+    for (node, device, port_no), g in c.groupby(["src", "device", "port"], sort=True, dropna=False):
+        g = g.sort_values(["_fail", "value"], ascending=[False, False], kind="stable", na_position="first")
+        h = g.iloc[0]
+        severity = "fail" if h["_fail"] else "warn"
+        rails = g["rail"].dropna()
+        rail = int(rails.iloc[0]) if len(rails) else None
+        on = f"{node} {device} port {port_no}" + (f" (rail {rail})" if rail is not None else "")
+
+        def what(row) -> str:
+            detail = row.detail if isinstance(row.detail, str) else ""
+            if "saturated" in detail:
+                return f"{row.metric} {detail.split('; ', 1)[-1]}"
+            if row.unit == "1/s":
+                return f"{row.metric} {_fmt(row.value)}/s > {_fmt(row.threshold)}/s"
+            return f"{row.metric} rose by {_fmt(row.value)} (bound {_fmt(row.threshold)})"
+
+        evidence = [f"{what(row)} during {row.test}" for row in g.head(EVIDENCE_MAX).itertuples()]
+        names = list(dict.fromkeys(g["metric"]))
+        headline = what(next(g.itertuples()))
+        more = f" and {len(names) - 1} more counter(s)" if len(names) > 1 else ""
+        advice = ("error counters must not rise: check the cable, transceiver and switch port"
+                  if severity == "fail" else "congestion or drops on this port")
+        value = None if pd.isna(h["value"]) else float(h["value"])
+        bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
+        out.append(_finding(severity, "nic", node, rail, None, h["metric"], value, bound,
+                            _cap(evidence, len(g)), f"{on}: {headline}{more}; {advice}", "counter", h["unit"]))
     return out
 
 
@@ -1407,7 +1516,7 @@ def _regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.Da
 # ---------------------------------------------------------------------------------------
 
 def _sort(findings: list[dict]) -> list[dict]:
-    kinds = {"bound": 0, "outlier": 0, "regression": 1, "drift": 2, "instability": 3}
+    kinds = {"bound": 0, "outlier": 0, "counter": 0, "regression": 1, "drift": 2, "instability": 3}
 
     def key(f):
         return (0 if f["severity"] == "fail" else 1, SCOPE_ORDER.get(f["scope"], 9), kinds.get(f.get("kind"), 9),
@@ -1434,6 +1543,7 @@ def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> li
         bad = _against_rails(bad, pairs, planes, profile)
     findings = _localize(bad, measured, names, profile, "fleet", planes)
     findings += _other_failures(ev, p2p_idx)
+    findings += _counter_findings(ev)
     findings += _burnin_findings(ev, profile, measured)
     if deltas is not None:
         findings += _regression_findings(deltas, profile, measured, names)

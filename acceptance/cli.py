@@ -39,6 +39,7 @@ examples:
   acceptance compare RUN BASELINE         per-link changes against a good earlier run
   acceptance doctor                       what this machine offers (MPI, Slurm, RDMA, GPUs)
   acceptance profiles show local          the thresholds a profile resolves to
+  acceptance counters diff A.json B.json  which port counters rose between two snapshots
 """
 
 
@@ -112,6 +113,11 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--baseline", metavar="RUN_DIR", help="a good earlier run: regressions become findings")
     report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: RUN_DIR/report.html)")
     report.add_argument("--drain", action="store_true", help="execute the scontrol drain lines (default: print them)")
+    report.add_argument("--prometheus", metavar="FILE",
+                        help="also write the verdict, findings and per-NIC / per-rail / collective medians in "
+                             "node_exporter's textfile format (replaced atomically); point node_exporter's "
+                             "--collector.textfile.directory at the folder and name the file *.prom, e.g. "
+                             "/var/lib/node_exporter/textfile/acceptance.prom")
     report.set_defaults(func=cmd_report)
 
     compare = sub.add_parser(
@@ -160,6 +166,53 @@ def _parser() -> argparse.ArgumentParser:
                       help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
                            "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
     plan.set_defaults(func=cmd_plan)
+
+    counters = sub.add_parser(
+        "counters", help="RDMA port counters before and after a job: snapshot, then diff",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read every RDMA port's counters on this node (sysfs counters/ and hw_counters/, and\n"
+                    "`ethtool -S` on RoCE ports) into a JSON snapshot; diff two snapshots of one node to see\n"
+                    "what rose in between, judged against the profile's [counters] bounds.",
+        epilog="around a training job (one snapshot per node; %N is the node name):\n"
+               "  srun --ntasks-per-node=1 acceptance counters snapshot -o before-%N.json\n"
+               "  srun python train.py ...\n"
+               "  srun --ntasks-per-node=1 acceptance counters snapshot -o after-%N.json\n"
+               "  acceptance counters diff before-node1.json after-node1.json\n\n"
+               "what a diff judges (bounds from the profile's [counters] section):\n"
+               "  error     symbol_error, link_downed, rx_crc_errors_phy, out_of_sequence, ...: must not rise\n"
+               "            (errors_max); one saturated at its cap during the window fails too\n"
+               "  discard   port_xmit_discards, rx_discards_phy, out_of_buffer, ...: warn above discards_max\n"
+               "  pause     PFC pause frames per second: warn above pause_rate_max (when set)\n"
+               "  cnp       CNP / ECN marks per second: warn above cnp_rate_max (when set)\n"
+               "PMA counters clamp instead of wrapping (symbol_error stops at 65535): a saturated counter\n"
+               "hides every later rise, so clear it (perfquery -R -C mlx5_0 -P 1).\n\n"
+               "environment: ACCEPTANCE_SYSFS_ROOT (default /sys), ACCEPTANCE_ETHTOOL (default ethtool,\n"
+               "e.g. \"sudo -n ethtool\")\n"
+               "exit codes (diff): 0 nothing failed, 1 an error counter rose, 2 bad input")
+    csub = counters.add_subparsers(dest="action", required=True, metavar="ACTION")
+    snap = csub.add_parser(
+        "snapshot", help="write this node's port counters as JSON",
+        description="Read every port of every RDMA device on this node and write the counters as JSON "
+                    "(format acceptance-counters/1) to FILE or stdout. What cannot be read (no devices, "
+                    "no ethtool, unreadable files) is listed under \"problems\", never an error.")
+    snap.add_argument("-o", "--output", metavar="FILE",
+                      help="write here, atomically (default: stdout); %%N becomes the node name, "
+                           "so one srun command writes one file per node")
+    snap.add_argument("--no-ethtool", action="store_true",
+                      help="sysfs only: skip `ethtool -S` on RoCE ports (pause, PHY and drop counters)")
+    snap.set_defaults(func=cmd_counters_snapshot)
+    cdiff = csub.add_parser(
+        "diff", help="what rose between two snapshots of one node, judged against the profile",
+        description="Compare two snapshots of the same node: a table of the counters that moved, then one "
+                    "line per problem naming node, device and port. Exit 1 when an error counter rose "
+                    "(or saturated), 0 otherwise (warnings included), 2 for unusable input.")
+    cdiff.add_argument("before", metavar="BEFORE", help="snapshot taken before the window")
+    cdiff.add_argument("after", metavar="AFTER", help="snapshot of the same node taken after it")
+    cdiff.add_argument("--json", action="store_true",
+                       help='print {"node", "seconds", "deltas", "problems", "notes", "verdict"} as JSON')
+    cdiff.add_argument("--profile", metavar="NAME|PATH",
+                       help="profile whose [counters] bounds apply (default: local)")
+    cdiff.set_defaults(func=cmd_counters_diff)
     return p
 
 
@@ -214,6 +267,63 @@ def cmd_plan(args) -> int:
     return EXIT_OK
 
 
+# ---- counters ----------------------------------------------------------------
+
+def cmd_counters_snapshot(args) -> int:
+    import json
+
+    from .counters import snapshot
+    snap = snapshot(ethtool=not args.no_ethtool)
+    text = json.dumps(snap, indent=1) + "\n"
+    where = "stdout"
+    if args.output:
+        target = Path(args.output.replace("%%", "\0").replace("%N", snap["node"]).replace("\0", "%"))
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, target)
+        except OSError as e:
+            if tmp.parent.is_dir():
+                tmp.unlink(missing_ok=True)
+            raise UsageError(f"{target}: cannot write the snapshot: {e.strerror or e}") from None
+        where = str(target)
+    else:
+        sys.stdout.write(text)
+    counted = sum(len(p["counters"]) for p in snap["ports"])
+    print(f"acceptance: counters snapshot of {snap['node']}: {len(snap['ports'])} ports, {counted} counters, "
+          f"{len(snap['problems'])} problems -> {where}", file=sys.stderr)
+    for line in snap["problems"]:
+        print(f"  problem: {line}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_counters_diff(args) -> int:
+    import json
+
+    from . import counters as ctr
+    try:
+        before, after = ctr.load_snapshot(args.before), ctr.load_snapshot(args.after)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if before["node"] != after["node"]:
+        raise UsageError(f"{args.before} is from node {before['node']} but {args.after} from node "
+                         f"{after['node']}: diff two snapshots of the same node")
+    limits = ctr.Limits.from_profile(load_profile(args.profile))
+    try:
+        deltas = ctr.diff(before, after)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{args.before}, {args.after}: malformed snapshot ({type(e).__name__}: {e})") from None
+    verdict = ctr.verdict_of(deltas, limits)
+    if args.json:
+        print(json.dumps({"node": deltas.node, "seconds": deltas.seconds, "deltas": ctr.deltas_json(deltas),
+                          "problems": ctr.problems(deltas, limits, deltas.node), "notes": deltas.notes,
+                          "verdict": verdict}, indent=1))
+    else:
+        print(ctr.format_diff(deltas, limits, deltas.node))
+        print(f"verdict: {verdict.upper()}")
+    return EXIT_FAILED if verdict == "fail" else EXIT_OK
+
+
 # ---- report / compare ------------------------------------------------------
 
 def _run_dir(path: str) -> Path:
@@ -228,8 +338,22 @@ def cmd_report(args) -> int:
     from .postrun import analyze_and_report, execute_drains, summary
     folder = _run_dir(args.run_dir)
     baseline = _run_dir(args.baseline) if args.baseline else None
+    if args.prometheus:  # checked before the analysis, which can take minutes
+        from .prometheus import path_problem
+        problem = path_problem(args.prometheus)
+        if problem:
+            raise UsageError(f"--prometheus: {problem}")
+        if not args.prometheus.endswith(".prom"):
+            print(f"acceptance: note: node_exporter's textfile collector reads only *.prom files, "
+                  f"not {Path(args.prometheus).name}", file=sys.stderr)
     analysis, report = analyze_and_report(folder, baseline, args.output)
     print(summary(analysis, report))
+    if args.prometheus:
+        from .prometheus import write
+        try:
+            print(f"prometheus: {write(analysis, args.prometheus)}")
+        except OSError as e:
+            raise UsageError(f"--prometheus {args.prometheus}: cannot write: {e.strerror or e}") from None
     if args.drain:
         execute_drains(analysis.drains)
     return EXIT_FAILED if analysis.verdict == "fail" else EXIT_OK

@@ -109,6 +109,11 @@ def topology_of(config: pytest.Config) -> Topology:
     return config.pluginmanager.get_plugin(PLUGIN_NAME).topology
 
 
+def recorder_of(config: pytest.Config) -> Recorder:
+    """This rank's recorder, for records made outside a test (a module fixture's teardown)."""
+    return config.pluginmanager.get_plugin(PLUGIN_NAME).recorder
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # A test asking for `rail` runs once per rail of this run: test_x[rail0], test_x[rail1], ...
     if "rail" in metafunc.fixturenames:

@@ -2,6 +2,8 @@
 import pytest
 
 from acceptance.fabric.engines import select
+from acceptance.portwatch import PortWatch
+from acceptance.pytest_plugin import recorder_of
 
 pytest_plugins = ["acceptance.pytest_plugin"]
 
@@ -13,3 +15,18 @@ def engine(profile):
     if module is None:
         pytest.skip(why)
     return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def port_counters(request, topology, profile):
+    """Every RDMA port of each node, snapshotted before and after each suite (by the node's first rank).
+
+    The deltas become records of suite `counters` (their test is the suite file); the
+    analysis turns a rising error counter into a finding naming node, device, port and rail.
+    Nodes without RDMA ports, and profiles with counters.enabled = false, record nothing.
+    """
+    watch = PortWatch.for_node(topology, profile)
+    before = watch.snapshot() if watch else None
+    yield
+    if watch:
+        watch.record(before, watch.snapshot(), recorder_of(request.config).bind(request.node.nodeid, "counters"))

@@ -14,6 +14,7 @@ import gc
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -200,6 +201,91 @@ class PairLink:
             times = None
         comm.Barrier()
         return times
+
+
+# ---- incast -------------------------------------------------------------------
+
+
+@dataclass
+class IncastRound:
+    """One incast round: what each sender timed, what the receiver saw."""
+
+    times_ns: np.ndarray | None       # a sender's windowed-put iterations
+    latency_ns: np.ndarray | None     # the receiver's put+flush samples to its first sender, under the load
+    mismatches: list | None           # receiver only: (sender group rank, Mismatch or None) per sender
+
+
+class IncastGroup:
+    """A group of ranks (one per node, on one rail) taking turns as the incast receiver.
+
+    Every rank holds a window of one `size` slot per group rank: in a round, sender s
+    writes into slot s of the receiver's window, so the K senders never overlap, and the
+    receiver's latency probe writes into its own slot of the first sender's window.
+    """
+
+    def __init__(self, comm: MPI.Comm, size: int):
+        self.comm = comm
+        self.me, self.n = comm.Get_rank(), comm.Get_size()
+        self.size = max(size, 1)
+        self.win = MPI.Win.Allocate(self.size * self.n, 1, comm=comm)
+        self.window_mem = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
+        self.send = allocate(self.size)
+
+    def free(self) -> None:
+        self.win.Free()
+
+    def round(self, receiver: int, size: int, window: int, budget_s: float, probe_size: int,
+              probe_iters: int, seed: Callable[[int], tuple[int, int, int]]) -> IncastRound:
+        """All senders write to `receiver` at once for about budget_s; the receiver probes latency meanwhile.
+
+        Collective over the group. seed(sender) is the (source, destination, iteration)
+        of that sender's data pattern; the receiver verifies every slot afterwards.
+        """
+        senders = [r for r in range(self.n) if r != receiver]
+        budget_ns = int(budget_s * 1e9)
+        times = latency = mismatches = None
+        put, flush = self.win.Put, self.win.Flush
+        if self.me != receiver:
+            fill_pattern(self.send[:size], *seed(self.me))
+            spec, disp = [self.send[:size], MPI.BYTE], self.me * self.size
+
+            def op():
+                for _ in range(window):
+                    put(spec, receiver, disp)
+                flush(receiver)
+
+        else:
+            # The probe rides the receiver's port while the senders flood it: its flush
+            # completes only when the first sender's acknowledgement gets back through.
+            target, pspec, pdisp = senders[0], [self.send[:probe_size], MPI.BYTE], self.me * self.size
+
+            def op():
+                put(pspec, target, pdisp)
+                flush(target)
+
+        peer = receiver if self.me != receiver else senders[0]
+        self.comm.Barrier()  # everyone starts together: that is the incast
+        self.win.Lock(peer, MPI.LOCK_SHARED)
+        try:
+            if self.me != receiver:
+                times = timed_capped(op, 1 << 20, 1, budget_ns, min_iters=2)  # iteration cap: 8 MiB of int64
+            else:
+                latency = timed_capped(op, probe_iters, 10, budget_ns, min_iters=1)
+        finally:
+            self.win.Unlock(peer)
+        self.comm.Barrier()
+        if self.me == receiver:
+            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
+            try:
+                mismatches = []
+                for s in senders:
+                    got = self.window_mem[s * self.size: s * self.size + size]
+                    corrupt_for_test(got)
+                    mismatches.append((s, verify(got, *seed(s))))
+            finally:
+                self.win.Unlock(self.me)
+        self.comm.Barrier()
+        return IncastRound(times, latency, mismatches)
 
 
 # ---- collectives --------------------------------------------------------------

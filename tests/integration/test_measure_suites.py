@@ -18,7 +18,7 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     p = acceptance_cli("run")
     assert p.returncode == 0, p.stdout + p.stderr
     recs = records(folder_of(p))
-    assert {r["suite"] for r in recs} == {"preflight", "memreg", "rdma_write", "collective"}
+    assert {r["suite"] for r in recs} == {"preflight", "memreg", "rdma_write", "collective", "incast"}
     # Every measurement carries a threshold and a verdict (informational metrics aside).
     gated = [r for r in recs if r["metric"] in ("bandwidth", "latency_p50", "latency_p99", "busbw",
                                                 "errors", "reg_time", "rss_growth")]
@@ -53,12 +53,21 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     reg = [r for r in recs if r["metric"] == "reg_time"]
     assert sorted({r["ranks"][0] for r in reg}) == [0, 1, 2, 3]
 
+    # Incast with 2 nodes: one sender per rail, each node the receiver once; no fairness from 1 sender.
+    inc = [r for r in recs if r["suite"] == "incast"]
+    assert {(r["rail"], r["nodes"][0]) for r in inc if r["metric"] == "aggregate_bandwidth"} == {
+        (rail, n) for rail in (0, 1) for n in ("node1", "node2")}
+    assert {(r["rail"], tuple(r["nodes"])) for r in inc if r["metric"] == "bandwidth"} == {
+        (rail, d) for rail in (0, 1) for d in permutations(("node1", "node2"))}
+    assert {r["metric"] for r in inc} == {"bandwidth", "aggregate_bandwidth", "errors", "loaded_latency_p50",
+                                          "loaded_latency_p99", "loaded_latency_p999", "loaded_latency_max"}
+
 
 def test_one_pair_on_one_rail(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "2", "--ranks-per-node", "1", "--", "-m", "p2p")
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"test_write_bandwidth\[rail0\]", p.stdout) is None  # quiet: only the summary line
-    assert "2 passed" in p.stdout
+    assert "3 passed" in p.stdout  # write bandwidth, write latency, incast
     recs = records(folder_of(p))
     assert {(r["rail"], tuple(r["nodes"])) for r in recs if r["metric"] == "bandwidth"} == {
         (0, ("node1", "node2")), (0, ("node2", "node1"))}
@@ -101,3 +110,27 @@ def test_single_process_skips_what_needs_two_nodes(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "1", "--ranks-per-node", "1", "--", "-rs", "-m", "p2p or collective")
     assert "point-to-point writes need at least 2 nodes; this run has 1" in p.stdout
     assert "allreduce over world needs at least 2 ranks in the communicator: this run has one rank" in p.stdout
+
+
+def test_incast_records_fairness_and_catches_unfairness_and_corruption(acceptance_cli, tmp_path):
+    strict = tmp_path / "fair.toml"
+    # Perfect fairness cannot happen: the bound makes every incast of 2 or more senders fail.
+    strict.write_text('extends = "local"\n[incast]\nsenders = 2\nfairness_min = 1.01\nduration = "0.2s"\n')
+    p = acceptance_cli("run", "--profile", str(strict), "--nodes", "3", "--ranks-per-node", "1",
+                       "--", "-m", "congestion", env={"ACCEPTANCE_TEST_FLIP_BIT": "100"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"incast of 2 into node1 rail 0: fairness [\d.]+ < bound 1.01 \(slowest node[23] [\d.]+ "
+                     r"Gbit/s, fastest node[23] [\d.]+ Gbit/s\)", p.stdout), p.stdout
+    assert re.search(r"incast of 2 into node2 rail 0: data from node1 corrupted: first wrong byte at offset 100",
+                     p.stdout), p.stdout
+    recs = [r for r in records(folder_of(p)) if r["suite"] == "incast"]
+    fair = [r for r in recs if r["metric"] == "fairness"]
+    assert sorted(r["nodes"][0] for r in fair) == ["node1", "node2", "node3"]
+    assert all(0 < r["value"] <= 1 and r["verdict"] == "fail" and r["threshold"] == 1.01 for r in fair)
+    # Each sender of each round recorded its own bandwidth: 3 rounds x 2 senders.
+    assert len([r for r in recs if r["metric"] == "bandwidth"]) == 6
+    errors = [r for r in recs if r["metric"] == "errors"]
+    assert len(errors) == 6 and all(r["verdict"] == "fail" for r in errors)
+    findings = json.loads((folder_of(p) / "findings.json").read_text())
+    # Unfair on every node: one cluster finding, not three nodes to drain.
+    assert [f["scope"] for f in findings if f["metric"] == "fairness"] == ["cluster"]

@@ -1,0 +1,679 @@
+"""RDMA port counters before and after a window: sysfs (PMA and mlx5 hw_counters) and `ethtool -S`.
+
+A snapshot reads every port of every RDMA device on this node:
+
+  <root>/class/infiniband/<dev>/ports/<n>/counters/*     PMA PortCounters (16/8/4/32-bit, data 64-bit)
+  <root>/class/infiniband/<dev>/ports/<n>/hw_counters/*  mlx5 Q-counters (32-bit) and congestion (64-bit)
+  ethtool -S <netdev>                                    RoCE ports only: PFC pause, PHY errors, drops
+
+and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, ...) that
+`judge` turns into a verdict against the profile's [counters] bounds. PMA counters clamp at all-ones
+instead of wrapping, so a counter at its maximum is *saturated*: its rise is unknown, never a delta.
+
+Nothing here imports pytest or mpi4py: the suites, the CLI (`acceptance counters`) and the analysis
+all use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .naming import natural_key
+from .results import utc_now
+
+ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
+ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
+FORMAT = "acceptance-counters/1"
+ETHTOOL_TIMEOUT = 10.0  # seconds per `ethtool -S`; a wedged driver must not hang a suite
+SOURCES = ("counters", "hw_counters", "ethtool")
+KINDS = ("error", "discard", "pause", "pause_duration", "cnp", "wait", "corrected", "data", "other")
+
+# ---- widths -------------------------------------------------------------------
+# PMA PortCounters (PORT_PMA_ATTR in drivers/infiniband/core/sysfs.c). Data and packet counters are
+# 32-bit in the base table but 64-bit when the PMA advertises extended width, which mlx5 does.
+_PMA_WIDTHS = {
+    **dict.fromkeys(("symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors",
+                     "port_rcv_switch_relay_errors", "port_xmit_discards", "VL15_dropped"), 16),
+    **dict.fromkeys(("link_error_recovery", "link_downed", "port_xmit_constraint_errors",
+                     "port_rcv_constraint_errors"), 8),
+    **dict.fromkeys(("local_link_integrity_errors", "excessive_buffer_overrun_errors"), 4),
+    "port_xmit_wait": 32,
+    **dict.fromkeys(("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
+                     "unicast_xmit_packets", "unicast_rcv_packets", "multicast_xmit_packets",
+                     "multicast_rcv_packets"), 64),
+}
+# mlx5 hw_counters (drivers/infiniband/hw/mlx5/counters.c): Q-counters are 32-bit in hardware even
+# though sysfs prints u64, so they wrap at 2**32; congestion and PPCNT counters are 64-bit.
+_Q_COUNTERS = frozenset((
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "rx_dct_connect", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err", "implied_nak_seq_err",
+    "local_ack_timeout_err", "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart",
+    "roce_slow_restart_cnps", "roce_slow_restart_trans", "req_rnr_retries_exceeded",
+    "req_transport_retries_exceeded",
+))
+_REQ_RESP_ERROR = re.compile(r"^(?:req|resp)_\w+_errors?$")
+_CNP = frozenset(("np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets"))
+
+
+def width_of(name: str, source: str) -> int | None:
+    """Bits of a counter: 16 for symbol_error, 32 for an mlx5 Q-counter, 64 for ethtool; None if unknown."""
+    if source == "counters":
+        return _PMA_WIDTHS.get(name)
+    if source == "hw_counters":
+        if name in _CNP:
+            return 64
+        return 32 if name in _Q_COUNTERS or _REQ_RESP_ERROR.match(name) else 64
+    if source == "ethtool":
+        return 64
+    raise ValueError(f"unknown counter source {source!r}; expected one of {SOURCES}")
+
+
+# ---- kinds --------------------------------------------------------------------
+_ERRORS = frozenset((
+    # PMA: a rising one means a degraded link (or a misconfigured partition)
+    "symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+    "link_error_recovery", "link_downed", "port_xmit_constraint_errors", "port_rcv_constraint_errors",
+    "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+    # mlx5 Q-counters: retransmissions and transport errors
+    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err",
+    "req_rnr_retries_exceeded", "req_transport_retries_exceeded",
+    # mlx5 ethtool PHY counters
+    "rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "link_down_events_phy",
+    "tx_pause_storm_warning_events", "tx_pause_storm_error_events",
+))
+_DISCARDS = frozenset((
+    "port_xmit_discards", "rx_discards_phy", "tx_discards_phy", "rx_out_of_buffer", "out_of_buffer",
+    # dropped subnet-management packets: lost SMPs, not a link-quality signal, so a warning
+    "VL15_dropped",
+))
+_PAUSE = frozenset(("rx_pause_ctrl_phy", "tx_pause_ctrl_phy", "rx_global_pause", "tx_global_pause"))
+_DATA = frozenset((
+    "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets",
+    "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets", "rx_bits_phy",
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests",
+))
+_RX_ERR_LANE = re.compile(r"^rx_err_lane_\d+_phy$")
+_PRIO_DISCARD = re.compile(r"^rx_prio\d+_(?:discards|buf_discard|cong_discard)$")
+_PRIO_PAUSE = re.compile(r"^(?:rx|tx)_prio\d+_pause(?:_transition)?$")
+_BYTES_PACKETS = re.compile(r"_(?:bytes|packets)(?:_phy)?$")
+
+
+def kind_of(name: str) -> str:
+    """What a counter means for a verdict: one of KINDS.
+
+    error           must not rise (symbol_error, link_downed, rx_crc_errors_phy, out_of_sequence, ...)
+    discard         dropped packets (port_xmit_discards, rx_discards_phy, rx_prioN_discards, out_of_buffer)
+    pause           PFC / global pause frames (rx_prio3_pause, tx_pause_ctrl_phy, rx_prioN_pause_transition)
+    pause_duration  time spent paused, microseconds (*_pause_duration)
+    cnp             congestion notifications (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_...)
+    wait            port_xmit_wait: ticks with data to send and no credits (back-pressure)
+    corrected       rx_corrected_bits_phy: FEC-corrected bits (divide by rx_bits_phy for the pre-FEC BER)
+    data            traffic volume (port_xmit_data, *_packets, *_bytes, rx_bits_phy, ...)
+    other           everything else
+    """
+    if name in _ERRORS or _RX_ERR_LANE.match(name):
+        return "error"
+    if name.endswith("_flush_error"):  # QPs torn down with work requests posted: normal at teardown
+        return "other"
+    if _REQ_RESP_ERROR.match(name):
+        return "error"
+    if name in _DISCARDS or _PRIO_DISCARD.match(name):
+        return "discard"
+    if name.endswith("_pause_duration"):
+        return "pause_duration"
+    if name in _PAUSE or _PRIO_PAUSE.match(name):
+        return "pause"
+    if name in _CNP:
+        return "cnp"
+    if name == "port_xmit_wait":
+        return "wait"
+    if name == "rx_corrected_bits_phy":
+        return "corrected"
+    if name in _DATA or _BYTES_PACKETS.search(name):
+        return "data"
+    return "other"
+
+
+# ---- ports ----------------------------------------------------------------------
+
+def sysfs_root() -> Path:
+    """ACCEPTANCE_SYSFS_ROOT (a fake tree in tests), else /sys."""
+    return Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
+
+
+@dataclass(frozen=True)
+class Port:
+    device: str          # mlx5_0
+    port: int            # 1
+    link_layer: str | None  # InfiniBand | Ethernet
+    netdev: str | None   # ens1f0np0 (RoCE) or ibp24s0 (IPoIB); None when the device has none
+    state: str | None    # as sysfs prints it: "4: ACTIVE"
+    rate: str | None     # "400 Gb/sec (4X NDR)"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _netdev(dev: Path, port: int) -> str | None:
+    """The netdev of one port: the RoCE GID's ndev, else the device's only (or dev_port-matching) netdev."""
+    ndev = _read(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0")
+    if ndev:
+        return ndev
+    try:
+        nets = sorted((p for p in (dev / "device" / "net").iterdir()), key=lambda p: natural_key(p.name))
+    except OSError:
+        return None
+    if len(nets) > 1:  # a multi-port device: dev_port is 0-based
+        for net in nets:
+            if _read(net / "dev_port") == str(port - 1):
+                return net.name
+    return nets[0].name if nets else None
+
+
+def ports(root: str | os.PathLike | None = None, devices: Iterable[str] | None = None) -> list[Port]:
+    """Every port under <root>/class/infiniband, devices in natural order (mlx5_2 before mlx5_10)."""
+    base = Path(root) if root is not None else sysfs_root()
+    wanted = set(devices) if devices is not None else None
+    found = []
+    try:
+        devs = sorted((d for d in (base / "class" / "infiniband").iterdir()), key=lambda d: natural_key(d.name))
+    except OSError:
+        return []
+    for dev in devs:
+        if wanted is not None and dev.name not in wanted:
+            continue
+        try:
+            numbers = sorted(int(p.name) for p in (dev / "ports").iterdir() if p.name.isdigit())
+        except OSError:
+            continue
+        for n in numbers:
+            port = dev / "ports" / str(n)
+            found.append(Port(device=dev.name, port=n, link_layer=_read(port / "link_layer"),
+                              netdev=_netdev(dev, n), state=_read(port / "state"), rate=_read(port / "rate")))
+    return found
+
+
+# ---- ethtool ------------------------------------------------------------------
+# Per-queue software counters of the Ethernet driver (rx0_packets, tx12_bytes, ch3_events, ...): RoCE
+# traffic bypasses these rings, and mlx5 prints thousands of them, so snapshots leave them out.
+_PER_QUEUE = re.compile(r"^(?:rx|tx|ch|qos_tx|ptp_(?:rx|tx|cq|ch))\d+_")
+
+
+def parse_ethtool_stats(text: str) -> dict[str, int]:
+    """`ethtool -S` output ("NIC statistics:" then "     name: value" lines) -> {name: value}.
+
+    Lines whose value is not an integer (headers, driver notes) are ignored.
+    """
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, value = line.rpartition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
+            continue
+        try:
+            stats[name] = int(value)
+        except ValueError:
+            continue
+    return stats
+
+
+class EthtoolError(Exception):
+    pass
+
+
+class EthtoolMissing(EthtoolError):
+    """The ethtool command itself is not there: no point asking again for the next netdev."""
+
+
+def ethtool_stats(netdev: str, command: str | None = None, timeout: float = ETHTOOL_TIMEOUT) -> dict[str, int]:
+    """`ethtool -S netdev` parsed; EthtoolError (with a readable reason) when it cannot be had.
+
+    The command is ACCEPTANCE_ETHTOOL (e.g. "sudo -n ethtool"), else "ethtool".
+    """
+    command = command or os.environ.get(ENV_ETHTOOL) or "ethtool"
+    argv = [*shlex.split(command), "-S", netdev]
+    try:
+        p = subprocess.run(argv, check=False, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except FileNotFoundError:
+        raise EthtoolMissing(f"{argv[0]} not found: install ethtool (or set {ENV_ETHTOOL}); "
+                           f"RoCE pause, PHY error and drop counters were not read") from None
+    except subprocess.TimeoutExpired:
+        raise EthtoolError(f"`{shlex.join(argv)}` did not answer within {timeout:g} s") from None
+    except OSError as e:
+        raise EthtoolError(f"`{shlex.join(argv)}` could not start: {e.strerror or e}") from None
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or ["no message"])[0]
+        raise EthtoolError(f"`{shlex.join(argv)}` exited {p.returncode}: {why}")
+    stats = parse_ethtool_stats(p.stdout)
+    if not stats:
+        raise EthtoolError(f"`{shlex.join(argv)}` printed no statistics")
+    return stats
+
+
+# ---- snapshot -----------------------------------------------------------------
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def _read_counters(folder: Path, source: str, into: dict, issues: list[str], where: str) -> None:
+    try:
+        files = sorted(folder.iterdir(), key=lambda p: p.name)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        issues.append(f"{where}: cannot list {folder}: {e.strerror or e}")
+        return
+    for f in files:
+        if f.name == "lifespan":  # hw_counters cache interval in ms, not a counter
+            continue
+        try:
+            text = f.read_text().strip()
+        except OSError as e:
+            issues.append(f"{where}: cannot read {source}/{f.name}: {e.strerror or e}")
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            issues.append(f"{where}: {source}/{f.name} holds {text[:40]!r}, not a number")
+            continue
+        _put(into, f.name, value, source)
+
+
+def _put(into: dict, name: str, value: int, source: str) -> None:
+    # A name already taken by another source (rare) is kept apart as name@source.
+    key = name if name not in into else f"{name}@{source}"
+    into[key] = {"value": value, "source": source, "width": width_of(name, source)}
+
+
+def snapshot(root: str | os.PathLike | None = None, ethtool: bool = True,
+             devices: Iterable[str] | None = None, node: str | None = None) -> dict[str, Any]:
+    """Every counter of every RDMA port on this node, JSON-able (format "acceptance-counters/1").
+
+    Never raises for what the node lacks: no devices, unreadable files, a missing or failing
+    ethtool each become a line in "problems".
+    """
+    base = Path(root) if root is not None else sysfs_root()
+    issues: list[str] = []
+    snap: dict[str, Any] = {"format": FORMAT, "node": node or node_name(), "time": utc_now(),
+                            "epoch": time.time(), "sysfs_root": str(base), "ports": [], "problems": issues}
+    ib = base / "class" / "infiniband"
+    if not ib.is_dir():
+        issues.append(f"no RDMA devices: {ib} does not exist (no RDMA driver loaded, or not an RDMA node)")
+        return snap
+    found = ports(base, devices)
+    if not found:
+        issues.append(f"no RDMA ports under {ib}")
+    ethtool_missing = False
+    read_netdevs: dict[str, dict[str, int] | None] = {}
+    for p in found:
+        where = f"{p.device} port {p.port}"
+        counters: dict[str, dict] = {}
+        folder = ib / p.device / "ports" / str(p.port)
+        _read_counters(folder / "counters", "counters", counters, issues, where)
+        _read_counters(folder / "hw_counters", "hw_counters", counters, issues, where)
+        if ethtool and p.netdev and p.link_layer == "Ethernet" and not ethtool_missing:
+            if p.netdev not in read_netdevs:
+                try:
+                    read_netdevs[p.netdev] = ethtool_stats(p.netdev)
+                except EthtoolMissing as e:
+                    read_netdevs[p.netdev] = None
+                    issues.append(str(e))
+                    ethtool_missing = True
+                except EthtoolError as e:
+                    read_netdevs[p.netdev] = None
+                    issues.append(f"{where} ({p.netdev}): {e}")
+            for name, value in (read_netdevs[p.netdev] or {}).items():
+                if not _PER_QUEUE.match(name):
+                    _put(counters, name, value, "ethtool")
+        snap["ports"].append({"device": p.device, "port": p.port, "link_layer": p.link_layer,
+                              "netdev": p.netdev, "state": p.state, "rate": p.rate, "counters": counters})
+    return snap
+
+
+def check_snapshot(data: Any) -> str | None:
+    """Why `data` is not a counters snapshot this version reads, or None when it is."""
+    if not isinstance(data, dict) or "format" not in data:
+        return 'not a counters snapshot (no "format" key; write one with `acceptance counters snapshot`)'
+    if data["format"] != FORMAT:
+        return f"unsupported snapshot format {data['format']!r} (this version reads {FORMAT!r})"
+    for key in ("node", "epoch", "ports"):
+        if key not in data:
+            return f'counters snapshot without "{key}"'
+    return None
+
+
+def load_snapshot(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a snapshot file; ValueError naming the file and the reason."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    why = check_snapshot(data)
+    if why:
+        raise ValueError(f"{path}: {why}")
+    return data
+
+
+# ---- diff ---------------------------------------------------------------------
+
+@dataclass
+class Delta:
+    device: str
+    port: int
+    netdev: str | None
+    name: str
+    source: str
+    kind: str
+    width: int | None
+    before: int
+    after: int
+    delta: int | None          # None: saturated, or reset / wrapped
+    saturated: str | None      # None | "during" (rose to its cap) | "before" (already at its cap)
+    seconds: float
+    rate: float | None         # delta / seconds
+    note: str | None = None    # "reset or wrapped"
+
+
+class DiffResult(list):
+    """diff()'s answer: a list of Delta, plus `notes` (ports and counters present in one snapshot only,
+    and the snapshots' own problems), `node` and `seconds` (the window)."""
+
+    def __init__(self, deltas: Iterable[Delta] = (), notes: list[str] | None = None, node: str = "",
+                 seconds: float = 0.0):
+        super().__init__(deltas)
+        self.notes = list(notes or [])
+        self.node = node
+        self.seconds = seconds
+
+
+def _saturates(source: str, width: int | None) -> bool:
+    # IBTA PMA counters clamp at all-ones; sysfs Q-counters and ethtool counters wrap or are 64-bit.
+    return source == "counters" and width is not None and width < 64
+
+
+def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
+    """Counter changes between two snapshots of one node (ValueError for two nodes or a bad snapshot).
+
+    A PMA counter narrower than 64 bits that reads its maximum 2**w-1 afterwards is saturated:
+    "during" if it was below before, "before" if it already was; delta is None (the rise is unknown).
+    A counter that went down was reset or wrapped: delta None, note "reset or wrapped".
+    """
+    for label, snap in (("before", before), ("after", after)):
+        why = check_snapshot(snap)
+        if why:
+            raise ValueError(f"{label}: {why}")
+    if before["node"] != after["node"]:
+        raise ValueError(f"snapshots of different nodes: before is from {before['node']}, "
+                         f"after from {after['node']}; diff two snapshots of the same node")
+    seconds = float(after["epoch"]) - float(before["epoch"])
+    notes: list[str] = []
+    said_before, said_after = list(before.get("problems") or []), list(after.get("problems") or [])
+    for line in said_before:
+        notes.append(f"{'both snapshots' if line in said_after else 'before snapshot'}: {line}")
+    notes += [f"after snapshot: {line}" for line in said_after if line not in said_before]
+    old = {(p["device"], p["port"]): p for p in before["ports"]}
+    new = {(p["device"], p["port"]): p for p in after["ports"]}
+    for key in old.keys() - new.keys():
+        notes.append(f"{key[0]} port {key[1]}: only in the before snapshot (port gone: device reset, "
+                     f"driver reload or failed NIC?)")
+    for key in new.keys() - old.keys():
+        notes.append(f"{key[0]} port {key[1]}: only in the after snapshot (port appeared during the window)")
+    deltas = []
+    for key in sorted(new.keys() & old.keys(), key=lambda k: (natural_key(k[0]), k[1])):
+        a, b = new[key], old[key]
+        was, now = b.get("counters") or {}, a.get("counters") or {}
+        for side, names in (("before", sorted(was.keys() - now.keys())), ("after", sorted(now.keys() - was.keys()))):
+            if names:
+                shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                notes.append(f"{key[0]} port {key[1]}: {len(names)} counter(s) only in the {side} snapshot, "
+                             f"not compared: {shown}")
+        for name, c in now.items():
+            if name not in was:
+                continue
+            deltas.append(_delta(key, a.get("netdev"), name, was[name], c, seconds))
+    return DiffResult(deltas, notes, str(after["node"]), seconds)
+
+
+def _delta(key, netdev, name: str, old: Mapping, new: Mapping, seconds: float) -> Delta:
+    source = new.get("source", "counters")
+    base_name = name.split("@", 1)[0]
+    width = new.get("width", width_of(base_name, source) if source in SOURCES else None)
+    b, a = int(old["value"]), int(new["value"])
+    saturated = note = None
+    value: int | None = a - b
+    if _saturates(source, width) and a == 2 ** width - 1:
+        saturated = "during" if b < a else "before"
+        value = None
+    elif a < b:
+        value, note = None, "reset or wrapped"
+    rate = value / seconds if value is not None and seconds > 0 else None
+    return Delta(device=key[0], port=key[1], netdev=netdev, name=name, source=source, kind=kind_of(base_name),
+                 width=width, before=b, after=a, delta=value, saturated=saturated, seconds=seconds, rate=rate,
+                 note=note)
+
+
+# ---- verdicts -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    errors_max: int = 0                  # rise an error counter may show in one window
+    discards_max: int = 0                # rise of a discard counter above which a port warns
+    pause_rate_max: float | None = None  # pause frames per second (per counter); None: recorded only
+    cnp_rate_max: float | None = None    # CNPs / ECN-marked packets per second; None: recorded only
+
+    @classmethod
+    def from_profile(cls, profile) -> Limits:
+        if profile is None:
+            return cls()
+        return cls(errors_max=profile.get("counters.errors_max"),
+                   discards_max=profile.get("counters.discards_max"),
+                   pause_rate_max=profile.get("counters.pause_rate_max"),
+                   cnp_rate_max=profile.get("counters.cnp_rate_max"))
+
+
+def judge(delta: Delta, limits: Limits) -> str:
+    """fail | warn | pass | info for one counter change.
+
+    error: fail when it rose by more than errors_max or saturated during the window, warn when it was
+    saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
+    discard: warn when it rose by more than discards_max or saturated. pause / cnp: warn when the rate
+    exceeds its bound (info without a bound). Every other kind: info.
+    """
+    kind = delta.kind
+    if kind == "error":
+        if delta.saturated == "during" or (delta.delta is not None and delta.delta > limits.errors_max):
+            return "fail"
+        if delta.saturated == "before":
+            return "warn"
+        return "info" if delta.delta is None else "pass"
+    if kind == "discard":
+        if delta.saturated or (delta.delta is not None and delta.delta > limits.discards_max):
+            return "warn"
+        return "info" if delta.delta is None else "pass"
+    if kind in ("pause", "cnp"):
+        bound = _rate_bound(kind, limits)
+        if bound is None or delta.rate is None:
+            return "info"
+        return "warn" if delta.rate > bound else "pass"
+    return "info"
+
+
+def _rate_bound(kind: str, limits: Limits) -> float | None:
+    return {"pause": limits.pause_rate_max, "cnp": limits.cnp_rate_max}.get(kind)
+
+
+def _count_bound(kind: str, limits: Limits) -> int | None:
+    return {"error": limits.errors_max, "discard": limits.discards_max}.get(kind)
+
+
+def _num(x: float) -> str:
+    """4200 -> '4,200'; 0.25 -> '0.25'."""
+    if x == int(x) or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def _cap(d: Delta) -> str:
+    return f"{2 ** d.width - 1} ({d.width}-bit)" if d.width else "its maximum"
+
+
+def _clear_hint(d: Delta) -> str:
+    return f"clear it (perfquery -R -C {d.device} -P {d.port})"
+
+
+def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
+    """One readable line per failing or warning counter, naming node, device and port."""
+    lines = []
+    for d in deltas:
+        verdict = judge(d, limits)
+        if verdict not in ("fail", "warn"):
+            continue
+        where = f"{node} {d.device} port {d.port}"
+        if d.saturated == "during":
+            lines.append(f"{where}: {d.name} saturated at {_cap(d)} during the window: it rose, by an "
+                         f"unknown amount; {_clear_hint(d)}")
+        elif d.saturated == "before":
+            lines.append(f"{where}: {d.name} saturated at {_cap(d)} before the window: the rise is unknown; "
+                         f"{_clear_hint(d)}")
+        elif d.kind == "error":
+            why = ("error counters must not rise" if limits.errors_max == 0
+                   else f"more than the {limits.errors_max:,} allowed")
+            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window ({why})")
+        elif d.kind == "discard":
+            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window "
+                         f"(more than {limits.discards_max:,}: packets dropped on this port)")
+        else:
+            bound = _rate_bound(d.kind, limits)
+            what = ("pause frames: the link partner is back-pressuring this port" if d.kind == "pause"
+                    else "congestion notifications: ECN marks on this port's flows")
+            lines.append(f"{where}: {d.name} {_num(d.rate)}/s > {_num(bound)}/s ({what})")
+    return lines
+
+
+# ---- records for the suites ---------------------------------------------------
+RECORDED_KINDS = ("error", "discard", "pause", "pause_duration", "cnp", "wait", "corrected")
+
+
+def _detail(d: Delta) -> str:
+    text = f"{d.device} port {d.port}"
+    if d.saturated == "during":
+        text += f"; saturated at {_cap(d)} during the window"
+    elif d.saturated == "before":
+        text += "; saturated before the window"
+    elif d.note:
+        text += f"; {d.note}"
+    return text
+
+
+def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, int | None]) -> list[dict]:
+    """Keyword dicts for a suite's `record(**kw)`: one per counter of a recorded kind (not data/other).
+
+    The count record carries the count bound and verdict for error and discard counters. Pause and
+    CNP counters get a second record, name + "_rate" in 1/s, which carries the rate bound and the
+    verdict (their count record is info). Every detail starts with "<device> port <n>".
+    """
+    out = []
+    for d in deltas:
+        if d.kind not in RECORDED_KINDS:
+            continue
+        verdict = judge(d, limits)
+        common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d)}
+        rated = d.kind in ("pause", "cnp")
+        out.append({"metric": d.name, "value": d.delta, "unit": "us" if d.kind == "pause_duration" else "count",
+                    "threshold": _count_bound(d.kind, limits), "verdict": "info" if rated else verdict, **common})
+        if rated:
+            out.append({"metric": d.name + "_rate", "value": d.rate, "unit": "1/s",
+                        "threshold": _rate_bound(d.kind, limits), "verdict": verdict, **common})
+    return out
+
+
+def rails_of(devices: Iterable[str], nic_rails: Mapping[str, int], bound: Mapping[int, str] | None,
+             rails: Iterable[int]) -> dict[str, int | None]:
+    """device -> rail: the profile's nic_rails first; else the rail whose rank was bound to the device;
+    else, when the node has exactly as many devices as rails, the i-th device (natural order) is the
+    i-th rail; else None."""
+    ordered = sorted(set(devices), key=natural_key)
+    rails = sorted(set(rails))
+    by_device = {dev: rail for rail, dev in (bound or {}).items() if dev}
+    out: dict[str, int | None] = {}
+    for i, dev in enumerate(ordered):
+        if dev in nic_rails:
+            out[dev] = int(nic_rails[dev])
+        elif dev in by_device:
+            out[dev] = by_device[dev]
+        elif len(ordered) == len(rails):
+            out[dev] = rails[i]
+        else:
+            out[dev] = None
+    return out
+
+
+# ---- human output -------------------------------------------------------------
+
+def verdict_of(deltas: Iterable[Delta], limits: Limits) -> str:
+    """fail if any counter fails, else warn if any warns, else pass."""
+    verdicts = {judge(d, limits) for d in deltas}
+    return "fail" if "fail" in verdicts else "warn" if "warn" in verdicts else "pass"
+
+
+def _shown(d: Delta, verdict: str) -> bool:
+    return d.delta != 0 or d.saturated is not None or verdict in ("fail", "warn")
+
+
+def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
+    """A table of the counters that moved (or are saturated, or judged fail/warn), then the problems."""
+    deltas = list(deltas) if not isinstance(deltas, DiffResult) else deltas
+    seconds = getattr(deltas, "seconds", None) or (deltas[0].seconds if deltas else 0.0)
+    rows = []
+    for d in deltas:
+        verdict = judge(d, limits)
+        if not _shown(d, verdict):
+            continue
+        if d.saturated:
+            change = f"saturated {d.saturated}"
+        elif d.delta is None:
+            change = d.note or "unknown"
+        else:
+            change = f"{d.delta:+,}"
+        rate = f"{_num(d.rate)}/s" if d.rate is not None and d.delta else ""
+        rows.append((d.device, str(d.port), d.name, d.kind, change, rate, verdict))
+    lines = [f"{node}: port counters over {seconds:,.1f} s"]
+    if not rows:
+        lines.append("no counter moved")
+    else:
+        head = ("device", "port", "counter", "kind", "delta", "rate", "verdict")
+        widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+        right = {1, 4, 5}
+        for r in (head, *rows):
+            lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    found = problems(deltas, limits, node)
+    if found:
+        lines += ["", "problems:"] + [f"  {p}" for p in found]
+    notes = getattr(deltas, "notes", None)
+    if notes:
+        lines += ["", "notes:"] + [f"  {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def deltas_json(deltas: Iterable[Delta]) -> list[dict]:
+    return [asdict(d) for d in deltas]

@@ -1,0 +1,126 @@
+"""`acceptance counters snapshot` and `diff` as real processes on a sysfs-shaped tree."""
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fakesysfs
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A 4-NIC RoCE node (tests/fakesysfs.py) with an ethtool that prints a saved mlx5 output."""
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=4, gpus=0, link_layer="Ethernet")
+    saved = tmp_path / "ethtool.out"
+    saved.write_text("NIC statistics:\n     rx_prio3_pause: 100\n     rx_discards_phy: 0\n"
+                     "     rx_crc_errors_phy: 0\n     rx_bits_phy: 1000000\n")
+    script = tmp_path / "ethtool"
+    script.write_text(f'#!/bin/sh\ncat "{saved}"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return root, saved, script
+
+
+def cli(*args, root, tmp_path, ethtool=None, node="node1"):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "ACCEPTANCE_", "PMI"))}
+    env.update(ACCEPTANCE_SYSFS_ROOT=str(root), SLURMD_NODENAME=node,
+               ACCEPTANCE_ETHTOOL=str(ethtool or tmp_path / "no-ethtool"))
+    return subprocess.run([sys.executable, "-m", "acceptance", "counters", *args], check=False, cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_snapshot_then_diff_fails_on_a_rising_error_counter(node, tmp_path):
+    root, saved, script = node
+    p = cli("snapshot", "-o", "before-%N.json", root=root, tmp_path=tmp_path, ethtool=script)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == ""
+    assert "counters snapshot of node1: 4 ports," in p.stderr and "0 problems -> before-node1.json" in p.stderr
+    before = json.loads((tmp_path / "before-node1.json").read_text())
+    assert before["format"] == "acceptance-counters/1" and before["node"] == "node1"
+    assert before["ports"][2]["counters"]["rx_prio3_pause"]["value"] == 100
+    assert not list(tmp_path.glob(".*.tmp"))  # the atomic write left nothing behind
+
+    fakesysfs.set_counter(root, "mlx5_2", 1, "symbol_error", 12)
+    fakesysfs.set_counter(root, "mlx5_0", 1, "port_xmit_data", 10**9)
+    saved.write_text(saved.read_text().replace("rx_prio3_pause: 100", "rx_prio3_pause: 900"))
+    p = cli("snapshot", "-o", "after-%N.json", root=root, tmp_path=tmp_path, ethtool=script)
+    assert p.returncode == 0, p.stderr
+
+    p = cli("diff", "before-node1.json", "after-node1.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "node1 mlx5_2 port 1: symbol_error rose by 12 during the window (error counters must not rise)" in p.stdout
+    assert "port_xmit_data" in p.stdout and "rx_prio3_pause" in p.stdout
+    assert "verdict: FAIL" in p.stdout
+
+    p = cli("diff", "before-node1.json", "after-node1.json", "--json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 1
+    out = json.loads(p.stdout)
+    assert out["node"] == "node1" and out["verdict"] == "fail" and out["seconds"] > 0
+    assert out["problems"] == [
+        "node1 mlx5_2 port 1: symbol_error rose by 12 during the window (error counters must not rise)"]
+    sym = [d for d in out["deltas"] if d["name"] == "symbol_error" and d["device"] == "mlx5_2"]
+    assert sym[0]["delta"] == 12 and sym[0]["kind"] == "error" and sym[0]["width"] == 16
+    pause = next(d for d in out["deltas"] if d["name"] == "rx_prio3_pause" and d["device"] == "mlx5_0")
+    assert (pause["delta"], pause["source"], pause["netdev"]) == (800, "ethtool", "ens0f0np0")
+
+    # a profile that allows the rise, and bounds pause frames: exit 0 with a warning
+    lenient = tmp_path / "lenient.toml"
+    lenient.write_text('extends = "local"\n[counters]\nerrors_max = 100\npause_rate_max = 0.001\n')
+    p = cli("diff", "before-node1.json", "after-node1.json", "--profile", str(lenient), root=root, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "rx_prio3_pause" in p.stdout and "> 0.001/s" in p.stdout and "verdict: WARN" in p.stdout
+
+
+def test_quiet_window_exits_0(node, tmp_path):
+    root, _, script = node
+    for name in ("a.json", "b.json"):
+        assert cli("snapshot", "-o", name, root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    p = cli("diff", "a.json", "b.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no counter moved" in p.stdout and "verdict: PASS" in p.stdout
+
+
+def test_snapshot_to_stdout_and_problems_on_stderr(node, tmp_path):
+    root, _, _ = node
+    p = cli("snapshot", root=root, tmp_path=tmp_path)  # ethtool missing: a problem, not a failure
+    assert p.returncode == 0
+    snap = json.loads(p.stdout)
+    assert len(snap["ports"]) == 4 and len(snap["problems"]) == 1
+    assert "1 problems -> stdout" in p.stderr and "problem: " in p.stderr and "not found" in p.stderr
+    p = cli("snapshot", "--no-ethtool", root=tmp_path / "empty", tmp_path=tmp_path)
+    assert p.returncode == 0 and json.loads(p.stdout)["ports"] == []
+    assert "no RDMA devices" in p.stderr
+
+
+def test_bad_input_exits_2_naming_the_file(node, tmp_path):
+    root, _, _ = node
+    assert cli("snapshot", "-o", "n1.json", root=root, tmp_path=tmp_path).returncode == 0
+    assert cli("snapshot", "-o", "n2.json", root=root, tmp_path=tmp_path, node="node2").returncode == 0
+    (tmp_path / "garbage.json").write_text("{not json")
+    (tmp_path / "other.json").write_text('{"run_id": "x"}')
+    cases = {
+        ("missing.json", "n1.json"): "missing.json: no such file",
+        ("n1.json", "garbage.json"): "garbage.json: not JSON",
+        ("other.json", "n1.json"): 'other.json: not a counters snapshot (no "format" key',
+        ("n1.json", "n2.json"): "n1.json is from node node1 but n2.json from node node2",
+    }
+    for (a, b), message in cases.items():
+        p = cli("diff", a, b, root=root, tmp_path=tmp_path)
+        assert p.returncode == 2, (a, b, p.stdout, p.stderr)
+        assert message in p.stderr, p.stderr
+    p = cli("snapshot", "-o", "no/such/dir/s.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 2 and "no/such/dir/s.json: cannot write the snapshot" in p.stderr
+    p = cli("diff", "n1.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 2  # argparse: AFTER missing
+
+
+def test_help_teaches_the_workflow(tmp_path):
+    p = cli("--help", root=tmp_path, tmp_path=tmp_path)
+    assert p.returncode == 0
+    assert "srun --ntasks-per-node=1 acceptance counters snapshot -o before-%N.json" in p.stdout
+    assert "acceptance counters diff before-node1.json after-node1.json" in p.stdout

@@ -1,0 +1,440 @@
+"""Port counters on sysfs trees shaped like a real node's (tests/fakesysfs.py) and real `ethtool -S` output."""
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from acceptance import counters as c
+from acceptance.results import make_record
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fakesysfs
+
+# `ethtool -S ens1f0np0` on a ConnectX-7 with PFC on priority 3 (mlx5, trimmed: per-ring counters cut
+# down to a few, the rest as printed).
+MLX5_ETHTOOL = """\
+NIC statistics:
+     rx_packets: 1234567890
+     rx_bytes: 987654321012
+     tx_packets: 1234000000
+     tx_bytes: 980000000000
+     rx_csum_complete: 5
+     rx_out_of_buffer: 0
+     rx0_packets: 77
+     rx0_bytes: 7700
+     tx12_bytes: 1200
+     ch3_events: 9
+     rx_vport_rdma_unicast_packets: 5550000000
+     rx_vport_rdma_unicast_bytes: 22200000000000
+     rx_pause_ctrl_phy: 0
+     tx_pause_ctrl_phy: 0
+     rx_discards_phy: 17
+     tx_discards_phy: 0
+     rx_crc_errors_phy: 0
+     rx_symbol_err_phy: 0
+     rx_pcs_symbol_err_phy: 3
+     rx_corrected_bits_phy: 125000
+     rx_err_lane_0_phy: 0
+     rx_err_lane_1_phy: 0
+     rx_bits_phy: 180000000000000
+     link_down_events_phy: 1
+     rx_prio3_bytes: 22200000000000
+     rx_prio3_packets: 5550000000
+     rx_prio3_pause: 4200
+     rx_prio3_pause_duration: 880000
+     tx_prio3_pause: 12
+     tx_prio3_pause_duration: 640
+     rx_prio3_pause_transition: 2100
+     rx_prio3_discards: 0
+     tx_pause_storm_warning_events: 0
+     tx_pause_storm_error_events: 0
+     module_unplug: 0
+"""
+
+
+def ethtool_script(tmp_path: Path, output: str = MLX5_ETHTOOL, rc: int = 0, name: str = "ethtool") -> Path:
+    """A stand-in for ethtool: prints a saved `ethtool -S` output (any netdev)."""
+    saved = tmp_path / f"{name}.out"
+    saved.write_text(output)
+    script = tmp_path / name
+    script.write_text(f'#!/bin/sh\n[ "$1" = "-S" ] || exit 64\ncat "{saved}"\n'
+                      + (f'echo "netlink error: no such device" >&2\nexit {rc}\n' if rc else ""))
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def snap_at(root, epoch: float, **kw) -> dict:
+    s = c.snapshot(root, node="node3", **kw)
+    s["epoch"] = epoch
+    return s
+
+
+def by_name(deltas, device: str, name: str, port: int = 1) -> c.Delta:
+    (d,) = [d for d in deltas if d.device == device and d.port == port and d.name == name]
+    return d
+
+
+@pytest.fixture
+def ib_root(tmp_path):
+    return fakesysfs.dgx_node(tmp_path / "sys", nics=4, gpus=0)
+
+
+# ---- ports, widths, kinds ---------------------------------------------------------
+
+def test_ports_in_natural_order_with_netdevs(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=12, gpus=0, link_layer="Ethernet")
+    monkeypatch.setenv(c.ENV_SYSFS_ROOT, str(root))
+    found = c.ports()
+    assert [p.device for p in found] == [f"mlx5_{i}" for i in range(12)]  # mlx5_2 before mlx5_10
+    assert found[3] == c.Port("mlx5_3", 1, "Ethernet", "ens3f0np0", "4: ACTIVE", "400 Gb/sec (4X NDR)")
+    assert c.sysfs_root() == root
+
+
+def test_ib_ports_get_their_ipoib_netdev_and_multiport_devices_match_dev_port(tmp_path):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0)
+    assert [(p.device, p.netdev, p.link_layer) for p in c.ports(root)] == [
+        ("mlx5_0", "ibp24s0", "InfiniBand"), ("mlx5_1", "ibp40s0", "InfiniBand")]
+    two = fakesysfs.ib_device(tmp_path / "two", "mlx5_0", ports=2, link_layer="Ethernet", netdev="ens1f0np0")
+    fakesysfs.ib_device(two, "mlx5_0", ports=2, link_layer="Ethernet", netdev="ens1f1np1")
+    net = two / "devices" / "pci0000:00" / "0000:00:01.0" / "0000:18:00.0" / "net"
+    (net / "ens1f0np0" / "dev_port").write_text("0\n")
+    (net / "ens1f1np1" / "dev_port").write_text("1\n")
+    assert [(p.port, p.netdev) for p in c.ports(two)] == [(1, "ens1f0np0"), (2, "ens1f1np1")]
+
+
+def test_roce_gid_ndev_names_the_netdev(tmp_path):
+    root = fakesysfs.ib_device(tmp_path / "sys", "mlx5_0", link_layer="Ethernet", netdev="ens1f0np0")
+    fakesysfs.set_port(root, "mlx5_0", 1, **{"gid_attrs/ndevs/0": "bond0"})
+    assert c.ports(root)[0].netdev == "bond0"
+
+
+def test_widths():
+    assert c.width_of("symbol_error", "counters") == 16
+    assert c.width_of("port_xmit_discards", "counters") == 16
+    assert c.width_of("link_downed", "counters") == 8
+    assert c.width_of("port_rcv_constraint_errors", "counters") == 8
+    assert c.width_of("local_link_integrity_errors", "counters") == 4
+    assert c.width_of("excessive_buffer_overrun_errors", "counters") == 4
+    assert c.width_of("port_xmit_wait", "counters") == 32
+    assert c.width_of("port_xmit_data", "counters") == 64  # mlx5: extended width
+    assert c.width_of("unicast_rcv_packets", "counters") == 64
+    assert c.width_of("mystery_counter", "counters") is None
+    assert c.width_of("out_of_sequence", "hw_counters") == 32
+    assert c.width_of("req_remote_access_errors", "hw_counters") == 32
+    assert c.width_of("resp_local_length_error", "hw_counters") == 32
+    assert c.width_of("np_cnp_sent", "hw_counters") == 64
+    assert c.width_of("rx_icrc_encapsulated", "hw_counters") == 64
+    assert c.width_of("rx_prio3_pause", "ethtool") == 64
+    with pytest.raises(ValueError, match="unknown counter source"):
+        c.width_of("x", "perfquery")
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("symbol_error", "error"), ("link_downed", "error"), ("port_rcv_remote_physical_errors", "error"),
+    ("local_link_integrity_errors", "error"), ("out_of_sequence", "error"), ("local_ack_timeout_err", "error"),
+    ("req_remote_access_errors", "error"), ("resp_local_length_error", "error"), ("rx_crc_errors_phy", "error"),
+    ("rx_err_lane_2_phy", "error"), ("link_down_events_phy", "error"), ("tx_pause_storm_error_events", "error"),
+    ("req_cqe_flush_error", "other"),  # QP teardown with posted work requests: normal
+    ("port_xmit_discards", "discard"), ("rx_discards_phy", "discard"), ("rx_prio3_discards", "discard"),
+    ("out_of_buffer", "discard"), ("rx_out_of_buffer", "discard"),
+    ("rx_prio3_pause", "pause"), ("tx_prio0_pause", "pause"), ("rx_pause_ctrl_phy", "pause"),
+    ("tx_global_pause", "pause"), ("rx_prio3_pause_transition", "pause"),
+    ("tx_prio3_pause_duration", "pause_duration"), ("rx_global_pause_duration", "pause_duration"),
+    ("np_cnp_sent", "cnp"), ("rp_cnp_handled", "cnp"), ("np_ecn_marked_roce_packets", "cnp"),
+    ("port_xmit_wait", "wait"), ("rx_corrected_bits_phy", "corrected"),
+    ("port_xmit_data", "data"), ("port_rcv_packets", "data"), ("rx_bits_phy", "data"), ("rx_prio3_bytes", "data"),
+    ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "other"), ("module_unplug", "other"),
+])
+def test_kind_of(name, kind):
+    assert c.kind_of(name) == kind
+    assert kind in c.KINDS
+
+
+# ---- snapshot -----------------------------------------------------------------------
+
+def test_snapshot_of_an_ib_node(ib_root, monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "node7")
+    fakesysfs.set_counter(ib_root, "mlx5_2", 1, "symbol_error", 5)
+    s = c.snapshot(ib_root)
+    assert s["format"] == "acceptance-counters/1" and s["node"] == "node7" and s["time"].endswith("Z")
+    assert s["problems"] == [] and s["sysfs_root"] == str(ib_root)
+    assert json.loads(json.dumps(s)) == s
+    assert [(p["device"], p["port"], p["link_layer"]) for p in s["ports"]] == [
+        (f"mlx5_{i}", 1, "InfiniBand") for i in range(4)]
+    counters = s["ports"][2]["counters"]
+    assert counters["symbol_error"] == {"value": 5, "source": "counters", "width": 16}
+    assert counters["out_of_sequence"] == {"value": 0, "source": "hw_counters", "width": 32}
+    assert "lifespan" not in counters
+    assert "np_cnp_sent" not in counters  # RoCE only
+    assert not any(v["source"] == "ethtool" for v in counters.values())  # InfiniBand: no ethtool
+
+
+def test_snapshot_without_infiniband(tmp_path):
+    s = c.snapshot(tmp_path, node="node1")
+    assert s["ports"] == []
+    assert len(s["problems"]) == 1 and "no RDMA devices" in s["problems"][0]
+    assert str(tmp_path / "class" / "infiniband") in s["problems"][0]
+
+
+def test_snapshot_device_filter(ib_root):
+    assert [p["device"] for p in c.snapshot(ib_root, devices=["mlx5_1", "mlx5_3"], node="n")["ports"]] == [
+        "mlx5_1", "mlx5_3"]
+
+
+def test_unreadable_counter_is_a_problem_not_an_exception(ib_root):
+    if os.geteuid() == 0:
+        # root reads a mode-000 file anyway; a directory in place of the file fails the same way
+        bad = ib_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters" / "symbol_error"
+        bad.unlink()
+        bad.mkdir()
+    else:
+        bad = ib_root / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters" / "symbol_error"
+        bad.chmod(0)
+    fakesysfs.set_counter(ib_root, "mlx5_1", 1, "link_downed", "N/A")
+    s = c.snapshot(ib_root, node="n")
+    assert "symbol_error" not in s["ports"][0]["counters"]
+    assert any(p.startswith("mlx5_0 port 1: cannot read counters/symbol_error") for p in s["problems"]), s["problems"]
+    assert "mlx5_1 port 1: counters/link_downed holds 'N/A', not a number" in s["problems"]
+
+
+def test_ethtool_parsing_of_real_mlx5_output():
+    stats = c.parse_ethtool_stats(MLX5_ETHTOOL + "     some driver note: n/a\n")
+    assert "NIC statistics" not in stats and "some driver note" not in stats
+    assert stats["rx_prio3_pause"] == 4200
+    assert stats["tx_prio3_pause_duration"] == 640
+    assert stats["rx_discards_phy"] == 17
+    assert stats["rx_corrected_bits_phy"] == 125000
+    assert stats["rx_bits_phy"] == 180000000000000
+    assert stats["link_down_events_phy"] == 1
+    assert stats["rx_err_lane_1_phy"] == 0
+    assert len(stats) == MLX5_ETHTOOL.count("\n") - 1
+
+
+def test_snapshot_reads_ethtool_on_roce_ports(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0, link_layer="Ethernet")
+    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
+    s = c.snapshot(root, node="n")
+    assert s["problems"] == []
+    counters = s["ports"][1]["counters"]
+    assert s["ports"][1]["netdev"] == "ens1f0np0"
+    assert counters["rx_prio3_pause"] == {"value": 4200, "source": "ethtool", "width": 64}
+    assert counters["np_cnp_sent"]["source"] == "hw_counters"
+    assert counters["symbol_error"]["source"] == "counters"
+    assert not any(n.startswith(("rx0_", "tx12_", "ch3_")) for n in counters)  # per-ring counters left out
+    assert "rx_packets" in counters
+    assert not any(v["source"] == "ethtool" for v in c.snapshot(root, node="n", ethtool=False)["ports"][0]["counters"].values())
+
+
+def test_missing_or_failing_ethtool_is_one_problem(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=3, gpus=0, link_layer="Ethernet")
+    monkeypatch.setenv(c.ENV_ETHTOOL, str(tmp_path / "no-such-ethtool"))
+    s = c.snapshot(root, node="n")
+    assert len(s["problems"]) == 1 and "not found" in s["problems"][0] and c.ENV_ETHTOOL in s["problems"][0]
+    assert len(s["ports"]) == 3 and "symbol_error" in s["ports"][0]["counters"]
+    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path, rc=76)))
+    s = c.snapshot(root, node="n")
+    assert len(s["problems"]) == 3
+    assert s["problems"][0].startswith("mlx5_0 port 1 (ens0f0np0): `")
+    assert "exited 76: netlink error: no such device" in s["problems"][0]
+    with pytest.raises(c.EthtoolError, match="printed no statistics"):
+        c.ethtool_stats("ens0f0np0", command=str(ethtool_script(tmp_path, output="NIC statistics:\n", name="empty")))
+
+
+# ---- diff and verdicts ------------------------------------------------------------------
+
+def test_rising_symbol_error_fails_and_names_node_device_port(ib_root):
+    before = snap_at(ib_root, 1000.0)
+    fakesysfs.set_counter(ib_root, "mlx5_3", 1, "symbol_error", 12)
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "port_xmit_data", 5_000_000)
+    after = snap_at(ib_root, 1010.0)
+    deltas = c.diff(before, after)
+    d = by_name(deltas, "mlx5_3", "symbol_error")
+    assert (d.delta, d.kind, d.width, d.saturated, d.seconds, d.rate) == (12, "error", 16, None, 10.0, 1.2)
+    assert c.judge(d, c.Limits()) == "fail"
+    assert c.judge(d, c.Limits(errors_max=12)) == "pass"
+    assert c.problems(deltas, c.Limits(), "node3") == [
+        "node3 mlx5_3 port 1: symbol_error rose by 12 during the window (error counters must not rise)"]
+    assert c.verdict_of(deltas, c.Limits()) == "fail"
+    assert c.judge(by_name(deltas, "mlx5_0", "port_xmit_data"), c.Limits()) == "info"
+    text = c.format_diff(deltas, c.Limits(), "node3")
+    assert "node3: port counters over 10.0 s" in text
+    assert "symbol_error" in text and "port_xmit_data" in text and "+5,000,000" in text
+    assert "link_downed" not in text  # did not move
+    assert text.splitlines()[-1].startswith("  node3 mlx5_3 port 1: symbol_error rose by 12")
+
+
+def test_counter_reaching_its_cap_is_saturated_during(ib_root):
+    fakesysfs.set_counter(ib_root, "mlx5_1", 1, "symbol_error", 65000)
+    before = snap_at(ib_root, 0.0)
+    fakesysfs.set_counter(ib_root, "mlx5_1", 1, "symbol_error", 65535)
+    d = by_name(c.diff(before, snap_at(ib_root, 5.0)), "mlx5_1", "symbol_error")
+    assert (d.saturated, d.delta, d.rate) == ("during", None, None)
+    assert c.judge(d, c.Limits(errors_max=10**6)) == "fail"
+    (line,) = c.problems([d], c.Limits(), "node3")
+    assert line.startswith("node3 mlx5_1 port 1: symbol_error saturated at 65535 (16-bit) during the window")
+    assert "perfquery -R -C mlx5_1 -P 1" in line
+
+
+def test_counter_at_its_cap_both_times_is_saturated_before(ib_root):
+    fakesysfs.set_counter(ib_root, "mlx5_1", 1, "link_downed", 255)
+    fakesysfs.set_counter(ib_root, "mlx5_2", 1, "local_link_integrity_errors", 15)
+    before = snap_at(ib_root, 0.0)
+    deltas = c.diff(before, snap_at(ib_root, 5.0))
+    d = by_name(deltas, "mlx5_1", "link_downed")
+    assert (d.saturated, d.delta) == ("before", None)
+    assert c.judge(d, c.Limits()) == "warn"
+    assert by_name(deltas, "mlx5_2", "local_link_integrity_errors").saturated == "before"
+    assert c.problems(deltas, c.Limits(), "node3")[0] == (
+        "node3 mlx5_1 port 1: link_downed saturated at 255 (8-bit) before the window: the rise is unknown; "
+        "clear it (perfquery -R -C mlx5_1 -P 1)")
+    assert c.verdict_of(deltas, c.Limits()) == "warn"
+
+
+def test_64bit_and_hw_counters_do_not_saturate(ib_root):
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "out_of_sequence", 2**32 - 1, hw=True)
+    before = snap_at(ib_root, 0.0)
+    deltas = c.diff(before, snap_at(ib_root, 1.0))
+    assert by_name(deltas, "mlx5_0", "out_of_sequence").saturated is None
+
+
+def test_reset_gives_no_delta(ib_root):
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "symbol_error", 40)
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "out_of_sequence", 4_000_000_000, hw=True)
+    before = snap_at(ib_root, 0.0)
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "symbol_error", 0)  # perfquery -R
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "out_of_sequence", 3, hw=True)  # 32-bit Q-counter wrapped
+    deltas = c.diff(before, snap_at(ib_root, 1.0))
+    for name in ("symbol_error", "out_of_sequence"):
+        d = by_name(deltas, "mlx5_0", name)
+        assert (d.delta, d.rate, d.note, d.saturated) == (None, None, "reset or wrapped", None)
+        assert c.judge(d, c.Limits()) == "info"
+    assert c.problems(deltas, c.Limits(), "node3") == []
+    assert "reset or wrapped" in c.format_diff(deltas, c.Limits(), "node3")
+
+
+def test_pause_rate_over_the_bound_warns(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet")
+    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
+    before = snap_at(root, 100.0)
+    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(
+        tmp_path, MLX5_ETHTOOL.replace("rx_prio3_pause: 4200", "rx_prio3_pause: 46200"), name="ethtool2")))
+    deltas = c.diff(before, snap_at(root, 110.0))
+    d = by_name(deltas, "mlx5_0", "rx_prio3_pause")
+    assert (d.delta, d.rate, d.netdev, d.source) == (42000, 4200.0, "ens0f0np0", "ethtool")
+    assert c.judge(d, c.Limits()) == "info"  # no bound: recorded only
+    assert c.judge(d, c.Limits(pause_rate_max=5000)) == "pass"
+    limits = c.Limits(pause_rate_max=1000)
+    assert c.judge(d, limits) == "warn"
+    (line,) = c.problems(deltas, limits, "node3")
+    assert line.startswith("node3 mlx5_0 port 1: rx_prio3_pause 4,200/s > 1,000/s")
+    assert c.verdict_of(deltas, limits) == "warn"
+
+
+def test_cnp_and_discard_judgement():
+    def delta(name, value, rate=None):
+        return c.Delta("mlx5_0", 1, None, name, "hw_counters", c.kind_of(name), 64, 0, value or 0, value,
+                       None, 1.0, rate)
+    assert c.judge(delta("np_cnp_sent", 500, 500.0), c.Limits(cnp_rate_max=100)) == "warn"
+    assert c.judge(delta("np_cnp_sent", 50, 50.0), c.Limits(cnp_rate_max=100)) == "pass"
+    assert c.judge(delta("out_of_buffer", 3), c.Limits()) == "warn"
+    assert c.judge(delta("out_of_buffer", 3), c.Limits(discards_max=3)) == "pass"
+    assert c.judge(delta("port_xmit_wait", 10**6), c.Limits()) == "info"
+
+
+def test_diff_of_two_nodes_raises_naming_both(ib_root):
+    a = c.snapshot(ib_root, node="node1")
+    b = c.snapshot(ib_root, node="node2")
+    with pytest.raises(ValueError, match="node1.*node2"):
+        c.diff(a, b)
+    with pytest.raises(ValueError, match="not a counters snapshot"):
+        c.diff({"ports": []}, b)
+
+
+def test_ports_and_counters_on_one_side_only_are_notes(ib_root, tmp_path, monkeypatch):
+    before = snap_at(ib_root, 0.0)
+    fakesysfs.ib_device(ib_root, "mlx5_9", bdf="0000:99:00.0")
+    fakesysfs.set_counter(ib_root, "mlx5_0", 1, "new_counter", 1)
+    after = snap_at(ib_root, 1.0)
+    after["ports"] = [p for p in after["ports"] if p["device"] != "mlx5_1"]
+    result = c.diff(before, after)
+    assert isinstance(result, c.DiffResult) and isinstance(result, list)
+    assert result.node == "node3" and result.seconds == 1.0
+    assert {d.device for d in result} == {"mlx5_0", "mlx5_2", "mlx5_3"}
+    assert any(n.startswith("mlx5_1 port 1: only in the before snapshot") for n in result.notes)
+    assert any(n.startswith("mlx5_9 port 1: only in the after snapshot") for n in result.notes)
+    assert "mlx5_0 port 1: 1 counter(s) only in the after snapshot, not compared: new_counter" in result.notes
+    text = c.format_diff(result, c.Limits(), "node3")
+    assert "no counter moved" in text and "notes:" in text
+
+
+def test_limits_from_profile(tmp_path):
+    from acceptance.profile import load_profile
+    assert c.Limits.from_profile(load_profile("local")) == c.Limits(0, 0, None, None)
+    toml = tmp_path / "p.toml"
+    toml.write_text('extends = "local"\n[counters]\nerrors_max = 2\ndiscards_max = 5\n'
+                    'pause_rate_max = 1000.0\ncnp_rate_max = 50.0\n')
+    assert c.Limits.from_profile(load_profile(toml)) == c.Limits(2, 5, 1000.0, 50.0)
+
+
+# ---- records and rails ----------------------------------------------------------------
+
+def test_to_records_details_and_values(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0, link_layer="Ethernet")
+    fakesysfs.set_counter(root, "mlx5_1", 1, "symbol_error", 100)
+    fakesysfs.set_counter(root, "mlx5_1", 1, "link_downed", 255)
+    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
+    before = snap_at(root, 0.0)
+    fakesysfs.set_counter(root, "mlx5_1", 1, "symbol_error", 65535)
+    fakesysfs.set_counter(root, "mlx5_0", 1, "port_rcv_errors", 7)
+    fakesysfs.set_counter(root, "mlx5_0", 1, "rp_cnp_handled", 300, hw=True)
+    fakesysfs.set_counter(root, "mlx5_0", 1, "out_of_sequence", 0, hw=True)
+    deltas = c.diff(before, snap_at(root, 10.0))
+    limits = c.Limits(pause_rate_max=1000.0)
+    recs = c.to_records(deltas, limits, {"mlx5_0": 0, "mlx5_1": 1})
+    assert not {c.kind_of(r["metric"].removesuffix("_rate")) for r in recs} & {"data", "other"}
+    get = {(r["detail"].split(";")[0], r["metric"]): r for r in recs}
+    assert get[("mlx5_0 port 1", "port_rcv_errors")] == {
+        "metric": "port_rcv_errors", "value": 7, "unit": "count", "rail": 0, "threshold": 0, "verdict": "fail",
+        "samples": 1, "detail": "mlx5_0 port 1"}
+    sat = get[("mlx5_1 port 1", "symbol_error")]
+    assert (sat["value"], sat["verdict"], sat["rail"]) == (None, "fail", 1)
+    assert sat["detail"] == "mlx5_1 port 1; saturated at 65535 (16-bit) during the window"
+    assert get[("mlx5_1 port 1", "link_downed")]["detail"] == "mlx5_1 port 1; saturated before the window"
+    cnp, cnp_rate = get[("mlx5_0 port 1", "rp_cnp_handled")], get[("mlx5_0 port 1", "rp_cnp_handled_rate")]
+    assert (cnp["value"], cnp["unit"], cnp["verdict"]) == (300, "count", "info")
+    assert (cnp_rate["value"], cnp_rate["unit"], cnp_rate["threshold"], cnp_rate["verdict"]) == (30.0, "1/s", None, "info")
+    pause_rate = get[("mlx5_0 port 1", "rx_prio3_pause_rate")]
+    assert (pause_rate["value"], pause_rate["threshold"], pause_rate["verdict"]) == (0.0, 1000.0, "pass")
+    assert get[("mlx5_0 port 1", "tx_prio3_pause_duration")]["unit"] == "us"
+    assert get[("mlx5_0 port 1", "port_xmit_wait")]["verdict"] == "info"
+    assert get[("mlx5_0 port 1", "rx_corrected_bits_phy")]["value"] == 0
+    assert all(r["detail"].startswith(("mlx5_0 port 1", "mlx5_1 port 1")) for r in recs)
+    for r in recs:  # every dict is a valid record for the suites' record(metric, value, unit, **fields)
+        make_record(test="t", suite="counters", nodes=["node3"], ranks=[0], **r)
+    assert c.to_records(deltas, limits, {})[0]["rail"] is None
+
+
+def test_to_records_reset_detail():
+    d = c.Delta("mlx5_4", 1, None, "symbol_error", "counters", "error", 16, 9, 0, None, None, 1.0, None,
+                "reset or wrapped")
+    (r,) = c.to_records([d], c.Limits(), {})
+    assert (r["detail"], r["value"], r["verdict"]) == ("mlx5_4 port 1; reset or wrapped", None, "info")
+
+
+def test_rails_of():
+    devs = [f"mlx5_{i}" for i in (10, 2, 0, 1)]
+    # profile map first
+    assert c.rails_of(["mlx5_0", "mlx5_1"], {"mlx5_0": 1, "mlx5_1": 0}, {0: "mlx5_0"}, [0, 1]) == {
+        "mlx5_0": 1, "mlx5_1": 0}
+    # then the device each rail's rank was bound to
+    assert c.rails_of(["mlx5_0", "mlx5_4", "mlx5_5"], {}, {0: "mlx5_4", 1: "mlx5_5"}, [0, 1]) == {
+        "mlx5_0": None, "mlx5_4": 0, "mlx5_5": 1}
+    # as many devices as rails: natural order (mlx5_2 before mlx5_10)
+    assert c.rails_of(devs, {}, None, [0, 1, 2, 3]) == {"mlx5_0": 0, "mlx5_1": 1, "mlx5_2": 2, "mlx5_10": 3}
+    # a storage NIC beyond the rails: nothing to go by
+    assert c.rails_of(devs, {}, None, [0, 1]) == dict.fromkeys(devs)
+    assert c.rails_of(devs, {"mlx5_10": 7}, {}, [0, 1]) == {"mlx5_0": None, "mlx5_1": None, "mlx5_2": None,
+                                                           "mlx5_10": 7}
