@@ -146,9 +146,17 @@ def kind_of(name: str) -> str:
 
 # ---- ports ----------------------------------------------------------------------
 
-def sysfs_root() -> Path:
-    """ACCEPTANCE_SYSFS_ROOT (a fake tree in tests), else /sys."""
-    return Path(os.environ.get(ENV_SYSFS_ROOT) or "/sys")
+NODE_PLACEHOLDER = "{node}"
+
+
+def sysfs_root(node: str | None = None) -> Path:
+    """ACCEPTANCE_SYSFS_ROOT (a fake tree in tests), else /sys.
+
+    A literal "{node}" in it becomes `node`, so emulated nodes sharing one host each
+    read their own tree (ACCEPTANCE_SYSFS_ROOT=/tmp/fake/{node}).
+    """
+    raw = os.environ.get(ENV_SYSFS_ROOT) or "/sys"
+    return Path(raw.replace(NODE_PLACEHOLDER, node) if node is not None else raw)
 
 
 @dataclass(frozen=True)
@@ -169,19 +177,20 @@ def _read(path: Path) -> str | None:
 
 
 def _netdev(dev: Path, port: int) -> str | None:
-    """The netdev of one port: the RoCE GID's ndev, else the device's only (or dev_port-matching) netdev."""
-    ndev = _read(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0")
-    if ndev:
-        return ndev
+    """The port's netdev under <dev>/device/net (the one whose 0-based dev_port matches, when there are
+    several); else the netdev of the port's first GID (gid_attrs/ndevs/0)."""
     try:
         nets = sorted((p for p in (dev / "device" / "net").iterdir()), key=lambda p: natural_key(p.name))
     except OSError:
-        return None
-    if len(nets) > 1:  # a multi-port device: dev_port is 0-based
+        nets = []
+    if len(nets) > 1:  # a multi-port device
         for net in nets:
             if _read(net / "dev_port") == str(port - 1):
                 return net.name
-    return nets[0].name if nets else None
+    if nets:
+        return nets[0].name
+    # The GID's ndev can be an upper device (bond0 under RoCE LAG), hence only second choice.
+    return _read(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0") or None
 
 
 def ports(root: str | os.PathLike | None = None, devices: Iterable[str] | None = None) -> list[Port]:

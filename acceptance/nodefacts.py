@@ -20,10 +20,11 @@ Sources (see reference/pyverbs.md sections 3, 11 and 12):
   <root>/kernel/mm/memory_peers/nv_mem/version), else dma-buf as CUDA reports it
   (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED through cupy).
 
-The sysfs root is $ACCEPTANCE_SYSFS_ROOT (default /sys). As a testing and
-emulation aid, a literal "{node}" in it is replaced by the node's name
-(`sysfs_root(node)`), so emulated nodes sharing one host each read their own tree:
-ACCEPTANCE_SYSFS_ROOT=/tmp/fake/{node} gives node1 /tmp/fake/node1.
+The sysfs root is $ACCEPTANCE_SYSFS_ROOT (default /sys), through
+`sysfs_root(node)` (acceptance.counters' rule, re-exported here). As a testing and
+emulation aid, a literal "{node}" in it is replaced by the node's name, so emulated
+nodes sharing one host each read their own tree: ACCEPTANCE_SYSFS_ROOT=/tmp/fake/{node}
+gives node1 /tmp/fake/node1. Real nodes have their own /sys and need no placeholder.
 """
 
 from __future__ import annotations
@@ -38,13 +39,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# One rule for the sysfs root, shared with the port counters: sysfs_root(node).
+from .counters import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, sysfs_root  # noqa: F401 - re-exported
 from .doctor import _run as run_command
 from .naming import natural_key
 
-ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
 ENV_IBV_DEVINFO = "ACCEPTANCE_IBV_DEVINFO"
 ENV_NVIDIA_SMI = "ACCEPTANCE_NVIDIA_SMI"
-NODE_PLACEHOLDER = "{node}"
 COMMAND_TIMEOUT_S = 20.0  # nvidia-smi topo -m takes seconds on a busy 8-GPU node
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/lib/aarch64-linux-gnu")
 # nvidia-smi topo -m distances between a GPU and a NIC, nearest first (X is self, NV# is GPU-GPU).
@@ -62,14 +63,6 @@ class Unavailable(Exception):
 
     def __str__(self) -> str:
         return f"unavailable: {self.reason}"
-
-
-def sysfs_root(node: str | None = None) -> Path:
-    """$ACCEPTANCE_SYSFS_ROOT or /sys; a "{node}" in it becomes `node` (emulated nodes, tests)."""
-    raw = os.environ.get(ENV_SYSFS_ROOT) or "/sys"
-    if node is not None:
-        raw = raw.replace(NODE_PLACEHOLDER, node)
-    return Path(raw)
 
 
 def _read(path: Path) -> str | None:
@@ -231,8 +224,8 @@ def read_ports(root: Path, devinfo=None) -> list[Port]:
                 text = _read(root / "class" / "net" / netdev / "mtu") if netdev else None
                 mtu = int(text) if text and text.isdigit() else None
                 if mtu is None:
-                    why = (f"no {root / 'class' / 'net' / netdev / 'mtu'}" if netdev
-                           else f"no netdev under {dev / 'device' / 'net'}")
+                    why = "Ethernet MTU unknown: " + (f"no {root / 'class' / 'net' / netdev / 'mtu'}" if netdev
+                                                      else f"no netdev under {dev / 'device' / 'net'}")
             else:
                 if devinfo is None:
                     try:
@@ -245,7 +238,7 @@ def read_ports(root: Path, devinfo=None) -> list[Port]:
                     fields = devinfo.get(name, {}).get("ports", {}).get(n)
                     mtu = parse_mtu(fields.get("active_mtu")) if fields else None
                     if mtu is None:
-                        why = f"no active_mtu for {name} port {n} in ibv_devinfo's output"
+                        why = f"InfiniBand MTU unknown: no active_mtu for {name} port {n} in ibv_devinfo's output"
             out.append(Port(name, n, _read(pdir / "state") or "", _read(pdir / "phys_state") or "", rate,
                             parse_rate(rate), link_layer, netdev, mtu, why))
     return out

@@ -19,14 +19,16 @@ from .topology import Topology
 class PortWatch:
     """A set of this node's RDMA devices, with their rails, to snapshot."""
 
-    def __init__(self, devices: list[str], rails: dict[str, int | None], limits: counters.Limits):
+    def __init__(self, topology: Topology, devices: list[str], rails: dict[str, int | None],
+                 limits: counters.Limits):
+        self.node, self.root = topology.node, counters.sysfs_root(topology.node)
         self.devices, self.rails, self.limits = devices, rails, limits
 
     @classmethod
     def _node_devices(cls, topology: Topology, profile: Profile) -> dict[str, int | None] | None:
         if not profile.get("counters.enabled"):
             return None
-        devices = sorted({p.device for p in counters.ports()}, key=natural_key)
+        devices = sorted({p.device for p in counters.ports(counters.sysfs_root(topology.node))}, key=natural_key)
         if not devices:
             return None
         bound = {r.rail: r.nic for r in topology.ranks_on(topology.node) if r.nic}
@@ -40,7 +42,7 @@ class PortWatch:
         rails = cls._node_devices(topology, profile)
         if rails is None:
             return None
-        return cls(list(rails), rails, counters.Limits.from_profile(profile))
+        return cls(topology, list(rails), rails, counters.Limits.from_profile(profile))
 
     @classmethod
     def for_rail(cls, topology: Topology, profile: Profile, rail: int) -> "PortWatch | None":
@@ -49,10 +51,10 @@ class PortWatch:
         if rails is None:
             return None
         mine = [d for d, r in rails.items() if r == rail]
-        return cls(mine, rails, counters.Limits.from_profile(profile)) if mine else None
+        return cls(topology, mine, rails, counters.Limits.from_profile(profile)) if mine else None
 
     def snapshot(self) -> dict:
-        return counters.snapshot(devices=self.devices)
+        return counters.snapshot(self.root, devices=self.devices, node=self.node)
 
     def record(self, before: dict, after: dict, record: Callable, note: str | None = None,
                **fields) -> list[str]:

@@ -34,8 +34,9 @@ Families:
   acceptance_rail_write_latency_p99_seconds{rail,size_bytes}
   acceptance_collective_busbw_bytes_per_second{op,scope,rail,size_bytes}
         median bus bandwidth at the largest size; scope world, rail (with rail) or node (median over nodes)
-  acceptance_port_error_increase{node,rail,device,port,counter}
-        largest rise of an error counter in one measurement window; non-zero ones only
+  acceptance_port_error_increase{node,rail,device,port,counter,kind}
+        largest rise of an error or discard counter (acceptance.counters.kind_of) in one
+        measurement window; non-zero ones only
   acceptance_node_drain_suggested{node}             1 for each node of the drain lines
 
 Medians over burn-in iterations first (per link and direction), then over links.
@@ -62,10 +63,9 @@ SCOPES = ("link", "nic", "node", "rail", "cluster")
 BANDWIDTH_BYTES = {"Gbit/s": 1e9 / 8, "Mbit/s": 1e6 / 8, "bit/s": 1 / 8, "GB/s": 1e9, "MB/s": 1e6,
                    "B/s": 1.0, "GiB/s": float(1 << 30), "MiB/s": float(1 << 20)}
 SECONDS = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}
-# Counters that count something going wrong (PMA, mlx5 hw_counters, ethtool -S), not traffic,
-# waits or congestion notifications.
-ERROR_COUNTER = re.compile(r"err|discard|drop|down|recovery|overrun|integrity|symbol|out_of_buffer"
-                           r"|out_of_sequence|duplicate|timeout|crc|constraint", re.IGNORECASE)
+# Counter kinds (acceptance.counters.kind_of) that count something going wrong, not traffic, pause
+# frames, waits or congestion notifications.
+ERROR_KINDS = ("error", "discard")
 # A counters record's detail starts with "<device> port <n>".
 _PORT = re.compile(r"^\s*(\S+) port (\d+)")
 
@@ -231,23 +231,27 @@ def _counters(records: pd.DataFrame, fam: _Family) -> None:
     if not mask.any():
         return
     idx = np.flatnonzero(mask)
+    from .counters import kind_of
     c = records.take(idx)
     metric = c["metric"].astype(object)
+    kinds = {m: kind_of(m) for m in metric.dropna().unique() if isinstance(m, str)}  # few distinct names
+    kind = metric.map(kinds)
     value = _floats(c["value"])
-    keep = metric.map(lambda m: bool(isinstance(m, str) and ERROR_COUNTER.search(m))).to_numpy(bool) \
-        & (value > 0)
+    keep = kind.isin(ERROR_KINDS).to_numpy(bool) & _is(c["unit"], "count") & (value > 0)
     if not keep.any():
         return
-    c = c[keep]
+    c, kind = c[keep], kind[keep]
     port = c["detail"].astype(object).fillna("").str.extract(_PORT) if "detail" in c.columns else \
         pd.DataFrame({0: [None] * len(c), 1: [None] * len(c)}, index=c.index)
     t = pd.DataFrame({"node": c["src"].astype(object).to_numpy(), "rail": _floats(c["rail"]),
                       "device": port[0].to_numpy(), "port": port[1].to_numpy(),
-                      "counter": c["metric"].astype(object).to_numpy(), "value": value[keep]})
-    worst = t.groupby(["node", "rail", "device", "port", "counter"], dropna=False, sort=True)["value"].max()
-    for (node, rail, device, port_n, counter), v in worst.items():
+                      "counter": c["metric"].astype(object).to_numpy(), "kind": kind.to_numpy(),
+                      "value": value[keep]})
+    keys = ["node", "rail", "device", "port", "counter", "kind"]
+    worst = t.groupby(keys, dropna=False, sort=True)["value"].max()
+    for (node, rail, device, port_n, counter, kind_name), v in worst.items():
         fam.add({"node": node, "rail": None if _missing(rail) else int(rail), "device": device,
-                 "port": port_n, "counter": counter}, v)
+                 "port": port_n, "counter": counter, "kind": kind_name}, v)
 
 
 def _drain_nodes(drains: list[str]) -> list[str]:
@@ -302,7 +306,8 @@ _HELP = {
     "rail_write_latency_p99_seconds": "Median put latency p99 of the links of a rail plane at the latency size.",
     "collective_busbw_bytes_per_second": "Median collective bus bandwidth at the largest size, per operation "
                                          "and communicator (world, rail, node: median over nodes).",
-    "port_error_increase": "Largest rise of a port error counter in one measurement window (non-zero only).",
+    "port_error_increase": "Largest rise of a port error or discard counter in one measurement window "
+                           "(non-zero only).",
     "node_drain_suggested": "1 for a node the run suggests draining (see drain.txt).",
 }
 

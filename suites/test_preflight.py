@@ -2,12 +2,37 @@
 
 Memory-lock limit (RDMA registration pins memory), the rank layout (same
 ranks per node, every rail on every node), and one software stack across nodes.
+
+Then the fabric as each node sees it: its RDMA devices; every port up, at the
+profile's rate, MTU and link layer; one firmware, driver, kernel and rdma-core
+on every node; huge pages; its GPUs, each near its rail's NIC, with a GPUDirect
+RDMA path. A node's facts are read once, by its first rank (acceptance.nodefacts),
+and shared with every rank. A check whose source no node has skips with the
+reason; one that some nodes have and others lack fails naming those nodes.
 """
 
 import pytest
 
-from acceptance.preflight import (UNLIMITED, layout_problems, memlock_limit, memlock_ok,
-                                  odd_ones_out, software_versions)
+from acceptance.nodefacts import (
+    Unavailable,
+    collect,
+    common_link_layer,
+    device_rails,
+    far_pairs,
+    gpudirect_path,
+    link_layer_mismatches,
+    ports_down,
+    sysfs_root,
+)
+from acceptance.preflight import (
+    UNLIMITED,
+    layout_problems,
+    memlock_limit,
+    memlock_ok,
+    odd_ones_out,
+    software_versions,
+)
+from acceptance.profile import format_size
 
 pytestmark = pytest.mark.preflight
 
@@ -49,3 +74,246 @@ def test_software_versions_match(topology, profile, record):
         record("version_mismatches", len(problems), "count", nodes=list(by_node), ranks=[],
                rail=None, threshold=0, verdict="fail" if problems else "pass")
     assert not problems, "software differs between nodes:\n" + "\n".join(problems)
+
+
+# --- the fabric, node by node -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fabric(topology):
+    """node -> NodeFacts for every node of the job, in natural node order (collective)."""
+    first = topology.rank == min(r.rank for r in topology.ranks_on(topology.node))
+    mine = collect(sysfs_root(topology.node)) if first else None
+    got = {node: facts for node, facts in topology.world.allgather((topology.node, mine)) if facts is not None}
+    return {node: got[node] for node in topology.nodes}
+
+
+def _ranks(topology, node):
+    return [r.rank for r in topology.ranks_on(node)]
+
+
+def _grouped(missing):
+    """ "reason" when every node gives the same one, else "node1, node2: reason; node3: other"."""
+    by_reason = {}
+    for node, why in missing.items():
+        by_reason.setdefault(why.reason, []).append(node)
+    if len(by_reason) == 1:
+        return next(iter(by_reason))
+    return "; ".join(f"{', '.join(nodes)}: {reason}" for reason, nodes in by_reason.items())
+
+
+def _available(facts_by_node, attr, what):
+    """(node -> fact) for the nodes that have it, and one problem line per node that does not.
+
+    Skips when no node has it; decided from gathered facts, so the same on every rank.
+    """
+    have, missing = {}, {}
+    for node, facts in facts_by_node.items():
+        value = getattr(facts, attr)
+        (missing if isinstance(value, Unavailable) else have)[node] = value
+    if not have:
+        pytest.skip(f"{what} unavailable on every node: {_grouped(missing)}")
+    return have, [f"{node}: {what} {why}" for node, why in missing.items()]
+
+
+def _failed(problems, node):
+    return any(p.startswith((f"{node}:", f"{node} ")) for p in problems)
+
+
+def _verdict(bad, bound):
+    return "fail" if bad else "info" if bound is None else "pass"
+
+
+def _rails(topology, profile, fabric):
+    """node -> RDMA device -> rail (None when unknown)."""
+    nic_rails = profile.get("topology.nic_rails")
+    return {node: device_rails(f.devices if isinstance(f.devices, list) else [], nic_rails, len(topology.rails))
+            for node, f in fabric.items()}
+
+
+def test_rdma_devices(topology, profile, fabric, record):
+    have, _ = _available(fabric, "devices", "RDMA devices")
+    want = profile.get("preflight.rdma_devices")
+    problems = []
+    for node, facts in fabric.items():
+        if node not in have:
+            problems.append(f"{node}: no RDMA devices ({facts.devices})")
+        elif want is not None and len(have[node]) != want:
+            problems.append(f"{node}: {len(have[node])} RDMA devices ({', '.join(have[node]) or 'none'}), "
+                            f"the profile expects {want}")
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            devices = have.get(node, [])
+            record("rdma_devices", len(devices), "count", nodes=[node], ranks=_ranks(topology, node), rail=None,
+                   threshold=want, verdict=_verdict(_failed(problems, node), want),
+                   detail=", ".join(devices) if node in have else str(facts.devices))
+    assert not problems, "RDMA devices missing or miscounted:\n" + "\n".join(problems)
+
+
+def test_ports_up(topology, fabric, record):
+    have, problems = _available(fabric, "ports", "RDMA ports")
+    down = {node: ports_down(ports) for node, ports in have.items()}
+    problems += [f"{node} {line}" for node, lines in down.items() for line in lines]
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            lines = down.get(node)
+            record("ports_down", None if lines is None else len(lines), "count", nodes=[node],
+                   ranks=_ranks(topology, node), rail=None, threshold=0,
+                   verdict="fail" if _failed(problems, node) else "pass",
+                   detail=str(facts.ports) if lines is None else "; ".join(lines) or None)
+    assert not problems, "RDMA ports not ACTIVE / LinkUp:\n" + "\n".join(problems)
+
+
+def test_port_rate(topology, profile, fabric, record):
+    have, problems = _available(fabric, "ports", "RDMA ports")
+    minimum = profile.get("preflight.port_rate")
+    rails = _rails(topology, profile, fabric)
+    checked = []
+    for node, ports in have.items():
+        for p in ports:
+            if not p.up:
+                continue  # test_ports_up names it
+            slow = minimum is not None and (p.gbps is None or p.gbps < minimum)
+            if slow and p.gbps is None:
+                problems.append(f"{node} {p.label}: rate {p.rate!r} does not parse; the profile needs {minimum:g} Gbit/s")
+            elif slow:
+                problems.append(f"{node} {p.label}: {p.rate} is below the profile's {minimum:g} Gbit/s")
+            checked.append((node, p, slow))
+    if topology.rank == 0:
+        for node, p, slow in checked:
+            record("port_rate", p.gbps, "Gbit/s", nodes=[node], ranks=_ranks(topology, node),
+                   rail=rails[node].get(p.device), threshold=minimum, verdict=_verdict(slow, minimum),
+                   detail=f"{p.label}: {p.rate}")
+    assert not problems, "RDMA ports slower than the profile allows:\n" + "\n".join(problems)
+
+
+def test_port_mtu(topology, profile, fabric, record):
+    have, problems = _available(fabric, "ports", "RDMA ports")
+    minimum = profile.get("preflight.mtu")
+    up = {node: [p for p in ports if p.up] for node, ports in have.items()}
+    if not any(p.mtu is not None for ports in up.values() for p in ports):
+        reasons = {node: Unavailable(next((p.mtu_reason for p in ports if p.mtu_reason), "no active port"))
+                   for node, ports in up.items()}
+        pytest.skip(f"port MTU unavailable on every node: {_grouped(reasons)}")
+    rails = _rails(topology, profile, fabric)
+    checked = []
+    for node, ports in up.items():
+        for p in ports:
+            bad = p.mtu is None or (minimum is not None and p.mtu < minimum)
+            if p.mtu is None:
+                problems.append(f"{node} {p.label}: {p.mtu_reason}")
+            elif bad:
+                problems.append(f"{node} {p.label}: MTU {p.mtu} is below the profile's {minimum}")
+            checked.append((node, p, bad))
+    if topology.rank == 0:
+        for node, p, bad in checked:
+            source = f"{p.netdev} mtu" if p.link_layer == "Ethernet" else "ibv_devinfo active_mtu"
+            record("port_mtu", p.mtu, "bytes", nodes=[node], ranks=_ranks(topology, node),
+                   rail=rails[node].get(p.device), threshold=minimum, verdict=_verdict(bad, minimum),
+                   detail=f"{p.label}: {p.mtu_reason}" if p.mtu is None else f"{p.label}: {source}")
+    assert not problems, "RDMA port MTU unknown or below the profile's:\n" + "\n".join(problems)
+
+
+def test_link_layer(topology, profile, fabric, record):
+    have, problems = _available(fabric, "ports", "RDMA ports")
+    expected, source = profile.get("preflight.link_layer"), "the profile's preflight.link_layer"
+    if expected is None:
+        expected, source = common_link_layer([p for ports in have.values() for p in ports]), "the job's most common"
+    odd = {node: link_layer_mismatches(ports, expected) for node, ports in have.items()}
+    problems += [f"{node} {line}, expected {expected} ({source})" for node, lines in odd.items() for line in lines]
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            lines = odd.get(node)
+            record("link_layer_mismatches", None if lines is None else len(lines), "count", nodes=[node],
+                   ranks=_ranks(topology, node), rail=None, threshold=0,
+                   verdict="fail" if _failed(problems, node) else "pass",
+                   detail=str(facts.ports) if lines is None else "; ".join(lines) or f"every port {expected}")
+    assert not problems, "RDMA ports on the wrong link layer:\n" + "\n".join(problems)
+
+
+def test_fabric_versions_match(topology, profile, fabric, record):
+    if not profile.get("preflight.same_versions"):
+        pytest.skip("profile sets preflight.same_versions = false")
+    _available(fabric, "devices", "RDMA devices")
+    have, problems = _available(fabric, "versions", "fabric versions")
+    problems = odd_ones_out(have) + problems
+    if topology.rank == 0:
+        first = next(iter(have.values()))
+        record("fabric_version_mismatches", len(problems), "count", nodes=list(fabric), ranks=[], rail=None,
+               threshold=0, verdict="fail" if problems else "pass",
+               detail="; ".join(problems) if problems else ", ".join(f"{k} {v}" for k, v in first.items()))
+    assert not problems, "fabric software differs between nodes:\n" + "\n".join(problems)
+
+
+def test_hugepages(topology, profile, fabric, record):
+    minimum = profile.get("preflight.hugepages_min")
+    if not minimum:
+        pytest.skip("profile does not ask for huge pages (preflight.hugepages_min = 0)")
+    have, problems = _available(fabric, "hugepages", "huge pages")
+    problems += [f"{node}: {format_size(size)} reserved in huge pages, the profile needs at least "
+                 f"{format_size(minimum)}" for node, size in have.items() if size < minimum]
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            record("hugepages", have.get(node), "bytes", nodes=[node], ranks=_ranks(topology, node), rail=None,
+                   threshold=minimum, verdict="fail" if _failed(problems, node) else "pass",
+                   detail=None if node in have else str(facts.hugepages))
+    assert not problems, "huge pages short:\n" + "\n".join(problems)
+
+
+def test_gpus(topology, profile, fabric, record):
+    want = profile.get("preflight.gpus_per_node")
+    have, missing = _available(fabric, "gpus", "GPU count")
+    if want is None and not any(have.values()):
+        pytest.skip("no NVIDIA GPU on any node, and the profile does not ask for GPUs (preflight.gpus_per_node unset)")
+    problems = [] if want is None else missing + [
+        f"{node}: {count} NVIDIA GPUs, the profile expects {want}" for node, count in have.items() if count != want]
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            record("gpus", have.get(node), "count", nodes=[node], ranks=_ranks(topology, node), rail=None,
+                   threshold=want, verdict=_verdict(_failed(problems, node), want),
+                   detail=None if node in have else str(facts.gpus))
+    assert not problems, "GPUs missing:\n" + "\n".join(problems)
+
+
+def test_gpu_nic_affinity(topology, profile, fabric, record):
+    gpu_nodes = {node: f for node, f in fabric.items() if isinstance(f.gpus, int) and f.gpus > 0}
+    if not gpu_nodes:
+        pytest.skip("no NVIDIA GPU on any node")
+    have, problems = _available(gpu_nodes, "topo", "nvidia-smi topo -m")
+    farthest = profile.get("preflight.gpu_nic_max_distance")
+    rails = _rails(topology, profile, fabric)
+    rail_nics = {node: {r: d for d, r in rails[node].items() if r is not None} for node in have}
+    if not any(rail_nics.values()):
+        pytest.skip(f"which NIC serves which rail is unknown on every GPU node: no node has one RDMA device per "
+                    f"rail ({len(topology.rails)}); map them with topology.nic_rails")
+    far = {node: far_pairs(have[node], rail_nics[node], farthest) for node in have if rail_nics[node]}
+    problems += [f"{node} {line}" for node, lines in far.items() for line in lines]
+    if topology.rank == 0:
+        for node, facts in gpu_nodes.items():
+            lines = far.get(node)
+            if lines is not None:
+                detail = "; ".join(lines) or f"every rail's GPU within {farthest} of its NIC"
+            elif node in have:
+                detail = "which NIC serves which rail is unknown; map them with topology.nic_rails"
+            else:
+                detail = str(facts.topo)
+            record("gpu_nic_far", None if lines is None else len(lines), "count", nodes=[node],
+                   ranks=_ranks(topology, node), rail=None, threshold=0,
+                   verdict="fail" if _failed(problems, node) else "pass" if lines is not None else "info",
+                   detail=detail)
+    assert not problems, f"GPUs farther than {farthest} from their rail's NIC:\n" + "\n".join(problems)
+
+
+def test_gpudirect(topology, profile, fabric, record):
+    if not profile.get("preflight.gpudirect"):
+        pytest.skip("profile sets preflight.gpudirect = false")
+    gpu_nodes = {node: f for node, f in fabric.items() if isinstance(f.gpus, int) and f.gpus > 0}
+    if not gpu_nodes:
+        pytest.skip("no NVIDIA GPU on any node")
+    status = {node: gpudirect_path(f.peermem if isinstance(f.peermem, str) else None, f.dmabuf)
+              for node, f in gpu_nodes.items()}
+    problems = [f"{node}: no GPUDirect RDMA path: {how}" for node, (ok, how) in status.items() if not ok]
+    if topology.rank == 0:
+        for node, (ok, how) in status.items():
+            record("gpudirect_missing", 0 if ok else 1, "count", nodes=[node], ranks=_ranks(topology, node),
+                   rail=None, threshold=0, verdict="pass" if ok else "fail", detail=how)
+    assert not problems, "GPU nodes without GPUDirect RDMA:\n" + "\n".join(problems)

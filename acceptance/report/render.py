@@ -44,6 +44,7 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
             "burnin": sections.burnin(recs, _setting(analysis.profile, "analysis.drift_tolerance", 0.10)),
             "deltas": sections.deltas(analysis),
             "counters": sections.counters(recs),
+            "incast": sections.incast(recs),
             "env": sections.environment(run),
         }
     try:

@@ -492,6 +492,46 @@ def counters(recs: pd.DataFrame) -> dict:
             "note": "" if len(hot) else "Every counter is zero."}
 
 
+# --- 8b. incast -------------------------------------------------------------------
+
+INCAST_COLUMNS = {"aggregate_bandwidth": "aggregate", "fairness": "fairness", "loaded_latency_p99": "p99"}
+
+
+def incast(recs: pd.DataFrame) -> dict:
+    """One row per (rail, receiver): aggregate into it, fairness, its latency under load; worst first."""
+    inc = recs[(recs["suite"] == "incast") & recs["metric"].isin(list(INCAST_COLUMNS))]
+    if inc.empty:
+        return {"rows": [], "more": "", "note": "No incast records in this run."}
+    inc = inc.assign(receiver=inc["src"].astype(object), rail_key=inc["rail"].astype(float))
+    per = inc.groupby(["rail_key", "receiver", "metric"], dropna=False, observed=True).agg(
+        value=("value", "median"), threshold=("threshold", "median"),
+        failed=("verdict", lambda v: int((v == "fail").sum())), detail=("detail", "last"),
+        unit=("unit", "first")).reset_index()
+    table = {}
+    for r in per.itertuples(index=False):
+        row = table.setdefault((r.rail_key, r.receiver), {"failed": 0, "senders": "–", "slowest": "–"})
+        row[INCAST_COLUMNS[r.metric]] = fmt_num(r.value, r.unit if r.metric != "fairness" else None)
+        row["failed"] += r.failed
+        if r.metric == "aggregate_bandwidth" and isinstance(r.detail, str):
+            row["senders"] = r.detail.split()[0]
+        if r.metric == "fairness":
+            row["fair_value"] = r.value
+            if isinstance(r.detail, str):
+                row["slowest"] = r.detail
+    rows = []
+    for (rail, receiver), row in table.items():
+        rows.append({"rail": fmt_int(rail), "receiver": fmt_text(receiver), "senders": row["senders"],
+                     "aggregate": row.get("aggregate", "–"), "fairness": row.get("fairness", "–"),
+                     "p99": row.get("p99", "–"), "slowest": row["slowest"],
+                     "verdict": "fail" if row["failed"] else "pass",
+                     "_key": (-row["failed"], row.get("fair_value", 1.0), rail, natural_key(str(receiver)))})
+    rows.sort(key=lambda r: r.pop("_key"))
+    shown = rows[:MAX_ROWS]
+    return {"rows": shown, "more": _more(len(rows), len(shown), "results.jsonl (suite incast)"),
+            "note": "" if any(r["fairness"] != "–" for r in rows)
+            else "Fairness needs 2 senders into a receiver, i.e. at least 3 nodes on a rail."}
+
+
 # --- 9. environment --------------------------------------------------------------
 
 MAX_NODE_ROWS = 16

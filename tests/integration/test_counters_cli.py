@@ -4,6 +4,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -109,14 +110,14 @@ def test_bad_input_exits_2_naming_the_file(node, tmp_path):
         ("other.json", "n1.json"): 'other.json: not a counters snapshot (no "format" key',
         ("n1.json", "n2.json"): "n1.json is from node node1 but n2.json from node node2",
     }
-    for (a, b), message in cases.items():
-        p = cli("diff", a, b, root=root, tmp_path=tmp_path)
+    runs = [("diff", a, b) for a, b in cases] + [("snapshot", "-o", "no/such/dir/s.json"), ("diff", "n1.json")]
+    with ThreadPoolExecutor(len(runs)) as pool:  # independent processes: run them side by side
+        done = list(pool.map(lambda args: cli(*args, root=root, tmp_path=tmp_path), runs))
+    for ((a, b), message), p in zip(cases.items(), done):
         assert p.returncode == 2, (a, b, p.stdout, p.stderr)
         assert message in p.stderr, p.stderr
-    p = cli("snapshot", "-o", "no/such/dir/s.json", root=root, tmp_path=tmp_path)
-    assert p.returncode == 2 and "no/such/dir/s.json: cannot write the snapshot" in p.stderr
-    p = cli("diff", "n1.json", root=root, tmp_path=tmp_path)
-    assert p.returncode == 2  # argparse: AFTER missing
+    assert done[-2].returncode == 2 and "no/such/dir/s.json: cannot write the snapshot" in done[-2].stderr
+    assert done[-1].returncode == 2 and "AFTER" in done[-1].stderr  # argparse: AFTER missing
 
 
 def test_help_teaches_the_workflow(tmp_path):

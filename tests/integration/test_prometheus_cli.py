@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import synthetic  # noqa: E402
+import synthetic
 
 
 def test_report_writes_the_textfile_and_says_where(acceptance_cli, tmp_path):
@@ -27,8 +27,8 @@ def test_report_writes_the_textfile_and_says_where(acceptance_cli, tmp_path):
     assert [f.name for f in textfiles.iterdir()] == ["acceptance.prom"]   # no temporary file left
     assert (run / "findings.json").exists() and (run / "report.html").exists()
     if shutil.which("promtool"):
-        check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True,
-                               timeout=60)
+        check = subprocess.run(["promtool", "check", "metrics"], check=False, input=text, capture_output=True,
+                               text=True, timeout=60)
         assert check.returncode == 0, check.stdout + check.stderr
 
 

@@ -105,10 +105,14 @@ def test_ib_ports_get_their_ipoib_netdev_and_multiport_devices_match_dev_port(tm
     assert [(p.port, p.netdev) for p in c.ports(two)] == [(1, "ens1f0np0"), (2, "ens1f1np1")]
 
 
-def test_roce_gid_ndev_names_the_netdev(tmp_path):
+def test_gid_ndev_names_the_netdev_only_without_device_net(tmp_path):
     root = fakesysfs.ib_device(tmp_path / "sys", "mlx5_0", link_layer="Ethernet", netdev="ens1f0np0")
-    fakesysfs.set_port(root, "mlx5_0", 1, **{"gid_attrs/ndevs/0": "bond0"})
-    assert c.ports(root)[0].netdev == "bond0"
+    fakesysfs.set_port(root, "mlx5_0", 1, **{"gid_attrs/ndevs/0": "bond0"})  # RoCE LAG: the bond is upper
+    assert c.ports(root)[0].netdev == "ens1f0np0"
+    bare = fakesysfs.ib_device(tmp_path / "bare", "mlx5_0", link_layer="Ethernet")
+    assert c.ports(bare)[0].netdev is None
+    fakesysfs.set_port(bare, "mlx5_0", 1, **{"gid_attrs/ndevs/0": "ens9np0"})
+    assert c.ports(bare)[0].netdev == "ens9np0"
 
 
 def test_widths():

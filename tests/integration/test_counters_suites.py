@@ -1,0 +1,61 @@
+"""Port counters around real suite runs: each emulated node reads its own sysfs-shaped tree.
+
+ACCEPTANCE_SYSFS_ROOT=<tmp>/{node} gives node1 and node2 their own RoCE NICs, and a stand-in
+for `ethtool -S` prints mlx5-shaped statistics in which one port's CRC error counter grows
+on every read, as a port with a bad cable does while traffic flows.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fakesysfs
+
+ETHTOOL = """#!/bin/sh
+# ethtool -S <netdev>: rx_crc_errors_phy grows by 7 on every read of the port named ensbad.
+state="{state}/$2"
+n=$(cat "$state" 2>/dev/null || echo 0)
+[ "$2" = ensbad ] && n=$((n + 7))
+echo "$n" > "$state"
+printf 'NIC statistics:\\n     rx_packets: 1000\\n     rx_bytes: 64000\\n     rx_crc_errors_phy: %s\\n' "$n"
+printf '     rx_prio3_pause: 0\\n     tx_prio3_pause: 0\\n     rx_discards_phy: 0\\n'
+"""
+
+
+def folder_of(p) -> Path:
+    return Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
+
+
+def test_rising_error_counter_during_incast_fails_and_is_localized(acceptance_cli, tmp_path):
+    trees = tmp_path / "sys"
+    for node, bad in (("node1", "ens1"), ("node2", "ensbad")):
+        for i, netdev in enumerate(("ens0", bad)):
+            fakesysfs.ib_device(trees / node, f"mlx5_{i}", bdf=f"0000:{0x18 + i:02x}:00.0", link_layer="Ethernet",
+                                rate="400 Gb/sec (4X)", netdev=netdev)
+    (tmp_path / "state").mkdir()
+    script = tmp_path / "ethtool"
+    script.write_text(ETHTOOL.replace("{state}", str(tmp_path / "state")))
+    script.chmod(0o755)
+    env = {"ACCEPTANCE_SYSFS_ROOT": f"{trees}/{{node}}", "ACCEPTANCE_ETHTOOL": str(script)}
+    p = acceptance_cli("run", "--", "-m", "congestion", env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    # The incast round's own window fails the test, naming the node, device and port.
+    assert re.search(r"node2 mlx5_1 port 1: rx_crc_errors_phy rose by \d+ during the window", p.stdout), p.stdout
+    folder = folder_of(p)
+    recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    crc = [r for r in recs if r["suite"] == "counters" and r["metric"] == "rx_crc_errors_phy"]
+    # Both windows: the suite's (one per node and port, by the node's first rank) and each incast round's.
+    assert {r["test"] for r in crc} == {"suites/test_incast.py", "suites/test_incast.py::test_incast[rail0]",
+                                        "suites/test_incast.py::test_incast[rail1]"}
+    bad = [r for r in crc if r["verdict"] == "fail"]
+    assert bad and all(r["nodes"] == ["node2"] and r["rail"] == 1 and r["detail"].startswith("mlx5_1 port 1")
+                       for r in bad)
+    assert all(r["value"] == 0 and r["verdict"] == "pass" for r in crc if r not in bad)
+    findings = json.loads((folder / "findings.json").read_text())
+    counter = [f for f in findings if f["kind"] == "counter"]
+    assert [(f["severity"], f["scope"], f["node"], f["rail"]) for f in counter] == [("fail", "nic", "node2", 1)]
+    assert counter[0]["message"].startswith("node2 mlx5_1 port 1 (rail 1): rx_crc_errors_phy rose by")
+    assert "scontrol update NodeName=node2 " in (folder / "drain.txt").read_text()
+    assert "mlx5_1 port 1" in (folder / "report.html").read_text()
