@@ -8,7 +8,7 @@ turns the failing ones into findings naming node, device, port and rail.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from . import counters
 from .naming import natural_key
@@ -35,7 +35,7 @@ class PortWatch:
         return counters.rails_of(devices, profile.get("topology.nic_rails"), bound, topology.rails)
 
     @classmethod
-    def for_node(cls, topology: Topology, profile: Profile) -> "PortWatch | None":
+    def for_node(cls, topology: Topology, profile: Profile) -> PortWatch | None:
         """Every port of the node, on the node's first rank only (None elsewhere, when off, or with no ports)."""
         if topology.node_comm.Get_rank() != 0:
             return None
@@ -45,7 +45,7 @@ class PortWatch:
         return cls(topology, list(rails), rails, counters.Limits.from_profile(profile))
 
     @classmethod
-    def for_rail(cls, topology: Topology, profile: Profile, rail: int) -> "PortWatch | None":
+    def for_rail(cls, topology: Topology, profile: Profile, rail: int) -> PortWatch | None:
         """The port(s) of this node that carry `rail` (None when off or unknown)."""
         rails = cls._node_devices(topology, profile)
         if rails is None:

@@ -13,7 +13,7 @@ latency percentiles, data errors, and the counter deltas of each port in the rou
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -64,10 +64,10 @@ def incast(engine, topology: Topology, rail: int, profile: Profile, record: Call
             k = len(senders)
             me = gcomm.Get_rank()
             where = f"incast of {k} into {nodes[receiver]} rail {rail}"
-            common = dict(rail=rail, engine=engine.NAME, size=size)
+            common = {"rail": rail, "engine": engine.NAME, "size": size}
             before = watch.snapshot() if watch else None
             got = link.round(receiver, size, window, duration, probe_size, probe_iters,
-                             seed=lambda s: (ranks[s], ranks[receiver], receiver))
+                             seed=lambda s, r=receiver: (ranks[s], ranks[r], r))
             if watch:
                 role = "receiver" if me == receiver else "sender"
                 problems += watch.record(before, watch.snapshot(), record,

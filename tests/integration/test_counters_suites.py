@@ -25,7 +25,7 @@ printf '     rx_prio3_pause: 0\\n     tx_prio3_pause: 0\\n     rx_discards_phy: 
 
 
 def folder_of(p) -> Path:
-    return Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
+    return Path(re.search(r"^run folder: (\S+)$", p.stdout, re.MULTILINE).group(1))
 
 
 def test_rising_error_counter_during_incast_fails_and_is_localized(acceptance_cli, tmp_path):
