@@ -17,7 +17,6 @@ from pathlib import Path
 from . import __version__
 from .profile import ProfileError, format_profile, format_profile_list, load_profile
 from .results import ENV_ITERATION, RunFolder
-from .topology import ENV_NODES, ENV_RANKS_PER_NODE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # With srun: each rank's FI_TCP_IFACE becomes this prefix + its local rank (e.g. "rail" -> rail0, rail1).
@@ -497,6 +496,9 @@ def _mpiexec() -> str:
 
 
 def _launch_command(launcher: str, nodes: int, per_node: int) -> tuple[list[str], dict, str]:
+    # Imported here: topology imports mpi4py.MPI, which initializes MPI, and commands such
+    # as `srun acceptance counters snapshot` must not start MPI in every task.
+    from .topology import ENV_NODES, ENV_RANKS_PER_NODE
     env = dict(os.environ)
     python = [sys.executable, "-m", "mpi4py"]  # a rank that dies aborts the job instead of hanging it
     n = nodes * per_node

@@ -312,9 +312,10 @@ def main(argv=None) -> int:
         lines = run(comm, args)
     except Exception:
         # The other rank may be waiting in a collective: abort the job rather than hang.
-        print(f"mpi_overhead: error on rank {comm.Get_rank()}:", file=sys.stderr)
-        traceback.print_exc()
+        # One write, then a moment for the launcher to forward it: Abort kills at once.
+        sys.stderr.write(f"mpi_overhead: error on rank {comm.Get_rank()}:\n{traceback.format_exc()}")
         sys.stderr.flush()
+        time.sleep(0.5)
         comm.Abort(1)
         return 1
     for line in lines:

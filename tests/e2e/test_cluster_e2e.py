@@ -72,8 +72,11 @@ def test_degraded_rail_is_localized(clean, tmp_path):
     rc, log = _sbatch("acceptance.sbatch", tmp_path, ACCEPTANCE_MARKERS="p2p")
     assert rc == 1, log
     findings = json.loads((_folder(log) / "findings.json").read_text())
-    assert findings, log
-    for f in findings:
+    failing = [f for f in findings if f["severity"] == "fail"]
+    assert failing, log
+    # Every failure points at node3's rail 1; a warning elsewhere is noise of TCP over veth on
+    # two shared cores (an emulated link is sometimes 30% slower for a moment), not a fault.
+    for f in failing:
         assert f["scope"] in ("nic", "link") and f["rail"] == 1, f
         assert "node3" in (f["node"], f["peer"]), f
 
