@@ -1,0 +1,131 @@
+"""The fabric preflight (suites/test_preflight.py) on real `mpiexec -n 4` runs: 2 emulated nodes of
+2 ranks, each node reading its own sysfs tree (tests/fakesysfs.py) through
+ACCEPTANCE_SYSFS_ROOT=<tmp>/sys/{node}, with ibv_devinfo and nvidia-smi stood in for by scripts."""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fakesysfs
+
+SUITE = Path(__file__).resolve().parents[2] / "suites" / "test_preflight.py"
+
+# What every check asks of a 2-NIC, 2-GPU node (memlock and the rest as the built-in local profile).
+PROFILE = """\
+extends = "local"
+[preflight]
+rdma_devices = 2
+port_rate = "400Gbit/s"
+mtu = 4096
+link_layer = "InfiniBand"
+hugepages_min = "1GiB"
+gpus_per_node = 2
+gpu_nic_max_distance = "PXB"
+gpudirect = true
+"""
+
+IBV_DEVINFO = "".join(
+    f"hca_id:\tmlx5_{i}\n\ttransport:\t\t\tInfiniBand (0)\n\tfw_ver:\t\t\t\t28.39.1002\n"
+    f"\tphys_port_cnt:\t\t\t1\n\t\tport:\t1\n\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n"
+    f"\t\t\tmax_mtu:\t\t4096 (5)\n\t\t\tactive_mtu:\t\t4096 (5)\n\t\t\tlink_layer:\t\tInfiniBand\n\n"
+    for i in range(2))
+
+TOPO = (
+    "\tGPU0\tGPU1\tNIC0\tNIC1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV18\tPIX\tSYS\t0-31\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \tSYS\tPIX\t32-63\t1\t\tN/A\n"
+    "NIC0\tPIX\tSYS\t X \tSYS\n"
+    "NIC1\tSYS\tPIX\tSYS\t X \n"
+    "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n"
+    "\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n\n")
+
+
+def tool(directory: Path, name: str, output: str) -> Path:
+    saved = directory / f"{name}.out"
+    saved.write_text(output)
+    path = directory / name
+    path.write_text(f'#!/bin/sh\ncat "{saved}"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two healthy nodes' trees; returns (env for the run, profile path, node -> sysfs root)."""
+    roots = {}
+    for node in ("node1", "node2"):
+        root = fakesysfs.dgx_node(tmp_path / "sys" / node, nics=2, gpus=2)
+        fakesysfs.hugepages(root, 2048, 1024)
+        fakesysfs.module(root, "nvidia_peermem", "550.54.15")
+        roots[node] = root
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {"ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "sys" / "{node}"),
+           "ACCEPTANCE_IBV_DEVINFO": str(tool(bin_dir, "ibv_devinfo", IBV_DEVINFO)),
+           "ACCEPTANCE_NVIDIA_SMI": str(tool(bin_dir, "nvidia-smi", TOPO))}
+    profile = tmp_path / "fabric.toml"
+    profile.write_text(PROFILE)
+    return env, profile, roots
+
+
+def records(run) -> list[dict]:
+    return [json.loads(line) for line in (run.folder / "results.jsonl").read_text().splitlines()]
+
+
+def test_healthy_fabric_passes_every_check(mpi_pytest, cluster):
+    env, profile, _ = cluster
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "-rs", "--profile", str(profile), env=env)
+    assert run.rc == 0, run.out
+    assert re.search(r"\b13 passed\b", run.out) and "skipped" not in run.out, run.out
+    recs = [r for r in records(run) if r["suite"] == "preflight"]
+    by = {}
+    for r in recs:
+        by.setdefault(r["metric"], []).append(r)
+    rates = by["port_rate"]
+    assert sorted((r["nodes"][0], r["rail"], r["value"], r["detail"]) for r in rates) == [
+        (node, rail, 400.0, f"mlx5_{rail} port 1: 400 Gb/sec (4X NDR)") for node in ("node1", "node2") for rail in (0, 1)]
+    assert all(r["threshold"] == 400.0 and r["verdict"] == "pass" for r in rates)
+    assert {r["value"] for r in by["port_mtu"]} == {4096} and len(by["port_mtu"]) == 4
+    for metric, value in (("rdma_devices", 2), ("ports_down", 0), ("link_layer_mismatches", 0),
+                          ("hugepages", 2 * 2**30), ("gpus", 2), ("gpu_nic_far", 0), ("gpudirect_missing", 0)):
+        assert [(r["nodes"], r["ranks"], r["value"], r["verdict"]) for r in by[metric]] == [
+            (["node1"], [0, 1], value, "pass"), (["node2"], [2, 3], value, "pass")], metric
+    (versions,) = by["fabric_version_mismatches"]
+    assert versions["value"] == 0 and versions["nodes"] == ["node1", "node2"]
+    assert "firmware mlx5_0 28.39.1002" in versions["detail"]
+
+
+def test_slow_port_and_odd_firmware_are_named(mpi_pytest, cluster):
+    env, profile, roots = cluster
+    fakesysfs.set_port(roots["node2"], "mlx5_1", 1, rate="200 Gb/sec (4X HDR)")
+    (roots["node2"] / "class" / "infiniband" / "mlx5_0" / "fw_ver").write_text("28.40.1000\n")
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "--profile", str(profile), env=env)
+    assert run.rc == 1, run.out
+    assert "node2 mlx5_1 port 1: 200 Gb/sec (4X HDR) is below the profile's 400 Gbit/s" in run.out
+    assert "node2: firmware mlx5_0 '28.40.1000' differs from '28.39.1002' on 1 of 2 nodes" in run.out
+    assert re.search(r"FAILED .*test_port_rate", run.out) and re.search(r"FAILED .*test_fabric_versions_match", run.out)
+    assert "2 failed, 11 passed" in run.out, run.out
+    slow = [r for r in records(run) if r["metric"] == "port_rate" and r["verdict"] == "fail"]
+    assert [(r["nodes"], r["rail"], r["value"], r["threshold"]) for r in slow] == [(["node2"], 1, 200.0, 400.0)]
+
+
+def test_no_sysfs_tree_skips_every_fabric_check_on_every_rank(mpi_pytest, cluster, tmp_path):
+    env, profile, _ = cluster
+    absent = tmp_path / "absent"
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "-rs", "--profile", str(profile),
+                     env={"ACCEPTANCE_SYSFS_ROOT": str(absent / "{node}")})
+    assert run.rc == 0, run.out
+    assert "3 passed, 10 skipped" in run.out, run.out
+    assert "inconsistent" not in run.out
+    skipped = "\n".join(line for line in run.out.splitlines() if line.startswith("SKIPPED"))
+    no_ib = (f"node1: no {absent}/node1/class/infiniband (no RDMA device, or its driver is not loaded); "
+             f"node2: no {absent}/node2/class/infiniband")
+    assert f"RDMA devices unavailable on every node: {no_ib}" in skipped
+    assert f"RDMA ports unavailable on every node: {no_ib}" in skipped
+    assert f"huge pages unavailable on every node: node1: no {absent}/node1/kernel/mm/hugepages" in skipped
+    assert f"GPU count unavailable on every node: node1: no {absent}/node1/bus/pci/devices" in skipped
+    assert skipped.count("no NVIDIA GPU on any node") == 2  # GPU <-> NIC distance and GPUDirect
+    assert not [r for r in records(run) if r["metric"] in ("rdma_devices", "port_rate", "ports_down")]
