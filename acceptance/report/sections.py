@@ -470,10 +470,13 @@ def counters(recs: pd.DataFrame) -> dict:
         return {"available": False, "summary": [], "rows": [], "more": "",
                 "note": "No counter data in this run."}
     summary_rows = []
-    for metric, sub in sorted(c.groupby("metric", sort=False), key=lambda t: str(t[0])):
+    groups = sorted(c.groupby("metric", sort=False, observed=True),
+                    key=lambda t: (-int((t[1]["verdict"] == "fail").sum()), -int((t[1]["verdict"] == "warn").sum()),
+                                   -int((t[1]["value"].fillna(0) != 0).sum()), str(t[0])))
+    for metric, sub in groups:
         values = sub["value"]
         nonzero = sub[values.fillna(0) != 0]
-        top = sub.loc[values.idxmax()] if values.notna().any() else None
+        top = sub.loc[values.idxmax()] if values.notna().any() and values.max() != 0 else None
         summary_rows.append({"metric": fmt_text(metric), "unit": fmt_text(sub["unit"].iloc[0]),
                              "records": f"{len(sub):,}", "nonzero": f"{len(nonzero):,}",
                              "total": fmt_num(float(values.sum())),

@@ -113,7 +113,7 @@ def test_slow_port_and_odd_firmware_are_named(mpi_pytest, cluster):
 
 
 def test_no_sysfs_tree_skips_every_fabric_check_on_every_rank(mpi_pytest, cluster, tmp_path):
-    env, profile, _ = cluster
+    profile = cluster[1]
     absent = tmp_path / "absent"
     run = mpi_pytest(str(SUITE), "-m", "preflight", "-rs", "--profile", str(profile),
                      env={"ACCEPTANCE_SYSFS_ROOT": str(absent / "{node}")})
