@@ -260,17 +260,6 @@ def common_link_layer(ports: list[Port]) -> str | None:
     return min(seen, key=lambda k: (-seen[k], k)) if seen else None
 
 
-def device_rails(devices: list[str], nic_rails: Mapping[str, int], rails: int) -> dict[str, int | None]:
-    """Rail of each RDMA device: the profile's nic_rails map when it has one; else the i-th
-    device in natural order is rail i when the node has exactly one device per rail; else None."""
-    if nic_rails:
-        return {d: nic_rails.get(d) for d in devices}
-    ordered = sorted(devices, key=natural_key)
-    if rails and len(ordered) == rails:
-        return {d: i for i, d in enumerate(ordered)}
-    return {d: None for d in devices}
-
-
 # --- versions -------------------------------------------------------------------------
 
 _LIBIBVERBS = re.compile(r"^libibverbs\.so\.1\.\d+\.(\d+)\.(\d+)$")

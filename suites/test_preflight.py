@@ -17,13 +17,13 @@ from acceptance.nodefacts import (
     Unavailable,
     collect,
     common_link_layer,
-    device_rails,
     far_pairs,
     gpudirect_path,
     link_layer_mismatches,
     ports_down,
     sysfs_root,
 )
+from acceptance.counters import rails_of
 from acceptance.preflight import (
     UNLIMITED,
     layout_problems,
@@ -124,10 +124,23 @@ def _verdict(bad, bound):
 
 
 def _rails(topology, profile, fabric):
-    """node -> RDMA device -> rail (None when unknown)."""
+    """node -> RDMA device -> rail (None when unknown), as the counter windows map them."""
     nic_rails = profile.get("topology.nic_rails")
-    return {node: device_rails(f.devices if isinstance(f.devices, list) else [], nic_rails, len(topology.rails))
-            for node, f in fabric.items()}
+    out = {}
+    for node, f in fabric.items():
+        bound = {r.rail: r.nic for r in topology.ranks_on(node) if r.nic}
+        out[node] = rails_of(f.devices if isinstance(f.devices, list) else [], nic_rails, bound, topology.rails)
+    return out
+
+
+def _rail_ports(profile, have):
+    """The ports the port checks cover: with topology.nic_rails set, the mapped rail NICs only.
+
+    Nodes with storage or in-band NICs (DGX-class nodes) map their rail NICs, so a
+    storage port at another rate or link layer is not held to the fabric's bounds.
+    """
+    mapped = profile.get("topology.nic_rails")
+    return {node: [p for p in ports if not mapped or p.device in mapped] for node, ports in have.items()}
 
 
 def test_rdma_devices(topology, profile, fabric, record):
@@ -149,8 +162,9 @@ def test_rdma_devices(topology, profile, fabric, record):
     assert not problems, "RDMA devices missing or miscounted:\n" + "\n".join(problems)
 
 
-def test_ports_up(topology, fabric, record):
+def test_ports_up(topology, profile, fabric, record):
     have, problems = _available(fabric, "ports", "RDMA ports")
+    have = _rail_ports(profile, have)
     down = {node: ports_down(ports) for node, ports in have.items()}
     problems += [f"{node} {line}" for node, lines in down.items() for line in lines]
     if topology.rank == 0:
@@ -165,6 +179,7 @@ def test_ports_up(topology, fabric, record):
 
 def test_port_rate(topology, profile, fabric, record):
     have, problems = _available(fabric, "ports", "RDMA ports")
+    have = _rail_ports(profile, have)
     minimum = profile.get("preflight.port_rate")
     rails = _rails(topology, profile, fabric)
     checked = []
@@ -188,6 +203,7 @@ def test_port_rate(topology, profile, fabric, record):
 
 def test_port_mtu(topology, profile, fabric, record):
     have, problems = _available(fabric, "ports", "RDMA ports")
+    have = _rail_ports(profile, have)
     minimum = profile.get("preflight.mtu")
     up = {node: [p for p in ports if p.up] for node, ports in have.items()}
     if not any(p.mtu is not None for ports in up.values() for p in ports):
@@ -215,6 +231,7 @@ def test_port_mtu(topology, profile, fabric, record):
 
 def test_link_layer(topology, profile, fabric, record):
     have, problems = _available(fabric, "ports", "RDMA ports")
+    have = _rail_ports(profile, have)
     expected, source = profile.get("preflight.link_layer"), "the profile's preflight.link_layer"
     if expected is None:
         expected, source = common_link_layer([p for ports in have.values() for p in ports]), "the job's most common"

@@ -98,11 +98,19 @@ def test_healthy_fabric_passes_every_check(mpi_pytest, cluster):
     assert "firmware mlx5_0 28.39.1002" in versions["detail"]
 
 
-def test_slow_port_and_odd_firmware_are_named(mpi_pytest, cluster):
+def test_slow_port_and_odd_firmware_are_named(mpi_pytest, cluster, tmp_path):
     env, profile, roots = cluster
     fakesysfs.set_port(roots["node2"], "mlx5_1", 1, rate="200 Gb/sec (4X HDR)")
     (roots["node2"] / "class" / "infiniband" / "mlx5_0" / "fw_ver").write_text("28.40.1000\n")
-    run = mpi_pytest(str(SUITE), "-m", "preflight", "--profile", str(profile), env=env)
+    # A storage NIC (100 GbE) beside the rail NICs: mapped out by nic_rails, so no port check holds it.
+    for root in roots.values():
+        fakesysfs.ib_device(root, "mlx5_2", bdf="0000:c1:00.0", link_layer="Ethernet",
+                            rate="100 Gb/sec (4X EDR)", netdev="enp193s0f0np0", netdev_mtu=9000)
+    mapped = tmp_path / "mapped.toml"
+    mapped.write_text(f'extends = "{profile}"\n[topology]\nnic_rails = {{ mlx5_0 = 0, mlx5_1 = 1 }}\n'
+                      '[preflight]\nrdma_devices = 3\n')
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "--profile", str(mapped), env=env)
+    assert "mlx5_2" not in run.out.split("short test summary")[0].split("FAILURES")[-1], run.out
     assert run.rc == 1, run.out
     assert "node2 mlx5_1 port 1: 200 Gb/sec (4X HDR) is below the profile's 400 Gbit/s" in run.out
     assert "node2: firmware mlx5_0 '28.40.1000' differs from '28.39.1002' on 1 of 2 nodes" in run.out

@@ -14,7 +14,6 @@ from acceptance.nodefacts import (
     Unavailable,
     collect,
     common_link_layer,
-    device_rails,
     driver_of,
     fabric_versions,
     far_pairs,
@@ -304,17 +303,13 @@ def test_no_infiniband_class_is_unavailable_with_the_path(tmp_path):
         read_ports(tmp_path)
 
 
-def test_link_layers_and_rails(tmp_path):
+def test_link_layers(tmp_path):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=3, gpus=0)
     fakesysfs.set_port(root, "mlx5_2", 1, link_layer="Ethernet")
     ports = read_ports(root, devinfo=Unavailable("not needed here"))
     assert common_link_layer(ports) == "InfiniBand"
     assert link_layer_mismatches(ports, "InfiniBand") == ["mlx5_2 port 1: Ethernet"]
     assert common_link_layer([]) is None
-    names = ["mlx5_10", "mlx5_2", "mlx5_1"]
-    assert device_rails(names, {}, 3) == {"mlx5_1": 0, "mlx5_2": 1, "mlx5_10": 2}
-    assert device_rails(names, {}, 2) == {"mlx5_10": None, "mlx5_2": None, "mlx5_1": None}
-    assert device_rails(names, {"mlx5_10": 0, "mlx5_1": 1}, 2) == {"mlx5_10": 0, "mlx5_2": None, "mlx5_1": 1}
 
 
 # --- versions ------------------------------------------------------------------------------
