@@ -143,11 +143,16 @@ def test_empty_file_gets_defaults(tmp_path):
     assert {k: p.values[k] for k in ("run", "topology", "preflight", "latency")} == {
         "run": {"engine": "auto", "hang_timeout": 120.0, "nodes": 2, "ranks_per_node": 2},
         "topology": {"rails": 0, "nic_rails": {}},
-        "preflight": {"memlock_min": 64 * 2**20, "same_versions": True},
+        "preflight": {"memlock_min": 64 * 2**20, "same_versions": True, "rdma_devices": None, "port_rate": None,
+                      "mtu": None, "link_layer": None, "hugepages_min": 0, "gpus_per_node": None,
+                      "gpu_nic_max_distance": "PXB", "gpudirect": True},
         "latency": {"size": 8, "iters": 10000, "warmup": 100},
     }
     assert p.values["rdma_write"]["latency_p99_max"] is None  # optional bound: not set
     assert p.values["collectives"]["allreduce_busbw_min"] == []
+    assert p.values["counters"] == {"enabled": True, "errors_max": 0, "discards_max": 0, "pause_rate_max": None,
+                                    "cnp_rate_max": None}
+    assert p.values["incast"]["senders"] == 4 and p.values["incast"]["fairness_min"] is None
 
 
 def test_size_map_bounds(tmp_path):
