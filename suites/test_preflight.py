@@ -143,6 +143,17 @@ def _rail_ports(profile, have):
     return {node: [p for p in ports if not mapped or p.device in mapped] for node, ports in have.items()}
 
 
+def _record_port_lines(topology, fabric, record, metric, lines_by_node, problems, all_good):
+    """Rank 0: per node, how many ports are wrong (the lines in the detail; null where no port data)."""
+    if topology.rank != 0:
+        return
+    for node, facts in fabric.items():
+        lines = lines_by_node.get(node)
+        record(metric, None if lines is None else len(lines), "count", nodes=[node], ranks=_ranks(topology, node),
+               rail=None, threshold=0, verdict="fail" if _failed(problems, node) else "pass",
+               detail=str(facts.ports) if lines is None else "; ".join(lines) or all_good)
+
+
 def test_rdma_devices(topology, profile, fabric, record):
     have, _ = _available(fabric, "devices", "RDMA devices")
     want = profile.get("preflight.rdma_devices")
@@ -167,13 +178,7 @@ def test_ports_up(topology, profile, fabric, record):
     have = _rail_ports(profile, have)
     down = {node: ports_down(ports) for node, ports in have.items()}
     problems += [f"{node} {line}" for node, lines in down.items() for line in lines]
-    if topology.rank == 0:
-        for node, facts in fabric.items():
-            lines = down.get(node)
-            record("ports_down", None if lines is None else len(lines), "count", nodes=[node],
-                   ranks=_ranks(topology, node), rail=None, threshold=0,
-                   verdict="fail" if _failed(problems, node) else "pass",
-                   detail=str(facts.ports) if lines is None else "; ".join(lines) or None)
+    _record_port_lines(topology, fabric, record, "ports_down", down, problems, None)
     assert not problems, "RDMA ports not ACTIVE / LinkUp:\n" + "\n".join(problems)
 
 
@@ -237,13 +242,7 @@ def test_link_layer(topology, profile, fabric, record):
         expected, source = common_link_layer([p for ports in have.values() for p in ports]), "the job's most common"
     odd = {node: link_layer_mismatches(ports, expected) for node, ports in have.items()}
     problems += [f"{node} {line}, expected {expected} ({source})" for node, lines in odd.items() for line in lines]
-    if topology.rank == 0:
-        for node, facts in fabric.items():
-            lines = odd.get(node)
-            record("link_layer_mismatches", None if lines is None else len(lines), "count", nodes=[node],
-                   ranks=_ranks(topology, node), rail=None, threshold=0,
-                   verdict="fail" if _failed(problems, node) else "pass",
-                   detail=str(facts.ports) if lines is None else "; ".join(lines) or f"every port {expected}")
+    _record_port_lines(topology, fabric, record, "link_layer_mismatches", odd, problems, f"every port {expected}")
     assert not problems, "RDMA ports on the wrong link layer:\n" + "\n".join(problems)
 
 
