@@ -508,6 +508,7 @@ RULES: tuple[Rule, ...] = (
     Rule("preflight", "gpus", "scalar", "preflight.gpus_per_node", None),
     Rule("preflight", "gpu_nic_far", "zero", None, False),
     Rule("preflight", "gpudirect_missing", "zero", None, False),
+    Rule("preflight", "saturated_counters", "zero", None, False),
     Rule("incast", "fairness", "scalar", "incast.fairness_min", True),
     Rule("incast", "aggregate_bandwidth", "scalar", "incast.aggregate_min", True),
     Rule("incast", "bandwidth", "none", None, True),

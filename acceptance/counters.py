@@ -419,6 +419,18 @@ def _saturates(source: str, width: int | None) -> bool:
     return source == "counters" and width is not None and width < 64
 
 
+def saturated(snap: Mapping[str, Any]) -> list[str]:
+    """Error and discard counters of one snapshot that sit at their maximum, as readable lines."""
+    lines = []
+    for port in snap.get("ports", []):
+        for name, c in port.get("counters", {}).items():
+            width = c.get("width")
+            if (_saturates(c.get("source", ""), width) and c.get("value") == 2**width - 1
+                    and kind_of(name) in ("error", "discard")):
+                lines.append(f"{port['device']} port {port['port']}: {name} at {2**width - 1} ({width}-bit)")
+    return lines
+
+
 def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
     """Counter changes between two snapshots of one node (ValueError for two nodes or a bad snapshot).
 

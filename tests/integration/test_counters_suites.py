@@ -15,10 +15,11 @@ import fakesysfs
 
 ETHTOOL = """#!/bin/sh
 # ethtool -S <netdev>: rx_crc_errors_phy grows by 7 on every read of the port named ensbad.
-state="{state}/$2"
-n=$(cat "$state" 2>/dev/null || echo 0)
-[ "$2" = ensbad ] && n=$((n + 7))
-echo "$n" > "$state"
+n=0
+if [ "$2" = ensbad ]; then
+    n=$(( $(cat "{state}/ensbad" 2>/dev/null || echo 0) + 7 ))
+    echo "$n" > "{state}/ensbad"
+fi
 printf 'NIC statistics:\\n     rx_packets: 1000\\n     rx_bytes: 64000\\n     rx_crc_errors_phy: %s\\n' "$n"
 printf '     rx_prio3_pause: 0\\n     tx_prio3_pause: 0\\n     rx_discards_phy: 0\\n'
 """
@@ -59,3 +60,22 @@ def test_rising_error_counter_during_incast_fails_and_is_localized(acceptance_cl
     assert counter[0]["message"].startswith("node2 mlx5_1 port 1 (rail 1): rx_crc_errors_phy rose by")
     assert "scontrol update NodeName=node2 " in (folder / "drain.txt").read_text()
     assert "mlx5_1 port 1" in (folder / "report.html").read_text()
+
+
+def test_saturated_error_counter_fails_before_anything_is_measured(acceptance_cli, tmp_path):
+    trees = tmp_path / "sys"
+    for node in ("node1", "node2"):
+        for i in range(2):
+            fakesysfs.ib_device(trees / node, f"mlx5_{i}", bdf=f"0000:{0x18 + i:02x}:00.0")
+    fakesysfs.set_counter(trees / "node2", "mlx5_0", 1, "symbol_error", 65535)
+    env = {"ACCEPTANCE_SYSFS_ROOT": f"{trees}/{{node}}"}
+    p = acceptance_cli("run", "--", "-m", "counters", env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "node2 mlx5_0 port 1: symbol_error at 65535 (16-bit)" in p.stdout, p.stdout
+    findings = json.loads((folder_of(p) / "findings.json").read_text())
+    assert [(f["scope"], f["node"], f["metric"]) for f in findings if f["severity"] == "fail"] == [
+        ("node", "node2", "saturated_counters")]
+    # Without any port the check skips with the reason, on every rank.
+    p = acceptance_cli("run", "--", "-m", "counters", "-rs",
+                       env={"ACCEPTANCE_SYSFS_ROOT": f"{tmp_path}/none/{{node}}"})
+    assert p.returncode == 0 and "no RDMA port on any node" in p.stdout, p.stdout
