@@ -6,10 +6,14 @@ BIN    := $(VENV)/bin
 # Debian packages the tests use (installed only when running as root and missing):
 # Slurm and munge for the srun tests (a private local cluster per test run);
 # Chromium for the browser test of the HTML report; prometheus for promtool, which lints
-# the --prometheus textfile output.
-APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps prometheus
+# the --prometheus textfile output; python3-pyverbs (rdma-core's Python bindings) so the verbs
+# engine's attributes and work requests are built with the real pyverbs; perftest for
+# ib_write_bw / ib_write_lat, the cross-check tools.
+APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps prometheus python3-pyverbs perftest
+# Where the distribution installs pyverbs (built for the system python3, not pip-installable).
+SYSTEM_PYVERBS ?= /usr/lib/python3/dist-packages/pyverbs
 
-.PHONY: demo test venv dev apt clean
+.PHONY: demo test venv dev apt pyverbs clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +42,18 @@ apt:
 	  fi; \
 	else echo "not root (or no apt-get): skipping Debian packages $(APT_PACKAGES)"; fi
 
-test: apt dev
+# pyverbs must match the system's rdma-core, so it is linked from the distribution's package
+# into the venv (a .pth naming a folder that holds only pyverbs), never pip-installed.
+pyverbs: | $(BIN)/python
+	@if [ -d "$(SYSTEM_PYVERBS)" ]; then \
+	  site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	  mkdir -p $(VENV)/system-pyverbs && ln -sfn "$(SYSTEM_PYVERBS)" $(VENV)/system-pyverbs/pyverbs && \
+	  echo "$(abspath $(VENV))/system-pyverbs" > "$$site/system-pyverbs.pth"; \
+	  if $(BIN)/python -c 'import pyverbs.device' 2>/dev/null; then echo "pyverbs: $(SYSTEM_PYVERBS) linked into $(VENV)"; \
+	  else echo "pyverbs: $(SYSTEM_PYVERBS) does not import with $(BIN)/python (another Python ABI?); pyverbs tests will skip"; fi; \
+	else echo "pyverbs: $(SYSTEM_PYVERBS) not installed (apt install python3-pyverbs); pyverbs tests will skip"; fi
+
+test: apt dev pyverbs
 	$(BIN)/python -m pytest tests/ -q
 
 clean:

@@ -417,6 +417,18 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "latency_p99_max": Duration(None, help="put+flush latency p99 bound"),
         "latency_p999_max": Duration(None, help="put+flush latency p99.9 bound"),
     },
+    "verbs": {
+        "port": Int(1, min=1, help="port of each rail's RDMA device"),
+        "gid_index": Int(-1, min=-1, help="RoCE GID index; -1 = the first RoCEv2 GID, IPv4-mapped preferred"),
+        "traffic_class": Int(0, help="RoCE traffic class (DSCP << 2) of the queue pairs, e.g. 106 for DSCP 26"),
+        "hop_limit": Int(64, min=2, help="RoCE hop limit; more than 1 so routed RoCE works"),
+        "service_level": Int(0, help="InfiniBand service level of the queue pairs"),
+        "tx_depth": Int(128, min=1, help="writes in flight per queue pair (perftest -t)"),
+        "cq_mod": Int(100, min=1, help="signal one completion every cq_mod writes (perftest -Q)"),
+        "timeout": Int(14, help="local ACK timeout exponent: 4.096 us x 2^timeout (perftest default 14)"),
+        "retry_count": Int(7, help="transport retries before RETRY_EXC_ERR (perftest default 7)"),
+        "rnr_retry": Int(7, help="receiver-not-ready retries; 7 = infinite"),
+    },
     "incast": {
         "senders": Int(4, min=1, help="senders writing to one receiver at once (K), at most the rail's nodes - 1"),
         "size": Size("1MiB", help="message size of the incast writes"),
