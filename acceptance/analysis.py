@@ -484,6 +484,10 @@ RULES: tuple[Rule, ...] = (
     Rule("rdma_write", "latency_p99", "scalar", "rdma_write.latency_p99_max", False, _US),
     Rule("rdma_write", "latency_p999", "scalar", "rdma_write.latency_p999_max", False, _US),
     Rule("rdma_write", "latency_max", "none", None, False),
+    *(Rule("rdma_write", f"{op}_latency_{p}", "scalar", f"rdma_write.{op}_latency_{p}_max", False, _US)
+      for op in ("read", "atomic") for p in ("p50", "p99")),
+    *(Rule("rdma_write", f"{op}_latency_{p}", "none", None, False)
+      for op in ("read", "atomic") for p in ("p999", "max")),
     *(Rule("rdma_write", f"pingpong_latency_{p}", "none", None, False) for p in ("p50", "p99", "p999", "max")),
     Rule("rdma_write", "errors", "zero", None, False),
     # profile rates are Gbit/s; busbw records are GB/s

@@ -416,6 +416,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "latency_p50_max": Duration(None, help="put+flush latency p50 bound at latency.size"),
         "latency_p99_max": Duration(None, help="put+flush latency p99 bound"),
         "latency_p999_max": Duration(None, help="put+flush latency p99.9 bound"),
+        "read_latency_p50_max": Duration(None, help="RDMA read latency p50 bound at latency.size"),
+        "read_latency_p99_max": Duration(None, help="RDMA read latency p99 bound"),
+        "atomic_latency_p50_max": Duration(None, help="8-byte atomic fetch-and-add latency p50 bound"),
+        "atomic_latency_p99_max": Duration(None, help="8-byte atomic fetch-and-add latency p99 bound"),
     },
     "verbs": {
         "port": Int(1, min=1, help="port of each rail's RDMA device"),

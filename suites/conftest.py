@@ -1,20 +1,34 @@
 # Every suite runs collectively: one pytest session per MPI rank, outcomes agreed at rank 0.
 import pytest
 
-from acceptance.fabric.engines import select
+from acceptance.fabric.engines import agree
 from acceptance.portwatch import PortWatch
 from acceptance.pytest_plugin import recorder_of
 
 pytest_plugins = ["acceptance.pytest_plugin"]
 
 
-@pytest.fixture(scope="session")
-def engine(profile):
-    """The measurement engine the profile asks for (run.engine); skips with the reason when unusable."""
-    module, why = select(profile.get("run.engine"))
-    if module is None:
+@pytest.fixture(scope="module")
+def engine(request, topology, profile, run_folder):
+    """The engine that measures this suite: run.engine, or for `auto` the best one every rank can use.
+
+    A suite file names what it needs in ENGINE_NEEDS; the choice and why are written to
+    run.json ("engines") by rank 0, and a suite without a usable engine skips with the reason.
+    """
+    module = request.module
+    suite = getattr(module, "SUITE", None) or module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    chosen, why, name = agree(profile.get("run.engine"), getattr(module, "ENGINE_NEEDS", ()),
+                              topology.world, topology.node)
+    if topology.rank == 0:
+        engines = dict(run_folder.read_run().get("engines") or {})
+        engines[suite] = {"engine": name, "why": why}
+        run_folder.update_run(engines=engines)
+    if chosen is None:
         pytest.skip(why)
-    return module
+    configure = getattr(chosen, "configure", None)
+    if configure:
+        configure(topology, profile)
+    return chosen
 
 
 @pytest.fixture(scope="module", autouse=True)

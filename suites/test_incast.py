@@ -11,13 +11,12 @@ import pytest
 from acceptance.measure.incast import incast
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p, pytest.mark.congestion]
+ENGINE_NEEDS = ("IncastGroup",)  # what the engine must offer (acceptance.fabric.engines)
 SUITE = "incast"
 
 
 def test_incast(engine, topology, rail, profile, record, progress):
     if len(topology.nodes) < 2:
         pytest.skip(f"incast needs at least 2 nodes; this run has {len(topology.nodes)}")
-    if not hasattr(engine, "IncastGroup"):
-        pytest.skip(f"the {engine.NAME} engine has no incast driver")
     problems = incast(engine, topology, rail, profile, record, progress)
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)

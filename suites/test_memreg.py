@@ -9,6 +9,7 @@ import pytest
 from acceptance.measure.memreg import leak, registration
 
 pytestmark = pytest.mark.memreg
+ENGINE_NEEDS = ("register_times", "registration_growth")  # what the engine must offer (acceptance.fabric.engines)
 
 
 def test_registration_time(engine, profile, record):

@@ -1,14 +1,16 @@
 """One-sided writes on every rail, between every scheduled pair of nodes, in both directions.
 
 Bandwidth: a size sweep of windowed writes, the data verified after each size.
-Latency: p50 / p99 / p99.9 of single small writes (and a send/recv ping-pong for reference).
+Latency: p50 / p99 / p99.9 of single small writes (and a send/recv ping-pong for reference),
+of single reads, and of 8-byte atomic fetch-and-adds (the target checks its counter is exact).
 """
 
 import pytest
 
-from acceptance.measure.p2p import write_bandwidth, write_latency
+from acceptance.measure.p2p import op_latency, write_bandwidth, write_latency
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
+ENGINE_NEEDS = ("PairLink",)  # what the engine must offer (acceptance.fabric.engines)
 SUITE = "rdma_write"
 
 
@@ -25,4 +27,14 @@ def test_write_bandwidth(engine, topology, rail, profile, record, progress, pair
 
 def test_write_latency(engine, topology, rail, profile, record, progress, pairs_exist):
     problems = write_latency(engine, topology, rail, profile, record, progress)
+    assert not problems, f"rail {rail}:\n" + "\n".join(problems)
+
+
+def test_read_latency(engine, topology, rail, profile, record, progress, pairs_exist):
+    problems = op_latency(engine, topology, rail, profile, record, progress, "read")
+    assert not problems, f"rail {rail}:\n" + "\n".join(problems)
+
+
+def test_atomic_latency(engine, topology, rail, profile, record, progress, pairs_exist):
+    problems = op_latency(engine, topology, rail, profile, record, progress, "atomic")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)

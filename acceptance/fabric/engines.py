@@ -1,18 +1,84 @@
-"""Which engine measures: the profile's run.engine, or the best one usable here for `auto`."""
+"""Which engine measures a suite: the profile's run.engine, or for `auto` the best one usable.
+
+`auto` prefers the verbs engine (the NICs themselves) and falls back to mpi; a
+suite names what it needs (ENGINE_NEEDS, e.g. "PairLink"), and an engine without
+it is passed over (the verbs engine has no collectives: they run on mpi). The
+choice is agreed over the whole job, so every rank measures with the same engine
+and a node without RDMA devices makes the job fall back (named in the reason)
+instead of measuring half the pairs one way and half the other.
+"""
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
-# Engines this version has; verbs (pyverbs) and nccl (cupy) plug in here when built.
-BUILT = ("mpi",)
+# Engines this version has; nccl (cupy) plugs in here when built.
+BUILT = ("verbs", "mpi")
+PREFERENCE = {"auto": ("verbs", "mpi"), "verbs": ("verbs",), "mpi": ("mpi",), "nccl": ("nccl",)}
 
 
-def select(choice: str) -> tuple[ModuleType | None, str]:
-    """(engine module, why) — the module is None when the choice cannot run here, with the reason."""
-    if choice in ("auto", "mpi"):
-        from . import mpi
-        ok, detail = mpi.available()
-        return (mpi, f"mpi engine ({detail})") if ok else (None, f"mpi engine unavailable: {detail}")
-    return None, (f"engine {choice!r} is not part of this version (built: {', '.join(BUILT)}); "
-                  f"set run.engine = \"mpi\" or \"auto\" in the profile")
+def _load(name: str) -> tuple[ModuleType | None, str]:
+    if name not in BUILT:
+        return None, (f"engine {name!r} is not part of this version (built: {', '.join(BUILT)}); "
+                      f"set run.engine = \"auto\" in the profile")
+    try:
+        module = importlib.import_module(f"{__package__}.{name}")
+    except ImportError as e:
+        return None, f"the {name} engine does not import: {e}"
+    ok, detail = module.available()
+    return (module, detail) if ok else (None, detail)
+
+
+def local_choices(choice: str, needs: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
+    """(engine, usable here for these needs, why) for each engine the choice allows, best first."""
+    out = []
+    for name in PREFERENCE.get(choice, (choice,)):
+        module, why = _load(name)
+        lacks = [n for n in needs if module is not None and not hasattr(module, n)]
+        if module is not None and lacks:
+            out.append((name, False, f"the {name} engine has no {', '.join(lacks)}"))
+        else:
+            out.append((name, module is not None, why))
+    return out
+
+
+def decide(choice: str, per_rank: list[tuple[str, list[tuple[str, bool, str]]]]) -> tuple[str | None, str]:
+    """The engine every rank can use, and why: per_rank is [(node, local_choices(...))] of every rank."""
+    passed_over = []
+    for i, name in enumerate(PREFERENCE.get(choice, (choice,))):
+        bad: dict[str, list[str]] = {}
+        detail = ""
+        for node, choices in per_rank:
+            _, ok, why = choices[i]
+            if ok:
+                detail = detail or why
+            elif node not in bad.setdefault(why, []):
+                bad[why].append(node)
+        if not bad:
+            reason = f"{name} engine ({detail})"
+            if passed_over:
+                reason += "; passed over: " + "; ".join(passed_over)
+            return name, reason
+        nodes_why = "; ".join(f"{why} on {_nodes(nodes, len(per_rank))}" for why, nodes in bad.items())
+        passed_over.append(f"{name}: {nodes_why}")
+    return None, "no usable engine: " + "; ".join(passed_over)
+
+
+def _nodes(nodes: list[str], ranks: int) -> str:
+    shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    return f"node(s) {shown}"
+
+
+def agree(choice: str, needs: tuple[str, ...], comm, node: str) -> tuple[ModuleType | None, str, str | None]:
+    """(engine module or None, why, engine name). Collective over `comm`: the same answer on every rank."""
+    mine = local_choices(choice, needs)
+    name, why = decide(choice, comm.allgather((node, mine)))
+    module = importlib.import_module(f"{__package__}.{name}") if name else None
+    return module, why, name
+
+
+def select(choice: str, needs: tuple[str, ...] = ()) -> tuple[ModuleType | None, str]:
+    """This process alone (no agreement): the engine module, or None and the reason."""
+    name, why = decide(choice, [("this node", local_choices(choice, needs))])
+    return (importlib.import_module(f"{__package__}.{name}") if name else None), why

@@ -137,6 +137,18 @@ class Mismatch:
         )
 
 
+@dataclass
+class CounterMismatch:
+    """An atomic counter that does not hold the number of fetch-and-adds applied to it."""
+
+    expected: int
+    got: int
+    wrong_bytes: int = 8  # the whole 64-bit counter
+
+    def __str__(self) -> str:
+        return f"atomic counter is {self.got} after {self.expected} fetch-and-add(1), expected {self.expected}"
+
+
 def verify(buf, src: int, dst: int, iteration: int) -> Mismatch | None:
     """None if `buf` holds exactly the pattern, else where and how it differs."""
     xp = _xp_of(buf)

@@ -20,14 +20,18 @@ import numpy as np
 from mpi4py import MPI
 
 from ..measure import timed, timed_capped
-from .memory import Mismatch, allocate, corrupt_for_test, fill_pattern, verify
+from .memory import CounterMismatch, Mismatch, allocate, corrupt_for_test, fill_pattern, verify
 
 NAME = "mpi"
 
 
 def available() -> tuple[bool, str]:
     """The mpi engine runs wherever mpi4py imports; say which library it is."""
-    return True, MPI.Get_library_version().strip().splitlines()[0]
+    return True, " ".join(MPI.Get_library_version().split("\n", 1)[0].split())
+
+
+def configure(topology, profile) -> None:
+    """Nothing to pick: the MPI library chooses its own devices."""
 
 
 # ---- memory registration ----------------------------------------------------
@@ -179,6 +183,63 @@ class PairLink:
                 win.Unlock(target)
         self.comm.Barrier()
         return times
+
+    def read_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
+        """osu_get_latency with flush: one Get + Flush per sample, a full round trip."""
+        times = None
+        if self.me == origin:
+            win, target = self.win, self.peer
+            get, flush = win.Get, win.Flush
+            spec = [self.send[:size], MPI.BYTE]
+
+            def op():
+                get(spec, target)
+                flush(target)
+
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                times = timed(op, iters, warmup)
+            finally:
+                win.Unlock(target)
+        self.comm.Barrier()
+        return times
+
+    def atomic_latency(self, iters: int, warmup: int, origin: int) -> Transfer:
+        """Fetch_and_op(1, SUM) + Flush on the target's 64-bit counter per sample (a full round trip).
+
+        The target zeroes the counter first and checks it holds warmup + iters at the end.
+        """
+        counter = self.window_mem[:8].view(np.int64)
+        if self.me != origin:
+            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
+            counter[0] = 0
+            self.win.Unlock(self.me)
+        self.comm.Barrier()
+        times = mismatch = None
+        if self.me == origin:
+            win, target = self.win, self.peer
+            one, old = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+            fop, flush = win.Fetch_and_op, win.Flush
+            spec_one, spec_old = [one, MPI.INT64_T], [old, MPI.INT64_T]
+
+            def op():
+                fop(spec_one, spec_old, target, 0, MPI.SUM)
+                flush(target)
+
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                times = timed(op, iters, warmup)
+            finally:
+                win.Unlock(target)
+        self.comm.Barrier()
+        if self.me != origin:
+            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
+            got = int(counter[0])
+            self.win.Unlock(self.me)
+            if got != warmup + iters:
+                mismatch = CounterMismatch(warmup + iters, got)
+        self.comm.Barrier()
+        return Transfer(times, mismatch)
 
     def pingpong_latency(
         self, size: int, iters: int, warmup: int, origin: int

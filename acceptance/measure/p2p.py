@@ -108,13 +108,30 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
 
 def write_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
                   progress: Callable[[], None] | None = None) -> list[str]:
-    """Put+flush latency and send/recv ping-pong at latency.size, both directions of every pair."""
+    """Write latency at latency.size (and a send/recv ping-pong for reference), both directions of every pair."""
+    return op_latency(engine, topology, rail, profile, record, progress, "write")
+
+
+# op -> (metric prefix, what the engine does, profile key prefix of its bounds)
+LATENCY_OPS = {"write": ("", "write", "rdma_write.latency"),
+               "read": ("read_", "read", "rdma_write.read_latency"),
+               "atomic": ("atomic_", "atomic fetch-and-add", "rdma_write.atomic_latency")}
+
+
+def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+               progress: Callable[[], None] | None, op: str) -> list[str]:
+    """Latency percentiles of one operation (write, read or atomic) in both directions of every pair.
+
+    An atomic sample is one 8-byte fetch-and-add; afterwards the target checks that its
+    counter holds exactly the number of adds (an `errors` record).
+    """
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
-    size = profile.get("latency.size")
+    prefix, what, key = LATENCY_OPS[op]
+    size = 8 if op == "atomic" else profile.get("latency.size")
     iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
-    bounds = {metric: profile.get(f"rdma_write.{metric}_max") for _, metric in LATENCY_METRICS[:3]}
+    bounds = {metric: _optional(profile, f"{key}_{field}_max") for field, metric in LATENCY_METRICS[:3]}
     problems = []
     for comm, low, high in rp.pairs():
         link = engine.PairLink(comm, size)
@@ -122,25 +139,48 @@ def write_latency(engine, topology: Topology, rail: int, profile: Profile, recor
             for origin in (0, 1):
                 _, _, nodes, ranks = rp.direction(low, high, origin)
                 common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME)
-                put = link.put_latency(size, iters, warmup, origin)
-                pingpong = link.pingpong_latency(size, iters, warmup, origin)
-                if put is None:
+                where = f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B"
+                mismatch = None
+                if op == "write":
+                    times = link.put_latency(size, iters, warmup, origin)
+                    pingpong = link.pingpong_latency(size, iters, warmup, origin)
+                elif op == "read":
+                    times, pingpong = link.read_latency(size, iters, warmup, origin), None
+                else:
+                    got = link.atomic_latency(iters, warmup, origin)
+                    times, pingpong, mismatch = got.times_ns, None, got.mismatch
+                    if times is None:  # the target: it checked the counter
+                        record("errors", 0 if mismatch is None else mismatch.wrong_bytes, "count",
+                               samples=1, threshold=0, verdict="fail" if mismatch else "pass",
+                               detail=str(mismatch) if mismatch else "atomic counter exact", **common)
+                        if mismatch:
+                            problems.append(f"{where}: {mismatch}")
+                if times is None:
                     continue
-                stats = percentiles(us(put))
+                stats = percentiles(us(times))
                 for field, metric in LATENCY_METRICS:
                     value = getattr(stats, field)
                     bound_s = bounds.get(metric)
                     bound = None if bound_s is None else bound_s * 1e6
                     verdict = judge(value, bound, higher_is_better=False)
-                    record(metric, value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
+                    record(prefix + metric, value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
                            detail=stats.note(field) if field != "max" else None, **common)
                     if verdict == "fail":
-                        problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B: write latency "
-                                        f"{field} {value:.2f} us > bound {bound:g} us ({stats.samples} samples)")
-                pp = percentiles(us(pingpong))
-                for field, metric in LATENCY_METRICS:
-                    record(f"pingpong_{metric}", getattr(pp, field), "us", samples=pp.samples,
-                           detail=pp.note(field) if field != "max" else None, **common)
+                        problems.append(f"{where}: {what} latency {field} {value:.2f} us > bound {bound:g} us "
+                                        f"({stats.samples} samples)")
+                if pingpong is not None:
+                    pp = percentiles(us(pingpong))
+                    for field, metric in LATENCY_METRICS:
+                        record(f"pingpong_{metric}", getattr(pp, field), "us", samples=pp.samples,
+                               detail=pp.note(field) if field != "max" else None, **common)
         finally:
             link.free()
     return problems
+
+
+def _optional(profile: Profile, key: str):
+    """A bound the profile may not define for this operation (e.g. no p99.9 bound for atomics)."""
+    try:
+        return profile.get(key)
+    except KeyError:
+        return None

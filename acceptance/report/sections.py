@@ -551,6 +551,11 @@ def environment(run: dict) -> dict:
              ("ranks (world size)", fmt_text(topo.get("world_size"))),
              ("rails", compress_ints(rails) if rails and all(isinstance(r, int) for r in rails) else
               ", ".join(map(str, rails)) or "–")]
+    engines = run.get("engines") or {}
+    if isinstance(engines, dict):
+        for suite, e in sorted(engines.items()):
+            if isinstance(e, dict):
+                facts.append((f"engine: {suite}", f"{e.get('engine') or 'none (skipped)'}: {e.get('why') or '–'}"))
     ranks = topo.get("ranks") or []
     nics = {}
     for r in ranks if isinstance(ranks, list) and len(ranks) <= 100_000 else []:

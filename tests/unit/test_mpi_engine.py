@@ -4,7 +4,7 @@ import pytest
 from mpi4py import MPI
 
 from acceptance.fabric import mpi
-from acceptance.fabric.engines import select
+from acceptance.fabric.engines import decide, local_choices, select
 from acceptance.profile import load_profile
 
 
@@ -40,10 +40,32 @@ def test_pair_link_needs_two_ranks():
         mpi.PairLink(MPI.COMM_SELF, 8)
 
 
-def test_engine_selection():
-    assert select("auto")[0] is mpi and select("mpi")[0] is mpi
+def test_engine_selection_here_falls_back_to_mpi_and_says_why():
+    module, why = select("auto")
+    assert module is mpi and why.startswith("mpi engine (")
+    assert "passed over: verbs: " in why  # no RDMA device on this machine
+    assert select("mpi")[0] is mpi
     module, why = select("verbs")
+    assert module is None and why.startswith("no usable engine: verbs: ")
+    module, why = select("nccl")
     assert module is None and "not part of this version" in why
+
+
+def test_an_engine_without_what_the_suite_needs_is_passed_over():
+    choices = local_choices("mpi", ("NoSuchThing",))
+    assert choices == [("mpi", False, "the mpi engine has no NoSuchThing")]
+
+
+def test_the_job_agrees_on_one_engine_and_names_the_odd_nodes():
+    good = [("verbs", True, "1 device(s): mlx5_0"), ("mpi", True, "MPICH")]
+    bad = [("verbs", False, "get_device_list() failed"), ("mpi", True, "MPICH")]
+    name, why = decide("auto", [("node1", good), ("node1", good), ("node2", bad), ("node2", bad)])
+    assert name == "mpi"
+    assert why == "mpi engine (MPICH); passed over: verbs: get_device_list() failed on node(s) node2"
+    name, why = decide("auto", [("node1", good), ("node2", good)])
+    assert (name, why) == ("verbs", "verbs engine (1 device(s): mlx5_0)")
+    name, why = decide("verbs", [("node1", good[:1]), ("node2", bad[:1])])
+    assert name is None and why == "no usable engine: verbs: get_device_list() failed on node(s) node2"
 
 
 def test_every_builtin_profile_selects_a_sweep():
