@@ -499,6 +499,7 @@ RULES: tuple[Rule, ...] = (
     Rule("memreg", "dereg_time", "sizemap", "memreg.dereg_time_max", False, _US),
     Rule("memreg", "dereg_time_user", "sizemap", "memreg.dereg_time_max", False, _US),
     Rule("memreg", "rss_growth", "scalar", "memreg.leak_max", False),
+    Rule("memreg", "memlock_enforced", "none", None, True),
     Rule("preflight", "memlock", "memlock", "preflight.memlock_min", True),
     Rule("preflight", "ranks", "ranks", "topology.rails", None),
     Rule("preflight", "version_mismatches", "versions", "preflight.same_versions", False),

@@ -1,5 +1,7 @@
 """Memory registration: how long registering and deregistering memory takes, by size, and whether it leaks.
 
+With the verbs engine, ibv_reg_mr / ibv_dereg_mr on this rank's NIC: fresh pages (the
+registration pins them on first touch) and one warm buffer registered again; keys checked.
 With the mpi engine, registration is creating an RMA window (Win.Allocate: the
 library allocates and registers; Win.Create: it registers our memory).
 """
@@ -20,3 +22,15 @@ def test_registration_time(engine, profile, record):
 def test_registration_does_not_leak(engine, profile, record):
     problems = leak(engine, profile, record)
     assert not problems, "\n".join(problems)
+
+
+def test_low_memlock_limit_is_explained(engine, profile, record):
+    """Registering more than ulimit -l allows must fail with an explanation, not a bare ENOMEM."""
+    if not hasattr(engine, "memlock_effect"):
+        pytest.skip(f"the {engine.NAME} engine registers through its library; the memlock effect "
+                    "is shown with the verbs engine")
+    size = profile.get("memreg.leak_size")
+    enforced, what = engine.memlock_effect(size)
+    record("memlock_enforced", int(enforced), "bool", size=size, engine=engine.NAME, detail=what)
+    if enforced:
+        assert "ulimit -l" in what and "unlimited" in what, what

@@ -13,44 +13,50 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-# Engines this version has; nccl (cupy) plugs in here when built.
-BUILT = ("verbs", "mpi")
-PREFERENCE = {"auto": ("verbs", "mpi"), "verbs": ("verbs",), "mpi": ("mpi",), "nccl": ("nccl",)}
+BUILT = ("verbs", "nccl", "mpi")
+PREFERENCE = {"auto": ("verbs", "nccl", "mpi"), "verbs": ("verbs",), "mpi": ("mpi",), "nccl": ("nccl",)}
 
 
-def _load(name: str) -> tuple[ModuleType | None, str]:
+def _load(name: str, needs: tuple[str, ...]) -> tuple[ModuleType | None, bool, str]:
+    """(module or None, usable here, why). The module is None when it cannot do what the suite needs."""
     if name not in BUILT:
-        return None, (f"engine {name!r} is not part of this version (built: {', '.join(BUILT)}); "
-                      f"set run.engine = \"auto\" in the profile")
+        return None, False, (f"engine {name!r} is not part of this version (built: {', '.join(BUILT)}); "
+                             f"set run.engine = \"auto\" in the profile")
     try:
         module = importlib.import_module(f"{__package__}.{name}")
     except ImportError as e:
-        return None, f"the {name} engine does not import: {e}"
+        return None, False, f"the {name} engine does not import: {e}"
+    lacks = [n for n in needs if not hasattr(module, n)]
+    if lacks:
+        return None, False, f"the {name} engine has no {', '.join(lacks)}"
     ok, detail = module.available()
-    return (module, detail) if ok else (None, detail)
+    return module, ok, detail
 
 
 def local_choices(choice: str, needs: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
-    """(engine, usable here for these needs, why) for each engine the choice allows, best first."""
+    """(engine, usable here, why) for each engine the choice allows that can do `needs`, best first.
+
+    Under `auto` an engine without what the suite needs is not a candidate at all (the
+    verbs engine for collectives); asked for by name, it is one that cannot be used.
+    """
     out = []
     for name in PREFERENCE.get(choice, (choice,)):
-        module, why = _load(name)
-        lacks = [n for n in needs if module is not None and not hasattr(module, n)]
-        if module is not None and lacks:
-            out.append((name, False, f"the {name} engine has no {', '.join(lacks)}"))
-        else:
-            out.append((name, module is not None, why))
+        module, ok, why = _load(name, needs)
+        if module is None and choice == "auto" and why.startswith(f"the {name} engine has no "):
+            continue
+        out.append((name, ok, why))
     return out
 
 
 def decide(choice: str, per_rank: list[tuple[str, list[tuple[str, bool, str]]]]) -> tuple[str | None, str]:
     """The engine every rank can use, and why: per_rank is [(node, local_choices(...))] of every rank."""
     passed_over = []
-    for i, name in enumerate(PREFERENCE.get(choice, (choice,))):
+    names = [name for name, _, _ in per_rank[0][1]] if per_rank else []
+    for name in names:
         bad: dict[str, list[str]] = {}
         detail = ""
         for node, choices in per_rank:
-            _, ok, why = choices[i]
+            _, ok, why = next(c for c in choices if c[0] == name)
             if ok:
                 detail = detail or why
             elif node not in bad.setdefault(why, []):
@@ -62,7 +68,7 @@ def decide(choice: str, per_rank: list[tuple[str, list[tuple[str, bool, str]]]])
             return name, reason
         nodes_why = "; ".join(f"{why} on {_nodes(nodes, len(per_rank))}" for why, nodes in bad.items())
         passed_over.append(f"{name}: {nodes_why}")
-    return None, "no usable engine: " + "; ".join(passed_over)
+    return None, "no usable engine: " + ("; ".join(passed_over) or f"none of {choice!r} can run this suite")
 
 
 def _nodes(nodes: list[str], ranks: int) -> str:

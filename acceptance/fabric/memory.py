@@ -137,16 +137,27 @@ class Mismatch:
         )
 
 
-@dataclass
-class CounterMismatch:
+@dataclass(frozen=True)
+class CounterMismatch(Mismatch):
     """An atomic counter that does not hold the number of fetch-and-adds applied to it."""
 
-    expected: int
-    got: int
-    wrong_bytes: int = 8  # the whole 64-bit counter
+    value: int = 0
+    expected_value: int = 0
 
     def __str__(self) -> str:
-        return f"atomic counter is {self.got} after {self.expected} fetch-and-add(1), expected {self.expected}"
+        return (f"atomic counter holds {self.value} after {self.expected_value} fetch-and-adds of 1: "
+                f"{'lost' if self.value < self.expected_value else 'extra'} atomic updates")
+
+
+def check_counter(raw: bytes, expected_value: int) -> CounterMismatch | None:
+    """None when the 8 bytes hold expected_value in either byte order (some HCAs apply atomics big-endian)."""
+    little, big = int.from_bytes(raw, "little"), int.from_bytes(raw, "big")
+    if expected_value in (little, big):
+        return None
+    want = expected_value.to_bytes(8, "little")
+    wrong = [i for i in range(8) if raw[i] != want[i]]
+    return CounterMismatch(offset=wrong[0], expected=want[wrong[0]], got=raw[wrong[0]], wrong_bytes=len(wrong),
+                           nbytes=8, value=little, expected_value=expected_value)
 
 
 def verify(buf, src: int, dst: int, iteration: int) -> Mismatch | None:

@@ -20,7 +20,14 @@ import numpy as np
 from mpi4py import MPI
 
 from ..measure import timed, timed_capped
-from .memory import CounterMismatch, Mismatch, allocate, corrupt_for_test, fill_pattern, verify
+from .memory import (
+    Mismatch,
+    allocate,
+    check_counter,
+    corrupt_for_test,
+    fill_pattern,
+    verify,
+)
 
 NAME = "mpi"
 
@@ -234,10 +241,9 @@ class PairLink:
         self.comm.Barrier()
         if self.me != origin:
             self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
-            got = int(counter[0])
+            raw = counter.tobytes()
             self.win.Unlock(self.me)
-            if got != warmup + iters:
-                mismatch = CounterMismatch(warmup + iters, got)
+            mismatch = check_counter(raw, warmup + iters)
         self.comm.Barrier()
         return Transfer(times, mismatch)
 

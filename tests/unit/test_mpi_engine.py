@@ -46,14 +46,20 @@ def test_engine_selection_here_falls_back_to_mpi_and_says_why():
     assert "passed over: verbs: " in why  # no RDMA device on this machine
     assert select("mpi")[0] is mpi
     module, why = select("verbs")
-    assert module is None and why.startswith("no usable engine: verbs: ")
-    module, why = select("nccl")
+    assert module is None and why.startswith("no usable engine: verbs: get_device_list() failed")
+    module, why = select("nccl", ("allreduce",))
+    assert module is None and why.startswith("no usable engine: nccl: cupy not importable")
+    module, why = select("ucx")
     assert module is None and "not part of this version" in why
 
 
-def test_an_engine_without_what_the_suite_needs_is_passed_over():
-    choices = local_choices("mpi", ("NoSuchThing",))
-    assert choices == [("mpi", False, "the mpi engine has no NoSuchThing")]
+def test_an_engine_without_what_the_suite_needs_is_no_candidate_under_auto():
+    # Collectives: the verbs engine is not even considered; asked for by name, it says why not.
+    assert [name for name, _, _ in local_choices("auto", ("allreduce", "alltoall"))] == ["nccl", "mpi"]
+    assert [name for name, _, _ in local_choices("auto", ("PairLink",))] == ["verbs", "mpi"]
+    assert local_choices("mpi", ("NoSuchThing",)) == [("mpi", False, "the mpi engine has no NoSuchThing")]
+    assert select("verbs", ("allreduce",))[1] == \
+        "no usable engine: verbs: the verbs engine has no allreduce on node(s) this node"
 
 
 def test_the_job_agrees_on_one_engine_and_names_the_odd_nodes():

@@ -1,0 +1,121 @@
+"""The perftest cross-check: ib_write_bw and ib_write_lat on the pairs and rails the harness measures.
+
+Every scheduled node pair of the rail (the same schedule as rdma_write), in both
+directions: ib_write_bw at the sweep's largest size (at most 8 MiB) for
+BW_DURATION_S seconds, and ib_write_lat at latency.size for latency.iters round
+trips. The destination runs the perftest server, the source (the writer) runs the
+client and records perftest's numbers beside the harness's own: suite perftest,
+engine perftest, metrics bandwidth (the average, Gbit/s), latency_p50 (t_typical),
+latency_p99, latency_p999 and latency_avg (us), verdict info.
+
+It skips, with the same reason on every rank, when a node lacks perftest or an RDMA
+device, or the run has a single node. A failed tool run fails the test, naming the
+pair, the rail and the tool's error.
+"""
+
+import pytest
+from mpi4py import MPI
+
+from acceptance import counters
+from acceptance.fabric import perftest
+from acceptance.measure.p2p import RailPairs
+from acceptance.measure.sweep import sweep_from_profile
+from acceptance.naming import natural_key
+
+pytestmark = [pytest.mark.rail, pytest.mark.p2p]
+SUITE = "perftest"
+
+# -D 5: perftest measures the middle 3 s (margin D // 4 = 1 s at each end) and skips the peak.
+BW_DURATION_S = 5
+MAX_BW_SIZE = 8 * 2**20
+
+
+def _this_rank(topology, profile) -> dict:
+    """What this rank brings: the tools it lacks, its node's RDMA devices, its rail's device and port."""
+    root = counters.sysfs_root(topology.node)
+    facts = {"node": topology.node, "rail": topology.rail, "root": str(root),
+             "missing": sorted(tool for tool, path in perftest.find_tools().items() if path is None),
+             "devices": [], "device": None, "port": None, "link_layer": None, "gid": None}
+    ports = counters.ports(root)
+    devices = sorted({p.device for p in ports}, key=natural_key)
+    facts["devices"] = devices
+    if not devices:
+        return facts
+    bound = {r.rail: r.nic for r in topology.ranks_on(topology.node) if r.nic}
+    rails = counters.rails_of(devices, profile.get("topology.nic_rails"), bound, topology.rails)
+    mine = [d for d in devices if rails.get(d) == topology.rail]
+    if topology.me.nic in devices:  # the launcher bound this rank to a NIC: that one
+        mine = [topology.me.nic]
+    if not mine:
+        return facts
+    device = mine[0]
+    own = [p for p in ports if p.device == device]
+    port = next((p for p in own if p.port == profile.get("verbs.port")), own[0])
+    gid = profile.get("verbs.gid_index")
+    if gid < 0 and port.link_layer == "Ethernet":
+        gid = perftest.roce_gid_index(root, device, port.port)
+    facts.update(device=device, port=port.port, link_layer=port.link_layer,
+                 gid=gid if gid is not None and gid >= 0 else None)
+    return facts
+
+
+def _nodes(names) -> str:
+    return ", ".join(sorted(set(names), key=natural_key))
+
+
+def _skip_reason(every: list[dict], nodes: list[str], rail: int) -> str | None:
+    """Why the cross-check cannot run, from facts gathered over the world (so every rank agrees)."""
+    if len(nodes) < 2:
+        return f"the perftest cross-check needs at least 2 nodes; this run has {len(nodes)}"
+    lacking = [f for f in every if f["missing"]]
+    if lacking:
+        where = perftest.where_searched()
+        where = "on PATH" if where == "PATH" else f"in {where}"
+        tools = sorted({t for f in lacking for t in f["missing"]})
+        return (f"perftest not {where} on {_nodes(f['node'] for f in lacking)}: install perftest "
+                f"(no {', '.join(tools)})")
+    bare = [f for f in every if not f["devices"]]
+    if bare:
+        return (f"no RDMA device on {_nodes(f['node'] for f in bare)} (nothing under "
+                f"{bare[0]['root']}/class/infiniband): perftest needs one on every node")
+    unmapped = [f for f in every if f["rail"] == rail and f["device"] is None]
+    if unmapped:
+        return (f"no RDMA device for rail {rail} on {_nodes(f['node'] for f in unmapped)}: map devices to "
+                f"rails with topology.nic_rails")
+    return None
+
+
+def test_perftest_crosscheck(topology, rail, profile, record, progress):
+    every = topology.world.allgather(_this_rank(topology, profile))
+    why = _skip_reason(every, topology.nodes, rail)
+    if why:
+        pytest.skip(why)
+    me = every[topology.world.Get_rank()]
+    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
+    if not rp.active:
+        return
+    side = {"device": me["device"], "ib_port": me["port"], "gid_index": me["gid"]}
+    specs = (perftest.Spec("bw", size=min(sweep_from_profile(profile).sizes[-1], MAX_BW_SIZE),
+                           duration_s=BW_DURATION_S, tx_depth=profile.get("verbs.tx_depth"), **side),
+             perftest.Spec("lat", size=profile.get("latency.size"), iters=profile.get("latency.iters"), **side))
+    problems = []
+    for comm, low, high in rp.pairs():
+        hosts = comm.allgather(MPI.Get_processor_name())
+        for origin in (0, 1):
+            _, _, nodes, ranks = rp.direction(low, high, origin)
+            server = 1 - origin  # the destination listens; the source (origin) writes
+            is_server = comm.Get_rank() == server
+            results = {}
+            for slot, spec in enumerate(specs):
+                # One TCP port per pair, test and direction: pairs of a round may share a host.
+                tcp_port = perftest.DEFAULT_TCP_PORT + 4 * low + 2 * slot + origin
+                try:
+                    results[spec.kind] = perftest.run_pair(comm, is_server, spec, hosts[server], tcp_port=tcp_port)
+                except perftest.PerftestError as e:
+                    problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}: {spec.tool_name}: {e}")
+                progress()
+            if not is_server:
+                common = {"rail": rail, "nodes": nodes, "ranks": ranks}
+                for fields in perftest.records_for(results.get("bw"), results.get("lat"), common):
+                    record(**fields)
+    assert not problems, f"rail {rail}: perftest failed:\n" + "\n".join(problems)

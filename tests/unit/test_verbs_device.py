@@ -1,0 +1,133 @@
+"""The verbs engine on a real RDMA device: skipped, with available()'s reason, where there is none.
+
+MPI-free: the smoke test opens a context, PD, MR, CQ and QP and moves the QP to INIT; the
+loopback test runs a whole PairLink between two threads of this process, both on the first
+ACTIVE port of this host (the NIC loops the traffic back), so every method runs against the
+hardware without a second node.
+"""
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("pyverbs.device", reason="pyverbs (rdma-core's Python bindings, Debian python3-pyverbs) "
+                    "does not import: run `make pyverbs` to link the distribution's package into the venv")
+
+from pyverbs.cq import CQ
+from pyverbs.device import Context
+from pyverbs.pd import PD
+from pyverbs.qp import QP
+
+from acceptance.fabric import memory, verbs
+from acceptance.fabric.verbs import e
+
+USABLE, WHY = verbs.available()
+pytestmark = pytest.mark.skipif(not USABLE, reason=f"no usable RDMA device: {WHY}")
+
+
+def active_port() -> tuple[str, int]:
+    """(device, port) of the first ACTIVE port on this host."""
+    for name in verbs.device_names():
+        with Context(name=name) as ctx:
+            for port in range(1, ctx.query_device().phys_port_cnt + 1):
+                if ctx.query_port(port).state == e.ibv_port_state.IBV_PORT_ACTIVE:
+                    return name, port
+    pytest.skip(f"no ACTIVE port: {WHY}")
+
+
+@pytest.fixture
+def configured(monkeypatch):
+    name, port = active_port()
+    monkeypatch.setattr(verbs, "_config", verbs.Config(name, verbs.Settings(port=port, tx_depth=32, cq_mod=8)))
+    monkeypatch.delenv(memory.FLIP_ENV, raising=False)
+    return name, port
+
+
+def test_context_pd_mr_cq_qp_to_init(configured):
+    name, port = configured
+    with Context(name=name) as ctx:
+        attr = ctx.query_port(port)
+        if attr.link_layer == e.IBV_LINK_LAYER_ETHERNET:
+            gid_index = verbs.choose_gid_index(verbs.read_gid_rows(ctx, port, attr.gid_tbl_len))
+        else:
+            gid_index = 0
+        gid = str(ctx.query_gid(port, gid_index))
+        pd = PD(ctx)
+        buf = memory.allocate(1 << 16)
+        mr = verbs._register(pd, buf, verbs.access_flags(*verbs.REG_ACCESS_NAMES))
+        verbs._check_keys(mr, buf.nbytes)
+        assert mr.buf == buf.ctypes.data and mr.length == buf.nbytes
+        cq = CQ(ctx, 33)
+        qp = QP(pd, verbs.qp_init_attr(cq, cq, 32, 16, 0))
+        assert qp.qp_state == e.ibv_qp_state.IBV_QPS_RESET
+        me = verbs.Endpoint(qp_num=qp.qp_num, psn=1, lid=attr.lid, gid=gid, gid_index=gid_index,
+                            mtu=int(attr.active_mtu), link_layer=int(attr.link_layer), rkey=mr.rkey,
+                            addr=buf.ctypes.data, length=buf.nbytes, atomic_rkey=mr.rkey,
+                            atomic_addr=buf.ctypes.data, max_rd_atomic=1)
+        state, init, mask = verbs.transition_attrs(me, me, verbs.Settings(port=port))[0]
+        qp.modify(init, mask)
+        assert state == "INIT" and qp.qp_state == e.ibv_qp_state.IBV_QPS_INIT
+        qp.close()
+        cq.close()
+        mr.close()
+        pd.close()
+
+
+def test_registration_on_the_device(configured):
+    for how in ("allocate", "create"):
+        reg, dereg = verbs.register_times(1 << 20, 3, how)
+        assert len(reg) == len(dereg) == 3 and (reg > 0).all() and (dereg > 0).all()
+    assert verbs.registration_growth(1 << 20, 10) < 16 << 20
+
+
+class ThreadComm:
+    """allgather / Barrier between the two threads of a loopback pair."""
+
+    def __init__(self, shared, rank):
+        self.shared, self.rank = shared, rank
+
+    def Get_size(self):
+        return 2
+
+    def Get_rank(self):
+        return self.rank
+
+    def allgather(self, obj):
+        barrier, slots = self.shared
+        slots[self.rank] = obj
+        barrier.wait()
+        out = list(slots)
+        barrier.wait()
+        return out
+
+    def Barrier(self):
+        self.shared[0].wait()
+
+
+def test_loopback_pair_link(configured):
+    shared = (threading.Barrier(2, timeout=60), [None, None])
+
+    def rank(r):
+        link = verbs.PairLink(ThreadComm(shared, r), 1 << 16)
+        try:
+            return {
+                "write": [link.put_bandwidth(size, 3, 1, 16, 0, (0, 1, size)) for size in (8, 4096, 1 << 16)],
+                "read": link.read_bandwidth(1 << 16, 3, 1, 16, 1, (1, 0, 0)),
+                "put_lat": link.put_latency(8, 50, 5, 0),
+                "send_lat": link.pingpong_latency(8, 50, 5, 0),
+                "imm_lat": link.write_imm_latency(8, 50, 5, 1),
+                "read_lat": link.read_latency(8, 50, 5, 1),
+                "atomic": link.atomic_latency(50, 5, 0),
+            }
+        finally:
+            link.free()
+
+    with ThreadPoolExecutor(2) as pool:
+        r0, r1 = (f.result(timeout=120) for f in [pool.submit(rank, r) for r in (0, 1)])
+    for t0, t1 in zip(r0["write"], r1["write"]):
+        assert len(t0.times_ns) == 3 and t0.mismatch is None and t1.mismatch is None
+    assert len(r1["read"].times_ns) == 3 and r1["read"].mismatch is None
+    for key, origin in (("put_lat", r0), ("send_lat", r0), ("imm_lat", r1), ("read_lat", r1)):
+        assert len(origin[key]) == 50 and (origin[key] > 0).all(), key
+    assert len(r0["atomic"].times_ns) == 50 and r1["atomic"].mismatch is None
