@@ -38,6 +38,7 @@ is wrong, per NIC and rail.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import re
 import socket
@@ -74,29 +75,29 @@ def available() -> tuple[bool, str]:
     """(usable, what was found or why not); never raises."""
     try:
         import cupy
-    except Exception as e:  # ModuleNotFoundError, or CUDA libraries missing/mismatched
+    except Exception as e:  # noqa: BLE001 - ModuleNotFoundError, or CUDA libraries missing/mismatched
         return False, f"cupy not importable: {type(e).__name__}: {e} ({CUPY_HINT})"
     try:
         count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as e:  # CUDARuntimeError: no driver, no device
+    except Exception as e:  # noqa: BLE001 - CUDARuntimeError: no driver, no device
         return False, f"no CUDA device: {e}"
     if count < 1:
         return False, "no CUDA device: cudaGetDeviceCount() returned 0"
     try:
         from cupy.cuda import nccl
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - available() never raises
         return False, f"cupy.cuda.nccl missing: {type(e).__name__}: {e}"
     if not getattr(nccl, "available", True) or not hasattr(nccl, "NcclCommunicator"):
         return False, ("cupy.cuda.nccl is not available: cupy found no NCCL library "
                        "(pip install nvidia-nccl-cu12, or put libnccl.so.2 on the library path)")
     try:
         version = nccl_version_string(nccl.get_version())
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - NcclError, or a broken NCCL library
         return False, f"cupy.cuda.nccl does not answer: {type(e).__name__}: {e}"
     try:
         names = Counter(_device_name(cupy, i) for i in range(count))
         gpus = ", ".join(name if k == 1 else f"{k}x {name}" for name, k in names.items())
-    except Exception as e:  # names are a courtesy; the count is what matters
+    except Exception as e:  # noqa: BLE001 - names are a courtesy; the count is what matters
         gpus = f"(names unreadable: {e})"
     return True, f"NCCL {version}, {count} GPU(s): {gpus}"
 
@@ -452,8 +453,9 @@ def parse_nccl_debug(lines: Iterable[str] | str, default_host: str = "", default
     for proc, g in pending:
         via = g["via"]
         transport = via.split("/")[0]
-        conn = dict(host=proc.host, pid=proc.pid, cuda_dev=g["cuda_dev"], channel=int(g["ch"]),
-                    src=int(g["src"]), dst=int(g["dst"]), direction=g["dir"], transport=transport, via=via)
+        conn = {"host": proc.host, "pid": proc.pid, "cuda_dev": g["cuda_dev"], "channel": int(g["ch"]),
+                "src": int(g["src"]), "dst": int(g["dst"]), "direction": g["dir"], "transport": transport,
+                "via": via}
         if (vn := _VIA_NET.match(via)) is not None:
             dev_n = int(vn["dev"])
             conn.update(transport="NET", net=vn["net"], net_dev=dev_n,
@@ -576,10 +578,10 @@ _keyval: int | None = None
 
 
 def _destroy(nc) -> None:
-    try:
-        nc.destroy()  # cupy's destroy() is a no-op the second time
-    except Exception:  # noqa: BLE001 - at exit or on free, nothing useful to do with it
-        pass
+    # At exit or on free there is nothing useful to do with an error; cupy's destroy() is a
+    # no-op the second time.
+    with contextlib.suppress(Exception):
+        nc.destroy()
 
 
 def _on_free(comm, keyval, nc) -> None:
@@ -602,7 +604,7 @@ def _new_nccl_comm(comm: MPI.Comm):
     if comm.Get_rank() == 0:
         try:
             uid = nccl.get_unique_id()
-        except Exception as e:  # every rank must hear of it, or the others wait in InitRank
+        except Exception as e:  # noqa: BLE001 - every rank must hear of it, or the others wait in InitRank
             error = f"ncclGetUniqueId failed on comm rank 0: {type(e).__name__}: {e}"
     uid, error = comm.bcast((uid, error), root=0)
     if error:

@@ -69,7 +69,8 @@ def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], recor
     for (node, rail), nics in sorted(groups.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         ranks = [r.rank for r in topology.ranks if r.node == node and (rail is None or r.rail == rail)]
         names = ", ".join(n.hca for n in nics)
-        common = dict(suite=SUITE, nodes=[node], rail=rail, ranks=ranks, engine="nccl", memory="cuda", size=None)
+        common = {"suite": SUITE, "nodes": [node], "rail": rail, "ranks": ranks, "engine": "nccl",
+                  "memory": "cuda", "size": None}
         evidence = [line for n in nics for line in n.evidence]
         total = sum(n.connections for n in nics)
         if not total:
