@@ -433,6 +433,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "retry_count": Int(7, help="transport retries before RETRY_EXC_ERR (perftest default 7)"),
         "rnr_retry": Int(7, help="receiver-not-ready retries; 7 = infinite"),
     },
+    "perftest": {
+        "duration": Duration("5s", help="ib_write_bw run time per pair and direction (-D)"),
+        "max_size": Size("8MiB", help="ib_write_bw message size: the sweep's largest, at most this"),
+    },
     "incast": {
         "senders": Int(4, min=1, help="senders writing to one receiver at once (K), at most the rail's nodes - 1"),
         "size": Size("1MiB", help="message size of the incast writes"),

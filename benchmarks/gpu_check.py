@@ -1,6 +1,7 @@
 """The harness's GPU code end to end on one NVIDIA GPU: does it work, and what does it measure?
 
 Run:  .venv/bin/python benchmarks/gpu_check.py [--device N] [--size-mib 256] [--iters 10] [--quick]
+                                              [--log-dir DIR]
 
 No mpiexec needed (MPI starts as a singleton; the NCCL check runs on MPI.COMM_SELF).
 Checks, in order, each printed as one line:
@@ -86,13 +87,13 @@ class Report:
         self.data: dict = {}
         self.wrong: list[str] = []
 
-    def line(self, name: str, text: str, **values) -> None:
-        print(f"{name}: {text}", flush=True)
-        self.data.setdefault(name, {}).update(values)
+    def line(self, check: str, text: str, /, **values) -> None:
+        print(f"{check}: {text}", flush=True)
+        self.data.setdefault(check, {}).update(values)
 
-    def fail(self, name: str, why: str, **values) -> None:
-        self.wrong.append(f"{name}: {why}")
-        self.line(name, f"WRONG: {why}", ok=False, error=why, **values)
+    def fail(self, check: str, why: str, /, **values) -> None:
+        self.wrong.append(f"{check}: {why}")
+        self.line(check, f"WRONG: {why}", ok=False, error=why, **values)
 
 
 def _stats(ns: np.ndarray, nbytes: int) -> dict:
@@ -178,13 +179,14 @@ def check_dmabuf(cupy, device: int, nbytes: int, rep: Report) -> None:
     values.update(attribute_dma_buf_supported=supported)
     if rc == 0 and fd.value >= 0:
         try:
-            kind = "dma-buf fd" if os.readlink(f"/proc/self/fd/{fd.value}").startswith("anon_inode:") else "fd"
-        except OSError:
-            kind = "fd"
+            target = os.readlink(f"/proc/self/fd/{fd.value}")  # "/dmabuf:" or "anon_inode:dmabuf"
+        except OSError as e:
+            target = f"(unreadable: {e})"
         os.close(fd.value)
         rep.line("dmabuf", f"page-aligned allocation ok (0x{ptr:x}, alignment {_alignment(ptr)} B, "
-                           f"{size >> 20} MiB); exported as {kind} {fd.value} "
-                           f"(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={supported})", ok=True, exported=True, **values)
+                           f"{size >> 20} MiB); exported: fd {fd.value} -> {target} "
+                           f"(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={supported})",
+                 ok=True, exported=True, fd_target=target, **values)
     else:
         err = _cu_error(lib, rc)
         rep.line("dmabuf", f"page-aligned allocation ok (0x{ptr:x}, {size >> 20} MiB); export unsupported here: "
@@ -314,6 +316,8 @@ def parse_args(argv):
     p.add_argument("--size-mib", type=int, default=256, help="bytes per copy, MiB (default 256)")
     p.add_argument("--iters", type=int, default=10, help="timed copies / collectives per check (default 10)")
     p.add_argument("--quick", action="store_true", help="32 MiB and 3 iterations: a smoke run")
+    p.add_argument("--log-dir", type=Path, default=None,
+                   help="where NCCL writes its debug files (default: a new temporary folder, kept and printed)")
     args = p.parse_args(argv)
     if args.quick:
         args.size_mib, args.iters = 32, 3
@@ -340,7 +344,7 @@ def main(argv=None) -> int:
         print(f"gpu_check: --device {args.device} but {count} device(s) visible", file=sys.stderr)
         return 2
     nbytes = args.size_mib * MIB
-    log_dir = Path(tempfile.mkdtemp(prefix="gpu_check-nccl-"))
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="gpu_check-nccl-"))
     engine.capture_nccl_debug(log_dir)  # before the first NCCL communicator, or NCCL ignores it
     try:
         cupy.cuda.Device(args.device).use()

@@ -1,8 +1,8 @@
 """The perftest cross-check: ib_write_bw and ib_write_lat on the pairs and rails the harness measures.
 
 Every scheduled node pair of the rail (the same schedule as rdma_write), in both
-directions: ib_write_bw at the sweep's largest size (at most 8 MiB) for
-BW_DURATION_S seconds, and ib_write_lat at latency.size for latency.iters round
+directions: ib_write_bw at the sweep's largest size (at most perftest.max_size) for
+perftest.duration, and ib_write_lat at latency.size for latency.iters round
 trips. The destination runs the perftest server, the source (the writer) runs the
 client and records perftest's numbers beside the harness's own: suite perftest,
 engine perftest, metrics bandwidth (the average, Gbit/s), latency_p50 (t_typical),
@@ -26,8 +26,6 @@ pytestmark = [pytest.mark.rail, pytest.mark.p2p]
 SUITE = "perftest"
 
 # -D 5: perftest measures the middle 3 s (margin D // 4 = 1 s at each end) and skips the peak.
-BW_DURATION_S = 5
-MAX_BW_SIZE = 8 * 2**20
 
 
 def _this_rank(topology, profile) -> dict:
@@ -95,8 +93,8 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
     if not rp.active:
         return
     side = {"device": me["device"], "ib_port": me["port"], "gid_index": me["gid"]}
-    specs = (perftest.Spec("bw", size=min(sweep_from_profile(profile).sizes[-1], MAX_BW_SIZE),
-                           duration_s=BW_DURATION_S, tx_depth=profile.get("verbs.tx_depth"), **side),
+    specs = (perftest.Spec("bw", size=min(sweep_from_profile(profile).sizes[-1], profile.get("perftest.max_size")),
+                           duration_s=profile.get("perftest.duration"), tx_depth=profile.get("verbs.tx_depth"), **side),
              perftest.Spec("lat", size=profile.get("latency.size"), iters=profile.get("latency.iters"), **side))
     problems = []
     for comm, low, high in rp.pairs():

@@ -167,7 +167,8 @@ def capture_nccl_debug(log_dir: str | os.PathLike | None = None, env=os.environ)
     (NCCL writes one file per process; %h host, %p pid). NCCL reads these variables once per
     process, when it first initializes (in practice the first ncclGetUniqueId /
     ncclCommInitRank), so this must run BEFORE the first communicator is created; after
-    that it raises instead of silently doing nothing. Returns the variables it set.
+    that it raises instead of silently doing nothing. Recent NCCL opens the file line-buffered,
+    so net_paths() can read it while the processes still run. Returns the variables it set.
     """
     if _live:
         raise RuntimeError("NCCL debug output must be set up before the first NCCL communicator: "
@@ -590,7 +591,7 @@ def _on_free(comm, keyval, nc) -> None:
 
 @atexit.register
 def _destroy_all() -> None:
-    # Registered after mpi4py's finalization hook is set up, so it runs before MPI_Finalize.
+    # Python's atexit handlers run before the C-level Py_AtExit hook mpi4py finalizes MPI from.
     while _live:
         _destroy(_live.pop())
 

@@ -89,7 +89,9 @@ def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], recor
         via = ", ".join(n.via for n in nics)
         detail = (f"{names} ({via}): {gdr}/{total} network channel connections with GDRDMA "
                   f"({gdr_receives}/{receives} receives)")
-        if not used:
+        if not used and all(n.net == "Socket" for n in nics):
+            detail += "; TCP sockets (NET/Socket), not RDMA: NCCL found no usable IB/RoCE device"
+        elif not used:
             detail += ("; NCCL staged through host memory (nvidia_peermem not loaded or dma-buf "
                        "unsupported; NCCL_NET_GDR_LEVEL?)" if staged else
                        "; sends only: GPU Direct RDMA read is off (NCCL_NET_GDR_READ)")

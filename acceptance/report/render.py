@@ -45,6 +45,7 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
             "deltas": sections.deltas(analysis),
             "counters": sections.counters(recs),
             "incast": sections.incast(recs),
+            "crosscheck": sections.crosscheck(recs),
             "env": sections.environment(run),
         }
     try:

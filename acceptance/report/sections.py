@@ -535,6 +535,31 @@ def incast(recs: pd.DataFrame) -> dict:
             else "Fairness needs 2 senders into a receiver, i.e. at least 3 nodes on a rail."}
 
 
+# --- 8c. perftest cross-check -------------------------------------------------------
+
+def crosscheck(recs: pd.DataFrame) -> dict:
+    """Per rail: perftest's bandwidth and latency beside the harness's own at the same size (medians)."""
+    pt = recs[(recs["suite"] == "perftest") & recs["value"].notna()]
+    if pt.empty:
+        return {"rows": [], "note": "No perftest records in this run (perftest or an RDMA device missing)."}
+    own = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
+    rows = []
+    for (rail, metric), g in pt.groupby(["rail", "metric"], dropna=False, observed=True):
+        if metric not in ("bandwidth", "latency_p50"):
+            continue
+        size = g["size"].median()
+        mine = own[(own["metric"] == metric) & (own["rail"] == rail) & (own["size"] == size)]
+        theirs, ours = float(g["value"].median()), float(mine["value"].median()) if len(mine) else None
+        unit = fmt_text(g["unit"].iloc[0])
+        engine = ", ".join(sorted(map(str, mine["engine"].dropna().unique()))) if len(mine) else "–"
+        ratio = "–" if not ours or not theirs else f"{ours / theirs:.2f}"
+        rows.append({"rail": fmt_int(rail), "metric": "write bandwidth" if metric == "bandwidth" else "write latency p50",
+                     "size": fmt_size(size), "perftest": fmt_num(theirs, unit), "harness": fmt_num(ours, unit),
+                     "engine": engine, "ratio": ratio, "pairs": f"{len(g):,}"})
+    return {"rows": rows, "note": "Latency: perftest reports half a ping-pong round trip; the mpi engine's put "
+                                  "latency is a full put + flush round trip, the verbs engine's is perftest's method."}
+
+
 # --- 9. environment --------------------------------------------------------------
 
 MAX_NODE_ROWS = 16

@@ -94,6 +94,10 @@ def test_runs_end_to_end_with_stand_in_tools_and_records_both_directions(accepta
         assert args[args.index("-d") + 1] == "mlx5_0" and "-F" in args and "--report_gbits" in args
         assert any(a.startswith("--out_json_file=") for a in args)
     assert len({c[c.index("-p") + 1] for c in calls}) == 4  # one TCP port per test and direction
+    # The report sets perftest's numbers beside the harness's (none here: only perftest ran).
+    html = (folder_of(p) / "report.html").read_text()
+    section = html[html.index('<section id="crosscheck">'):html.index('<section id="counters">')]
+    assert "write bandwidth" in section and "391.6 Gbit/s" in section and "4MiB" in section, section
 
 
 def test_a_failing_tool_fails_the_test_naming_pair_rail_and_error(acceptance_cli, tmp_path):

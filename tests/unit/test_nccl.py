@@ -2,6 +2,8 @@
 functions run on cupy on a GPU), the NCCL_DEBUG=INFO parser and GPUDirect RDMA verdicts,
 benchmarks/gpu_check.py's SKIP; and one hardware-gated all-reduce on a real GPU."""
 
+import ctypes
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,8 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Two nodes x 2 GPUs on InfiniBand, GPUDirect RDMA in use. Shape of NCCL 2.19-2.23 output:
 # "Channel 00/0 : a[d] -> b[d] [send] via NET/IB/0/GDRDMA" as in NVIDIA/nccl#707 (with the
-# 2.19+ "/<connIndex>" and "[nvmlDev]"), "via P2P/CUMEM/read" as in NVIDIA/nccl#1538 (2.22.3),
-# a PXN send "NET/IB/1(2)/GDRDMA" (proxy rank in parentheses, net.cc), "Using network IB"
+# 2.19+ "/<connIndex>" and "[nvmlDev]"), "via P2P/CUMEM" as in NVIDIA/nccl#1538 (2.22.3) and its
+# "/read" variant (p2p.cc useReadStr),
+# a PXN send "NET/IB/1(0)/GDRDMA" (proxy rank in parentheses, net.cc), "Using network IB"
 # and "GPU Direct RDMA Enabled for HCA" as in NVIDIA/nccl#1537.
 IB_GDR = """\
 gpu-a01:41001:41001 [0] NCCL INFO Bootstrap : Using ib0:10.0.0.1<0>
@@ -287,6 +290,201 @@ def test_event_timing_pairs_start_and_end_events_and_converts_ms_to_ns():
     assert calls == ["op", "op", "sync", "op", "op", "op", "op"]
 
 
+# ---- the engine's GPU code path, on a numpy-backed stand-in for cupy and NCCL -------------
+
+
+class _Array(np.ndarray):
+    """A numpy array with cupy's `.data.ptr` (the device pointer the engine hands to NCCL)."""
+
+    @property
+    def data(self):
+        return types.SimpleNamespace(ptr=self.ctypes.data)
+
+
+class _FakeNccl:
+    """One-rank NCCL over host memory: allReduce copies, grouped send/recv to self pair up."""
+
+    NCCL_FLOAT64, NCCL_SUM = 8, 0
+    corrupt_at: int | None = None
+    calls: typing.ClassVar[list] = []
+
+    def __init__(self):
+        self.group = None
+
+    def get_unique_id(self):
+        return tuple(range(128))
+
+    def get_version(self):
+        return 22703
+
+    def groupStart(self):
+        self.group = []
+
+    def groupEnd(self):
+        sends = {peer: (ptr, count) for kind, ptr, count, peer in self.group if kind == "send"}
+        for kind, ptr, count, peer in self.group:
+            if kind == "recv":
+                src, n = sends[peer]
+                assert n == count
+                ctypes.memmove(ptr, src, count * 8)
+        self.group = None
+
+    def NcclCommunicator(self, n, uid, rank):
+        fake = self
+        assert (n, rank, len(uid)) == (1, 0, 128)
+
+        class Comm:
+            def allReduce(self, send, recv, count, dtype, op, stream):
+                assert (dtype, op) == (fake.NCCL_FLOAT64, fake.NCCL_SUM)
+                ctypes.memmove(recv, send, count * 8)
+                if fake.corrupt_at is not None:
+                    (ctypes.c_double * count).from_address(recv)[fake.corrupt_at] += 1.0
+                fake.calls.append(("allReduce", count))
+
+            def send(self, ptr, count, dtype, peer, stream):
+                fake.group.append(("send", ptr, count, peer))
+
+            def recv(self, ptr, count, dtype, peer, stream):
+                fake.group.append(("recv", ptr, count, peer))
+
+            def destroy(self):
+                pass
+
+        return Comm()
+
+
+def _fake_gpu(monkeypatch):
+    fake_nccl = _FakeNccl()
+    fake_nccl.calls = []
+
+    class Device:
+        def __init__(self, i=0):
+            self.id = i
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def use(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    stream = types.SimpleNamespace(ptr=0, synchronize=lambda: None)
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.Device, cuda.Stream, cuda.Event, cuda.nccl = Device, lambda non_blocking: stream, _FakeEvent, fake_nccl
+    cuda.get_elapsed_time = lambda s, e: e.t - s.t
+    cuda.runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
+    cupy = types.ModuleType("cupy")
+    cupy.cuda, cupy.float64 = cuda, np.float64
+    cupy.arange = lambda *a, **k: np.arange(*a, **k).view(_Array)
+    cupy.empty = lambda *a, **k: np.empty(*a, **k).view(_Array)
+    cupy.empty_like = np.empty_like
+    cupy.concatenate = lambda xs: np.concatenate(xs).view(_Array)
+    cupy.count_nonzero, cupy.argmax = np.count_nonzero, np.argmax
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", fake_nccl)
+    monkeypatch.setattr(nccl, "_state", nccl._State())
+    monkeypatch.setattr(nccl, "_live", [])
+    return fake_nccl
+
+
+@pytest.mark.parametrize("op, size, nbytes", [(nccl.allreduce, 4096, 4096), (nccl.alltoall, 4096, 4096),
+                                               (nccl.allreduce, 3, 8), (nccl.alltoall, 1000, 1000)])
+def test_engine_code_path_on_a_stand_in_gpu_is_exact(monkeypatch, op, size, nbytes):
+    _fake_gpu(monkeypatch)
+    comm = MPI.COMM_SELF.Dup()  # a fresh communicator: a fresh (fake) NCCL communicator
+    try:
+        res = op(comm, size, 4, 1)
+        assert res.wrong == 0 and res.first_wrong is None, res.first_wrong
+        assert res.nbytes == nbytes and res.times_ns.tolist() == [250_000] * 4
+    finally:
+        comm.Free()
+
+
+def test_engine_code_path_reports_a_wrong_element_with_its_index(monkeypatch):
+    fake = _fake_gpu(monkeypatch)
+    fake.corrupt_at = 5
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        res = nccl.allreduce(comm, 1024, 3, 1)
+    finally:
+        comm.Free()
+    assert res.wrong == 1 and res.first_wrong == "rank 0 element 5: expected 6.0, got 7.0"
+    assert fake.calls == [("allReduce", 128)] * 4  # 1 warm-up + 3 timed, 128 doubles each
+
+
+def test_gpu_check_runs_end_to_end_on_a_stand_in_gpu(monkeypatch, capsys, tmp_path):
+    """Every check of benchmarks/gpu_check.py on the numpy stand-in: its code paths, not a GPU's numbers."""
+    _fake_gpu(monkeypatch)
+    cupy = sys.modules["cupy"]
+    rt = cupy.cuda.runtime
+    rt.getDeviceProperties = lambda i: {"name": b"Stand-in GPU", "totalGlobalMem": 1 << 34}
+    rt.runtimeGetVersion = rt.driverGetVersion = lambda: 12040
+    rt.memcpyHostToDevice, rt.memcpyDeviceToHost, rt.memcpyDeviceToDevice = 1, 2, 3
+    rt.memcpyAsync = lambda dst, src, n, kind, stream: ctypes.memmove(dst, src, n)
+
+    class Memory:  # cudaMalloc: page-aligned host memory stands in
+        def __init__(self, size):
+            self.buf = np.empty(size + 4096, dtype=np.uint8)
+            self.ptr = self.buf.ctypes.data + (-self.buf.ctypes.data % 4096)
+
+    def raw_kernel(code, name):
+        raise RuntimeError("no NVRTC in the stand-in")
+
+    cupy.cuda.Memory = Memory
+    cupy.cuda.alloc_pinned_memory = lambda n: bytearray(n)
+    cupy.__version__ = "0-stand-in"
+    cupy.uint8, cupy.int64, cupy.uint64 = np.uint8, np.int64, np.uint64
+    cupy.ones = lambda *a, **k: np.ones(*a, **k).view(_Array)
+    cupy.zeros_like, cupy.array_equal = np.zeros_like, np.array_equal
+    cupy.get_array_module = lambda *a: cupy
+    cupy.RawKernel = raw_kernel
+    for var in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):  # restored after the test
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    monkeypatch.setattr(gpu_check, "engine", nccl)
+    try:
+        rc = gpu_check.main(["--quick", "--log-dir", str(tmp_path)])
+    finally:  # its stand-in NCCL communicator must not outlive the test on MPI.COMM_SELF
+        if nccl._keyval is not None and MPI.COMM_SELF.Get_attr(nccl._keyval) is not None:
+            MPI.COMM_SELF.Delete_attr(nccl._keyval)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    lines = out.splitlines()
+    for name in ("engine", "device", "alloc", "dmabuf", "h2d", "d2h", "d2d", "events", "nccl_allreduce",
+                 "nccl_alltoall", "nccl_log"):
+        assert any(line.startswith(f"{name}: ") for line in lines), (name, out)
+    assert "gpu_check: OK" in lines
+    assert "sleep kernel not compiled" in out and "round trip verified" in out
+    data = json.loads(lines[-1])
+    assert data["gpu_check"] == "ok" and data["nccl_allreduce"]["busbw"] == 0.0
+    assert data["h2d"]["iters"] == 3 and data["h2d"]["bytes"] == 32 << 20
+    assert MPI.COMM_SELF.Get_attr(nccl._keyval) is None
+
+
+def test_configure_picks_local_rank_mod_device_count_and_captures_nccl_debug(monkeypatch, tmp_path):
+    _fake_gpu(monkeypatch)
+    used = []
+    cuda = sys.modules["cupy.cuda"]
+    cuda.runtime.getDeviceCount = lambda: 2
+    cuda.Device.use = lambda self: used.append(self.id)
+    for var in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):  # restored after the test
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    topo = types.SimpleNamespace(me=RankInfo(3, "n1", 3, 3, "h", None))
+    nccl.configure(topo, None, log_dir=tmp_path)
+    assert used == [1] and nccl._state.device == 1
+    assert os.environ["NCCL_DEBUG_FILE"] == str(tmp_path / "nccl-%h-%p.log")
+
+
 # ---- communicators --------------------------------------------------------------------
 
 
@@ -525,6 +723,14 @@ def test_record_gdr_fails_a_staged_rail_and_informs_on_an_idle_one():
                       {"mlx5_0": 0, "mlx5_1": 1}, record) == []
     assert [(r["rail"], r["value"], r["verdict"], r["threshold"]) for r in rec.take()] == [
         (0, 1, "info", None), (1, 0, "info", None)]
+
+
+def test_record_gdr_on_sockets_says_tcp():
+    rec, record = _recorder()
+    problems = record_gdr(nccl.parse_nccl_debug(SOCKET_ONLY), _topology([("head-1", "head-1", 0)]), {}, record)
+    (r,) = rec.take()
+    assert (r["rail"], r["value"], r["verdict"]) == (None, 0, "fail")
+    assert "TCP sockets (NET/Socket), not RDMA" in r["detail"] and problems[0].startswith("head-1 rail ?: eth0")
 
 
 def test_rails_for_prefers_the_profile_map_then_the_bound_nic():
