@@ -471,7 +471,7 @@ class Rule:
     """How one (suite, metric) is judged: where its bound is and which way is better."""
     suite: str
     metric: str
-    bound: str               # sizemap, scalar, zero, busbw, memlock, ranks, versions, none
+    bound: str               # sizemap, scalar, zero, busbw, memlock, ranks, versions, recorded, none
     key: str | None          # profile key (dotted)
     higher: bool | None      # True: higher is better; False: lower is better; None: must equal
     scale: float = 1.0       # profile unit -> record unit
@@ -494,6 +494,8 @@ RULES: tuple[Rule, ...] = (
     Rule("collective", "busbw", "busbw", "collectives.{node}{op}_busbw_min", True, 1 / 8),
     Rule("collective", "algbw", "none", None, True),
     Rule("collective", "errors", "zero", None, False),
+    # GPUDirect RDMA per node and rail, from NCCL's log: the suite decides where it is required.
+    Rule("collective", "gdrdma", "recorded", None, True),
     Rule("memreg", "reg_time", "sizemap", "memreg.reg_time_max", False, _US),
     Rule("memreg", "reg_time_user", "sizemap", "memreg.reg_time_max", False, _US),
     Rule("memreg", "dereg_time", "sizemap", "memreg.dereg_time_max", False, _US),
@@ -522,6 +524,13 @@ RULES: tuple[Rule, ...] = (
     Rule("incast", "loaded_latency_p999", "none", None, False),
     Rule("incast", "loaded_latency_max", "none", None, False),
     Rule("incast", "errors", "zero", None, False),
+    # intranode: profile rates are Gbit/s, records GB/s (as busbw). A GPU below its node's median
+    # is counted by the suite in gpu_bandwidth_outliers (its detail names them): a node finding.
+    Rule("intranode", "h2d_bandwidth", "scalar", "intranode.h2d_min", True, 1 / 8),
+    Rule("intranode", "d2h_bandwidth", "scalar", "intranode.d2h_min", True, 1 / 8),
+    Rule("intranode", "p2p_bandwidth", "scalar", "intranode.p2p_min", True, 1 / 8),
+    Rule("intranode", "p2p_bidir_bandwidth", "none", None, True),
+    Rule("intranode", "gpu_bandwidth_outliers", "zero", None, False),
 )
 DIRECTION: dict[tuple[str, str], bool | None] = {(r.suite, r.metric): r.higher for r in RULES}
 # Fleet-relative outliers, and what burn-in and baseline comparison look at.
@@ -628,6 +637,8 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
                 ser = pd.Series(v)
                 b = ser.groupby(its).transform(lambda x: x.mode().iloc[0] if x.notna().any() else np.nan)
                 b = b.to_numpy(dtype=float)
+        elif rule.bound == "recorded":  # the bound the suite wrote (null: nothing required)
+            b = _floats_of(out["threshold"])[idx] if "threshold" in out.columns else np.full(len(idx), np.nan)
         elif rule.bound == "versions":
             b = np.full(len(idx), 0.0 if profile.get(rule.key) else np.nan)
         else:

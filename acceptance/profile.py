@@ -458,6 +458,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "node_allreduce_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-reduce busbw bound inside one node"),
         "node_alltoall_busbw_min": SizeMap(Rate("0GB/s", unit="GB/s"), help="all-to-all busbw bound inside one node"),
     },
+    "intranode": {
+        "size": Size("256MiB", help="bytes of each host <-> device and GPU -> GPU copy"),
+        "iters": Int(20, min=1, help="timed copies per GPU direction and per GPU pair; the value is from the median"),
+        "warmup": Int(3, help="untimed copies before the timed ones"),
+        "outlier_fraction": Float(0.75, help="a GPU or pair below this x its node's median (per H2D, D2H, P2P) is an outlier"),
+        "h2d_min": Rate(None, unit="GB/s", help="pinned host -> GPU copy bandwidth every GPU must reach; unset = not checked"),
+        "d2h_min": Rate(None, unit="GB/s", help="GPU -> pinned host copy bandwidth every GPU must reach; unset = not checked"),
+        "p2p_min": Rate(None, unit="GB/s", help="GPU -> GPU peer copy bandwidth every ordered pair must reach; unset = not checked"),
+    },
     "analysis": {
         "line_rate": Rate(None, help="port line rate; when set, writes are also held to line_rate_fraction of it"),
         "line_rate_fraction": Float(0.9, help="fraction of line_rate a write must reach from line_rate_from_size up"),

@@ -25,9 +25,10 @@ def engine(request, topology, profile, run_folder):
         run_folder.update_run(engines=engines)
     if chosen is None:
         pytest.skip(why)
-    configure = getattr(chosen, "configure", None)
-    if configure:
-        configure(topology, profile)
+    if name == "nccl":  # NCCL's own log says whether each rail's traffic used GPUDirect RDMA
+        chosen.configure(topology, profile, log_dir=run_folder.path / "logs")
+    else:
+        chosen.configure(topology, profile)
     return chosen
 
 

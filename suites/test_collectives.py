@@ -1,6 +1,8 @@
 """All-reduce and all-to-all over the whole job, over each rail, and inside each node.
 
 busbw per size (nccl-tests' definition) against the profile's bounds; results checked exactly.
+On the nccl engine, NCCL's own log then tells whether each rail's network traffic used
+GPUDirect RDMA (a `gdrdma` record per node and rail; host staging fails).
 """
 
 import pytest
@@ -48,3 +50,18 @@ def test_allreduce(engine, topology, profile, record, progress, scope):
 
 def test_alltoall(engine, topology, profile, record, progress, scope):
     _run("alltoall", engine, topology, profile, record, progress, scope)
+
+
+def test_gpudirect_rdma_used(engine, topology, profile, record, run_folder):
+    """Runs after the sweeps: NCCL logged every connection it made for them."""
+    if engine.NAME != "nccl":
+        pytest.skip(f"GPUDirect RDMA use is read from NCCL's log; the collectives ran on the {engine.NAME} engine")
+    from acceptance.fabric.nccl import net_paths
+    from acceptance.measure.gpudirect_paths import rails_for, record_gdr
+    topology.world.Barrier()  # every rank's NCCL log is complete
+    problems = None
+    if topology.rank == 0:
+        paths = net_paths(run_folder.path / "logs")
+        problems = record_gdr(paths, topology, rails_for(paths, topology, profile.get("topology.nic_rails")), record)
+    problems = topology.world.bcast(problems, root=0)
+    assert not problems, "network traffic without GPUDirect RDMA:\n" + "\n".join(problems)

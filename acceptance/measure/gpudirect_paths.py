@@ -97,7 +97,10 @@ def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], recor
                        "; sends only: GPU Direct RDMA read is off (NCCL_NET_GDR_READ)")
         if evidence:
             detail += "; NCCL: " + "; ".join(evidence)
-        record(METRIC, int(used), "bool", samples=total, threshold=1, verdict=verdict, detail=detail, **common)
+        # Receives staged through host memory are the failure; sends without GDR (NCCL's default
+        # on PCIe-only platforms) are only noted, so that record carries no bound.
+        record(METRIC, int(used) if verdict != "warn" else 0, "bool", samples=total,
+               threshold=None if verdict == "warn" else 1, verdict=verdict, detail=detail, **common)
         if verdict == "fail":
             problems.append(f"{node} rail {rail if rail is not None else '?'}: {detail}")
     return problems
