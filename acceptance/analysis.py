@@ -491,6 +491,11 @@ RULES: tuple[Rule, ...] = (
     *(Rule("rdma_write", f"pingpong_latency_{p}", "none", None, False) for p in ("p50", "p99", "p999", "max")),
     Rule("rdma_write", "errors", "zero", None, False),
     # profile rates are Gbit/s; busbw records are GB/s
+    Rule("gpudirect", "bandwidth", "sizemap", "gpudirect.bandwidth_min", True),
+    Rule("gpudirect", "latency_p50", "scalar", "gpudirect.latency_p50_max", False, _US),
+    Rule("gpudirect", "latency_p99", "scalar", "gpudirect.latency_p99_max", False, _US),
+    *(Rule("gpudirect", f"latency_{p}", "none", None, False) for p in ("p999", "max")),
+    Rule("gpudirect", "errors", "zero", None, False),
     Rule("collective", "busbw", "busbw", "collectives.{node}{op}_busbw_min", True, 1 / 8),
     Rule("collective", "algbw", "none", None, True),
     Rule("collective", "errors", "zero", None, False),

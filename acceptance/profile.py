@@ -421,6 +421,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "atomic_latency_p50_max": Duration(None, help="8-byte atomic fetch-and-add latency p50 bound"),
         "atomic_latency_p99_max": Duration(None, help="8-byte atomic fetch-and-add latency p99 bound"),
     },
+    "gpudirect": {
+        "bandwidth_min": SizeMap(Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)"),
+        "latency_p50_max": Duration(None, help="GPU-to-GPU RDMA write latency p50 bound (post to completion)"),
+        "latency_p99_max": Duration(None, help="GPU-to-GPU RDMA write latency p99 bound"),
+    },
     "verbs": {
         "port": Int(1, min=1, help="port of each rail's RDMA device"),
         "gid_index": Int(-1, min=-1, help="RoCE GID index; -1 = the first RoCEv2 GID, IPv4-mapped preferred"),

@@ -43,7 +43,6 @@ one JSON object with every number, for machines.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -58,14 +57,12 @@ import numpy as np
 # Run from a checkout without installing: make `acceptance` importable from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from acceptance.fabric import gpumem
 from acceptance.fabric import nccl as engine
 from acceptance.measure import busbw, gbyte_per_s
 
 MIB = 1 << 20
 PAGE = 4096
-GRANULE = 2 * MIB
-CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124
-CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 1
 SLEEP_MS = (1, 10, 50)
 MAX_COPY_GBPS = 10_000  # 10 TB/s: above any GPU memory today; more means the timing is wrong
 
@@ -134,67 +131,33 @@ def check_alloc(cupy, rep: Report) -> None:
                       f"(pointer 0x{buf.data.ptr:x})", ok=True, ptr=buf.data.ptr)
 
 
-def _libcuda():
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    return lib
-
-
-def _cu_error(lib, rc: int) -> str:
-    name = ctypes.c_char_p()
-    if lib.cuGetErrorName(rc, ctypes.byref(name)) == 0 and name.value:
-        return name.value.decode()
-    return f"CUresult {rc}"
-
-
 def _alignment(ptr: int) -> int:
     return ptr & -ptr if ptr else 0
 
 
 def check_dmabuf(cupy, device: int, nbytes: int, rep: Report) -> None:
-    size = -(-nbytes // GRANULE) * GRANULE
-    mem = cupy.cuda.Memory(size)  # cudaMalloc of its own, not a pool sub-allocation
-    ptr = mem.ptr
-    values = {"ptr": ptr, "size": size, "alignment": _alignment(ptr)}
-    if ptr % PAGE:
-        return rep.fail("dmabuf", f"cudaMalloc pointer 0x{ptr:x} is not {PAGE}-byte aligned", **values)
+    """The harness's own GPUDirect buffer path (acceptance.fabric.gpumem): allocate, export as dma-buf."""
     try:
-        lib = _libcuda()
-        lib.cuInit(0)
-        dev = ctypes.c_int()
-        rc = lib.cuDeviceGet(ctypes.byref(dev), device)
-        if rc:
-            raise OSError(f"cuDeviceGet: {_cu_error(lib, rc)}")
-        attr = ctypes.c_int(-1)
-        rc = lib.cuDeviceGetAttribute(ctypes.byref(attr), CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev)
-        supported = None if rc else bool(attr.value)
-        fn = lib.cuMemGetHandleForAddressRange  # AttributeError: driver older than CUDA 11.7
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_size_t, ctypes.c_int, ctypes.c_ulonglong]
-        fn.restype = ctypes.c_int
-        fd = ctypes.c_int(-1)
-        rc = fn(ctypes.byref(fd), ptr, size, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0)
-    except (OSError, AttributeError) as e:
-        return rep.line("dmabuf", f"page-aligned allocation ok (0x{ptr:x}, {size >> 20} MiB); "
-                                  f"export not attempted: {e}", ok=True, exported=False, reason=str(e), **values)
+        buf = gpumem.device_buffer(nbytes)
+    except gpumem.GpuMemError as e:
+        return rep.fail("dmabuf", str(e))
+    values = {"ptr": buf.ptr, "size": buf.size, "alignment": _alignment(buf.ptr)}
+    try:
+        supported = gpumem.dmabuf_attribute(device)
+        fd = gpumem.export_dmabuf(buf)
+    except gpumem.GpuMemError as e:
+        return rep.line("dmabuf", f"page-aligned allocation ok (0x{buf.ptr:x}, {buf.size >> 20} MiB); "
+                                  f"export unsupported here: {e}", ok=True, exported=False, reason=str(e), **values)
     values.update(attribute_dma_buf_supported=supported)
-    if rc == 0 and fd.value >= 0:
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd.value}")  # "/dmabuf:" or "anon_inode:dmabuf"
-        except OSError as e:
-            target = f"(unreadable: {e})"
-        os.close(fd.value)
-        rep.line("dmabuf", f"page-aligned allocation ok (0x{ptr:x}, alignment {_alignment(ptr)} B, "
-                           f"{size >> 20} MiB); exported: fd {fd.value} -> {target} "
-                           f"(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={supported})",
-                 ok=True, exported=True, fd_target=target, **values)
-    else:
-        err = _cu_error(lib, rc)
-        rep.line("dmabuf", f"page-aligned allocation ok (0x{ptr:x}, {size >> 20} MiB); export unsupported here: "
-                           f"cuMemGetHandleForAddressRange -> {err} "
-                           f"(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={supported}; dma-buf needs the open "
-                           f"kernel modules; nvidia_peermem is the other GPUDirect path)",
-                 ok=True, exported=False, error=err, **values)
-    del mem
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")  # "/dmabuf:" or "anon_inode:dmabuf"
+    except OSError as e:
+        target = f"(unreadable: {e})"
+    os.close(fd)
+    rep.line("dmabuf", f"page-aligned allocation ok (0x{buf.ptr:x}, alignment {_alignment(buf.ptr)} B, "
+                       f"{buf.size >> 20} MiB); exported: fd {fd} -> {target} "
+                       f"(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED={supported})",
+             ok=True, exported=True, fd_target=target, **values)
 
 
 def check_host_copies(cupy, stream, nbytes: int, iters: int, rep: Report) -> None:

@@ -319,6 +319,7 @@ def test_gpu_nic_affinity(topology, profile, fabric, record):
     assert not problems, f"GPUs farther than {farthest} from their rail's NIC:\n" + "\n".join(problems)
 
 
+@pytest.mark.gpudirect
 def test_gpudirect(topology, profile, fabric, record):
     if not profile.get("preflight.gpudirect"):
         pytest.skip("profile sets preflight.gpudirect = false")

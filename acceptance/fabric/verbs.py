@@ -43,6 +43,7 @@ import numpy as np
 
 from ..counters import rails_of
 from ..measure import timed, timed_capped
+from . import gpumem
 from .memory import allocate, check_counter, corrupt_for_test, fill_pattern, verify
 from .mpi import Transfer, resident_bytes
 
@@ -56,7 +57,7 @@ try:  # pyverbs builds against one rdma-core; without it the engine says why it 
     from pyverbs.addr import GID, AHAttr, GlobalRoute
     from pyverbs.cq import CQ
     from pyverbs.device import Context, get_device_list
-    from pyverbs.mr import MR
+    from pyverbs.mr import MR, DmaBufMR
     from pyverbs.pd import PD
     from pyverbs.pyverbs_error import PyverbsError, PyverbsRDMAError
     from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
@@ -755,6 +756,12 @@ def spin_until(mem: memoryview, index: int, value: int, timeout_s: float = SPIN_
 # ---- point to point -------------------------------------------------------------------------------
 
 
+def _device_ptr(buf) -> int | None:
+    """The CUDA pointer of a cupy array (None for host memory)."""
+    data = getattr(buf, "data", None)
+    return getattr(data, "ptr", None)
+
+
 class PairLink:
     """Two ranks (a pair communicator of size 2), each with an RC QP connected to the other.
 
@@ -765,9 +772,16 @@ class PairLink:
     naming it, so neither hangs in a collective the other left.
     """
 
-    def __init__(self, comm, max_size: int):
+    def __init__(self, comm, max_size: int, memory: str = "host"):
         if comm.Get_size() != 2:
             raise ValueError(f"a PairLink needs a communicator of 2 ranks, got {comm.Get_size()}")
+        if memory not in ("host", "cuda"):
+            raise ValueError(f"memory must be 'host' or 'cuda', got {memory!r}")
+        self.memory = memory  # cuda: the written and read buffers are GPU memory (GPUDirect RDMA)
+        self._gpu: list = []  # gpumem.GpuBuffer of cuda buffers, kept alive with the link
+        self._iova: dict[int, int] = {}  # id(buffer) -> the address its MR knows it by
+        self._fds: list[int] = []  # dma-buf fds, closed after their MRs
+        self.gpu_path = None  # "dma-buf" or "nvidia_peermem"
         self.comm = comm
         self.me = comm.Get_rank()
         self.peer = 1 - self.me
@@ -829,8 +843,12 @@ class PairLink:
         # `local_buf`: what this side writes from and reads into. `window`: what the peer writes
         # into and reads from, where SENDs land too. `counter`: the peer's fetch-and-add target,
         # whose old values land in the peer's `fetched`.
-        self.local_buf = allocate(self.max_size)
-        self.window = allocate(self.max_size)
+        if self.memory == "cuda":
+            self._gpu = [gpumem.device_buffer(self.max_size) for _ in range(2)]
+            self.local_buf, self.window = (b.view(self.max_size) for b in self._gpu)
+        else:
+            self.local_buf = allocate(self.max_size)
+            self.window = allocate(self.max_size)
         self.counter = allocate(8)
         self.fetched = allocate(8)
         for buf in (self.local_buf, self.window, self.counter, self.fetched):
@@ -840,13 +858,13 @@ class PairLink:
                                   "IBV_ACCESS_REMOTE_READ")
         self.counter_mr = self._mr(self.counter, "IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_ATOMIC")
         self.fetched_mr = self._mr(self.fetched, "IBV_ACCESS_LOCAL_WRITE")
-        recv_sge = self._kept(sge(self.window.ctypes.data, self.max_size, self.window_mr.lkey))
+        recv_sge = self._kept(sge(self._addr(self.window), self.max_size, self.window_mr.lkey))
         self._recv = self._kept(recv_wr(0, recv_sge))
         atomics = dev_attr.atomic_caps != e.ibv_atomic_cap.IBV_ATOMIC_NONE
         reads = min(dev_attr.max_qp_rd_atom, dev_attr.max_qp_init_rd_atom)
         return Endpoint(qp_num=self.qp.qp_num, psn=random.getrandbits(24), lid=port.lid, gid=gid,
                         gid_index=gid_index, mtu=int(port.active_mtu), link_layer=int(port.link_layer),
-                        rkey=self.window_mr.rkey, addr=self.window.ctypes.data, length=self.max_size,
+                        rkey=self.window_mr.rkey, addr=self._addr(self.window), length=self.max_size,
                         atomic_rkey=self.counter_mr.rkey, atomic_addr=self.counter.ctypes.data,
                         max_rd_atomic=max(1, int(reads)), atomics=bool(atomics), device=self.device,
                         host=socket.gethostname())
@@ -868,11 +886,43 @@ class PairLink:
         for _ in range(RX_DEPTH):
             self.qp.post_recv(self._recv)
 
-    def _mr(self, buf: np.ndarray, *access: str):
-        mr = _register(self.pd, buf, access_flags(*access))
+    def _mr(self, buf, *access: str):
+        gpu = next((g for g in self._gpu if g.ptr == _device_ptr(buf)), None)
+        mr = _register(self.pd, buf, access_flags(*access)) if gpu is None else self._gpu_mr(buf, gpu, *access)
         self._mrs.append(mr)
         _check_keys(mr, buf.nbytes)
         return mr
+
+    def _gpu_mr(self, buf, gpu: gpumem.GpuBuffer, *access: str):
+        """GPU memory: dma-buf first (IOVA = the dma-buf offset, 0), else by address through nvidia_peermem."""
+        flags = access_flags(*access)
+        try:
+            fd = gpumem.export_dmabuf(gpu)
+        except gpumem.GpuMemError as exc:
+            dmabuf_error = exc
+        else:
+            try:
+                mr = DmaBufMR(self.pd, gpu.size, flags, dmabuf=fd, offset=0)
+            except PyverbsRDMAError as exc:
+                os.close(fd)
+                dmabuf_error = exc
+            else:
+                self._fds.append(fd)
+                self._iova[id(buf)] = 0
+                self.gpu_path = "dma-buf"
+                return mr
+        try:
+            mr = MR(self.pd, gpu.size, flags, address=gpu.ptr)
+        except PyverbsRDMAError as exc:
+            raise VerbsError(f"GPU memory cannot be registered on {self.device}: dma-buf: {dmabuf_error}; "
+                             f"by address (needs nvidia_peermem): {exc}") from exc
+        self._iova[id(buf)] = gpu.ptr
+        self.gpu_path = "nvidia_peermem"
+        return mr
+
+    def _addr(self, buf) -> int:
+        """The address a work request names `buf` by: its MR's IOVA for GPU memory, else its host address."""
+        return self._iova[id(buf)] if id(buf) in self._iova else buf.ctypes.data
 
     def _kept(self, obj):
         self._keep.append(obj)
@@ -909,6 +959,9 @@ class PairLink:
         for obj in (self.qp, *self._mrs, self.scq, self.rcq, self.pd, self.ctx):
             if obj is not None:
                 obj.close()
+        for fd in self._fds:  # pyverbs does not close an external dma-buf fd
+            os.close(fd)
+        self._fds.clear()
         for obj in reversed(self._keep):  # pyverbs 44 frees a WR's SGE copy only in close(): once
             obj.close()
         self._keep.clear()
@@ -928,7 +981,7 @@ class PairLink:
         return size <= self.max_inline
 
     def _sge(self, stack: contextlib.ExitStack, buf: np.ndarray, size: int, mr):
-        return stack.enter_context(sge(buf.ctypes.data, size, mr.lkey))
+        return stack.enter_context(sge(self._addr(buf), size, mr.lkey))
 
     def _windowed(self, wr_sig, wr_unsig, window: int, what: str) -> Callable[[], None]:
         """An op that posts `window` WRs with tx_depth / cq_mod credit accounting and waits for all."""
@@ -1028,6 +1081,8 @@ class PairLink:
         a full Put + Flush round trip).
         """
         self._check(size, origin)
+        if self.memory == "cuda":
+            return self._completion_latency(size, iters, warmup, origin)
         last = size - 1
         with contextlib.ExitStack() as stack:
             with self._step():  # both last bytes are reset before the first write
@@ -1057,6 +1112,20 @@ class PairLink:
                 send(count)
 
             return self._pingpong(origin, iters, warmup, origin_op, target_op, halve=True)
+
+    def _completion_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
+        """GPU memory: the host cannot spin on a byte in device memory, so one sample is a signaled
+        RDMA WRITE from post to its completion (the responder's ACK): a full round trip."""
+        with contextlib.ExitStack() as stack:
+            sg = self._sge(stack, self.local_buf, size, self.local_mr)
+            wr = stack.enter_context(write_wr(0, sg, self.remote.rkey, self.remote.addr, True, False))
+            post, scq = self.qp.post_send, self.scq
+
+            def origin_op() -> None:
+                post(wr)
+                wait_completion(scq, "RDMA WRITE")
+
+            return self._pingpong(origin, iters, warmup, origin_op, None, halve=False)
 
     def pingpong_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
         """ib_send_lat: SEND / RECV ping-pong, each side polling its receive CQ; half a round trip."""

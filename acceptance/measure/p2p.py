@@ -63,19 +63,29 @@ class RailPairs:
         return src, dst, [self.nodes[src], self.nodes[dst]], [self.world_ranks[src], self.world_ranks[dst]]
 
 
+def _link(engine, comm, size: int, memory: str):
+    # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
+    return engine.PairLink(comm, size) if memory == "host" else engine.PairLink(comm, size, memory=memory)
+
+
 def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
-                    progress: Callable[[], None] | None = None) -> list[str]:
-    """Bandwidth sweep of windowed puts in both directions of every pair; data verified after each size."""
+                    progress: Callable[[], None] | None = None, memory: str = "host",
+                    bounds: str = "rdma_write") -> list[str]:
+    """Bandwidth sweep of windowed puts in both directions of every pair; data verified after each size.
+
+    memory "cuda" writes GPU memory to GPU memory (GPUDirect RDMA); `bounds` is the profile
+    section whose bandwidth_min applies.
+    """
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
     sweep = sweep_from_profile(profile)
     window = profile.get("sweep.window")
-    bounds = profile.get("rdma_write.bandwidth_min")
+    bounds = profile.get(f"{bounds}.bandwidth_min")
     budget = profile.get("sweep.max_time_per_size")
     problems = []
     for comm, low, high in rp.pairs():
-        link = engine.PairLink(comm, max(sweep.sizes))
+        link = _link(engine, comm, max(sweep.sizes), memory)
         try:
             for origin in (0, 1):
                 src, dst, nodes, ranks = rp.direction(low, high, origin)
@@ -84,7 +94,7 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
                     iters = sweep.iters(size, size * window)
                     t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
                                            seed=(ranks[0], ranks[1], i), budget_s=budget)
-                    common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME)
+                    common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
                     if t.times_ns is not None:
                         iters = len(t.times_ns)  # fewer when the time budget ran out
                         value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
@@ -119,7 +129,8 @@ LATENCY_OPS = {"write": ("", "write", "rdma_write.latency"),
 
 
 def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
-               progress: Callable[[], None] | None, op: str) -> list[str]:
+               progress: Callable[[], None] | None, op: str, memory: str = "host",
+               bounds: str = "rdma_write") -> list[str]:
     """Latency percentiles of one operation (write, read or atomic) in both directions of every pair.
 
     An atomic sample is one 8-byte fetch-and-add; afterwards the target checks that its
@@ -129,16 +140,17 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
     if not rp.active:
         return []
     prefix, what, key = LATENCY_OPS[op]
+    key = key.replace("rdma_write.", f"{bounds}.", 1)
     size = 8 if op == "atomic" else profile.get("latency.size")
     iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
     bounds = {metric: _optional(profile, f"{key}_{field}_max") for field, metric in LATENCY_METRICS[:3]}
     problems = []
     for comm, low, high in rp.pairs():
-        link = engine.PairLink(comm, size)
+        link = _link(engine, comm, size, memory)
         try:
             for origin in (0, 1):
                 _, _, nodes, ranks = rp.direction(low, high, origin)
-                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME)
+                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
                 where = f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B"
                 mismatch = None
                 if op == "write":

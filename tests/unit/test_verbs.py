@@ -4,6 +4,7 @@ and the PairLink methods end to end over a simulated device (two threads, fake Q
 out the real pyverbs work requests on numpy memory).
 """
 
+import os
 import ctypes
 import errno
 import pickle
@@ -30,7 +31,7 @@ from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
 
-from acceptance.fabric import memory, verbs
+from acceptance.fabric import gpumem, memory, verbs
 from acceptance.fabric.verbs import e  # the engine's enum shim
 from acceptance.profile import load_profile
 
@@ -1052,3 +1053,46 @@ def test_memlock_effect_lowers_the_limit_for_one_registration_and_restores_it(re
     enforced, what = verbs.memlock_effect(1 << 20)
     assert not enforced and "CAP_IPC_LOCK" in what
     assert resource.getrlimit(resource.RLIMIT_MEMLOCK) == before
+
+
+class _GpuArray:
+    """A stand-in cupy array: only .data.ptr and .nbytes are read by the registration path."""
+
+    def __init__(self, ptr, nbytes):
+        self.data, self.nbytes = SimpleNamespace(ptr=ptr), nbytes
+
+
+@pytest.mark.parametrize("dmabuf", [True, False])
+def test_gpu_memory_registers_by_dmabuf_else_by_address(monkeypatch, dmabuf):
+    """dma-buf: the MR's IOVA is the dma-buf offset (0) and the fd is closed with the link;
+    without it, the CUDA pointer itself is registered (nvidia_peermem)."""
+    gpu = gpumem.GpuBuffer(memory=None, ptr=0x7F0000000000, size=2 << 20)
+    made = []
+    read_fd, write_fd = os.pipe()
+    os.close(write_fd)
+
+    def export(buf):
+        if not dmabuf:
+            raise gpumem.GpuMemError("cuMemGetHandleForAddressRange -> CUDA_ERROR_NOT_SUPPORTED")
+        return read_fd
+
+    monkeypatch.setattr(gpumem, "export_dmabuf", export)
+    monkeypatch.setattr(verbs, "DmaBufMR", lambda pd, length, access, dmabuf, offset: made.append(
+        ("dmabuf", length, dmabuf, offset)) or SimpleNamespace(lkey=1, rkey=2, close=lambda: None))
+    monkeypatch.setattr(verbs, "MR", lambda pd, length, access, address: made.append(
+        ("address", length, address)) or SimpleNamespace(lkey=1, rkey=2, close=lambda: None))
+    link = verbs.PairLink.__new__(verbs.PairLink)
+    link.pd, link.device = None, "mlx5_0"
+    link._gpu, link._iova, link._fds, link._mrs = [gpu], {}, [], []
+    buf = _GpuArray(gpu.ptr, 4096)
+    link._mr(buf, "IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE")
+    if dmabuf:
+        assert made == [("dmabuf", 2 << 20, read_fd, 0)] and link._addr(buf) == 0
+        assert link.gpu_path == "dma-buf" and link._fds == [read_fd]
+        os.close(read_fd)
+    else:
+        os.close(read_fd)
+        assert made == [("address", 2 << 20, gpu.ptr)] and link._addr(buf) == gpu.ptr
+        assert link.gpu_path == "nvidia_peermem" and link._fds == []
+    host = memory.allocate(64)
+    assert link._addr(host) == host.ctypes.data

@@ -1,0 +1,49 @@
+"""GPUDirect RDMA on every rail: the NIC writes GPU memory straight into the peer's GPU memory.
+
+Per rail, every scheduled node pair in both directions, through the verbs engine on
+cupy device memory registered with dma-buf (or by address through nvidia_peermem):
+write bandwidth for every sweep size with the data verified on the GPU, and write
+latency (post to completion: the host cannot spin on device memory). The support
+checks (nvidia_peermem loaded or dma-buf supported) are the preflight's
+test_gpudirect, which carries this marker too.
+"""
+
+import pytest
+
+from acceptance.fabric import nccl
+from acceptance.measure.p2p import op_latency, write_bandwidth
+
+pytestmark = [pytest.mark.gpudirect, pytest.mark.rail]
+ENGINE_NEEDS = ("PairLink",)  # what the engine must offer (acceptance.fabric.engines)
+SUITE = "gpudirect"
+
+
+@pytest.fixture(scope="module")
+def gpu(engine, topology):
+    """This rank's GPU (local rank modulo the node's GPUs); skips on every rank unless all can run."""
+    if len(topology.nodes) < 2:
+        pytest.skip(f"GPUDirect RDMA writes need at least 2 nodes; this run has {len(topology.nodes)}")
+    usable, why = nccl.available()
+    every = topology.world.allgather((topology.node, usable, why))
+    missing = {node: reason for node, ok, reason in every if not ok}
+    if missing:
+        reasons = sorted(set(missing.values()))
+        pytest.skip(f"no usable GPU on {', '.join(sorted(set(missing)))}: {reasons[0]}")
+    if engine.NAME != "verbs":
+        pytest.skip(f"GPUDirect RDMA writes need the verbs engine (RDMA devices on every node); "
+                    f"this job measures point-to-point with the {engine.NAME} engine")
+    import cupy
+    device = cupy.cuda.Device(topology.me.local_rank % cupy.cuda.runtime.getDeviceCount())
+    device.use()
+    return device
+
+
+def test_gpu_write_bandwidth(engine, topology, rail, profile, record, progress, gpu):
+    problems = write_bandwidth(engine, topology, rail, profile, record, progress, memory="cuda", bounds="gpudirect")
+    assert not problems, f"rail {rail}:\n" + "\n".join(problems)
+
+
+def test_gpu_write_latency(engine, topology, rail, profile, record, progress, gpu):
+    problems = op_latency(engine, topology, rail, profile, record, progress, "write", memory="cuda",
+                          bounds="gpudirect")
+    assert not problems, f"rail {rail}:\n" + "\n".join(problems)
