@@ -218,7 +218,7 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
         f"no {what} value below {settings.outlier_fraction:g} x the node median" if compared
         else f"no outlier test: fewer than {MIN_GROUP} {what} values on the node")
     record(OUTLIER_METRIC, len(found), "count", rail=None, samples=compared, threshold=0,
-           verdict="fail" if found else "pass", detail=detail, **common)
+           verdict="fail" if found else "pass", detail=detail, **{**common, "size": None})
     return problems
 
 
