@@ -23,7 +23,16 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
 
 def summary(analysis: Analysis, report: Path) -> str:
     """A few lines for the terminal: verdict, the worst findings, drain lines, where the report is."""
-    lines = [f"verdict: {analysis.verdict.upper()} ({len(analysis.findings)} findings)"]
+    lines = []
+    engines = (analysis.run or {}).get("engines") or {}
+    if isinstance(engines, dict) and engines:
+        by_engine: dict[str, list[str]] = {}
+        for suite, e in sorted(engines.items()):
+            if isinstance(e, dict):
+                by_engine.setdefault(e.get("engine") or "none (skipped)", []).append(suite)
+        lines.append("engines: " + "; ".join(f"{name} ({', '.join(suites)})" for name, suites in by_engine.items())
+                     + " (why: run.json \"engines\", report environment)")
+    lines.append(f"verdict: {analysis.verdict.upper()} ({len(analysis.findings)} findings)")
     for f in analysis.findings[:SHOWN_FINDINGS]:
         lines.append(f"  {f['severity'].upper():4} {f['scope']:7} {f['message']}")
     if len(analysis.findings) > SHOWN_FINDINGS:
