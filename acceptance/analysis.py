@@ -1276,7 +1276,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         sizes = g["size"].dropna().nunique()
         more = f" at {sizes} sizes" if sizes > 1 else _size_text(h["size"]).replace(" ", " at ", 1)
         lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit)}"
-                 + (f" ({row.detail})" if isinstance(row.detail, str) and row.suite != "collective" else "")
+                 + (f" ({row.detail})" if isinstance(row.detail, str) else "")
                  for row in g.head(EVIDENCE_MAX).itertuples()]
         msg = f"{subject}: {h['suite']} {text}{more}"
         if scope == "node":
@@ -1284,7 +1284,9 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         out.append(_finding("fail", scope, node, rail, None, h["metric"], value, bound,
                             _cap(lines, len(g)), msg, "bound", h["unit"], h["size"]))
 
-    coll = f[f["suite"] == "collective"]
+    # GPUDirect use (gdrdma, from NCCL's log) is a property of a node's NIC, not of a communicator.
+    per_comm = (f["suite"] == "collective") & (f["metric"] != "gdrdma")
+    coll = f[per_comm]
     for (op, scope, metric), g in coll.groupby(["op", "scope", "metric"], dropna=False, sort=True):
         label = f"{op or 'collective'} over {scope or 'an unknown communicator'}"
         if scope == "node":
@@ -1294,7 +1296,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
             make("rail", g, rail=int(scope[4:]), subject=f"{label} (rail {scope[4:]} plane)")
         else:
             make("cluster", g, subject=label)
-    rest = f[f["suite"] != "collective"]
+    rest = f[~per_comm]
     single = rest[rest["dst"].isna()]
     for (suite, metric), g in single.groupby(["suite", "metric"], sort=True):
         nodes = sorted(set(g["src"].dropna()))

@@ -763,3 +763,20 @@ def test_one_rank_allreduce_and_alltoall_on_a_gpu():
         res = op(MPI.COMM_SELF, 1 << 20, 5, 1)
         assert res.wrong == 0 and res.first_wrong is None
         assert res.nbytes == 1 << 20 and len(res.times_ns) == 5 and (res.times_ns > 0).all()
+
+
+def test_a_staged_rail_is_a_finding_naming_the_node(tmp_path):
+    """The analysis turns failing gdrdma records into a node finding, with NCCL's evidence."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import synthetic
+
+    from acceptance.analysis import analyze
+    topo = _topology([("roce-07", "roce-07", 0), ("roce-07", "roce-07", 1)])
+    rec, record = _recorder()
+    record_gdr(nccl.parse_nccl_debug(ROCE_NO_GDR), topo, {"mlx5_0": 0, "mlx5_1": 1}, record)
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
+    with open(run / "results.jsonl", "a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rec.take())
+    found = [f for f in analyze(run).findings if f["metric"] == "gdrdma"]
+    assert [(f["severity"], f["scope"], f["node"]) for f in found] == [("fail", "node", "roce-07")]
+    assert "NCCL staged through host memory" in " ".join(found[0]["evidence"])
