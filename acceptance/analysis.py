@@ -496,6 +496,8 @@ RULES: tuple[Rule, ...] = (
     Rule("gpudirect", "latency_p99", "scalar", "gpudirect.latency_p99_max", False, _US),
     *(Rule("gpudirect", f"latency_{p}", "none", None, False) for p in ("p999", "max")),
     Rule("gpudirect", "errors", "zero", None, False),
+    Rule("gpudirect", "reg_time", "sizemap", "memreg.reg_time_max", False, _US),
+    Rule("gpudirect", "dereg_time", "sizemap", "memreg.dereg_time_max", False, _US),
     Rule("collective", "busbw", "busbw", "collectives.{node}{op}_busbw_min", True, 1 / 8),
     Rule("collective", "algbw", "none", None, True),
     Rule("collective", "errors", "zero", None, False),

@@ -1,6 +1,7 @@
 """GPUDirect RDMA on every rail: the NIC writes GPU memory straight into the peer's GPU memory.
 
-Per rail, every scheduled node pair in both directions, through the verbs engine on
+Registration of GPU memory (dma-buf export + ibv_reg_dmabuf_mr, or ibv_reg_mr through
+nvidia_peermem) timed by size on every rank. Per rail, every scheduled node pair in both directions, through the verbs engine on
 cupy device memory registered with dma-buf (or by address through nvidia_peermem):
 write bandwidth for every sweep size with the data verified on the GPU, and write
 latency (post to completion: the host cannot spin on device memory). The support
@@ -12,6 +13,9 @@ import pytest
 
 from acceptance.fabric import nccl
 from acceptance.measure.p2p import op_latency, write_bandwidth
+from acceptance.measure.stats import percentiles
+from acceptance.measure.sweep import sizes
+from acceptance.measure.units import us
 
 pytestmark = [pytest.mark.gpudirect, pytest.mark.rail]
 ENGINE_NEEDS = ("PairLink",)  # what the engine must offer (acceptance.fabric.engines)
@@ -47,3 +51,12 @@ def test_gpu_write_latency(engine, topology, rail, profile, record, progress, gp
     problems = op_latency(engine, topology, rail, profile, record, progress, "write", memory="cuda",
                           bounds="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
+
+
+def test_gpu_registration_time(engine, profile, record, gpu):
+    for size in sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"), profile.get("memreg.factor")):
+        reg, dereg, path = engine.gpu_register_times(size, profile.get("memreg.repeats"))
+        for metric, times in (("reg_time", reg), ("dereg_time", dereg)):
+            stats = percentiles(us(times))
+            record(metric, stats.p50, "us", size=size, engine=engine.NAME, memory="cuda", samples=stats.samples,
+                   detail=f"p50 via {path}; max {stats.max:.1f} us")

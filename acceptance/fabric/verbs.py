@@ -756,6 +756,56 @@ def spin_until(mem: memoryview, index: int, value: int, timeout_s: float = SPIN_
 # ---- point to point -------------------------------------------------------------------------------
 
 
+def register_gpu(pd, gpu: gpumem.GpuBuffer, flags: int, device: str):
+    """(MR, dma-buf fd or None, IOVA, path) for GPU memory: dma-buf first, whose IOVA is the
+    dma-buf offset (0); else the CUDA pointer by address, which needs nvidia_peermem.
+    The caller closes the fd after the MR."""
+    try:
+        fd = gpumem.export_dmabuf(gpu)
+    except gpumem.GpuMemError as exc:
+        dmabuf_error = exc
+    else:
+        try:
+            return DmaBufMR(pd, gpu.size, flags, dmabuf=fd, offset=0), fd, 0, "dma-buf"
+        except PyverbsRDMAError as exc:
+            os.close(fd)
+            dmabuf_error = exc
+    try:
+        return MR(pd, gpu.size, flags, address=gpu.ptr), None, gpu.ptr, "nvidia_peermem"
+    except PyverbsRDMAError as exc:
+        raise VerbsError(f"GPU memory cannot be registered on {device}: dma-buf: {dmabuf_error}; "
+                         f"by address (needs nvidia_peermem): {exc}") from exc
+
+
+def gpu_register_times(nbytes: int, repeats: int) -> tuple[np.ndarray, np.ndarray, str]:
+    """(registration ns, deregistration ns, path) of GPU memory on this rank's device and current GPU.
+
+    Registration includes the dma-buf export, as a GPUDirect user pays both.
+    """
+    config = configured()
+    gpu = gpumem.device_buffer(nbytes)
+    reg = np.empty(repeats, dtype=np.int64)
+    dereg = np.empty(repeats, dtype=np.int64)
+    flags = access_flags(*REG_ACCESS_NAMES)
+    path = ""
+    now = time.perf_counter_ns
+    with _open_context(config.device) as ctx, PD(ctx) as pd, _gc_off():
+        for i in range(repeats):
+            t0 = now()
+            mr, fd, _, path = register_gpu(pd, gpu, flags, config.device)
+            t1 = now()
+            try:
+                _check_keys(mr, gpu.size)
+            finally:
+                t2 = now()
+                mr.close()
+                if fd is not None:
+                    os.close(fd)
+                t3 = now()
+            reg[i], dereg[i] = t1 - t0, t3 - t2
+    return reg, dereg, path
+
+
 def _device_ptr(buf) -> int | None:
     """The CUDA pointer of a cupy array (None for host memory)."""
     data = getattr(buf, "data", None)
@@ -894,30 +944,10 @@ class PairLink:
         return mr
 
     def _gpu_mr(self, buf, gpu: gpumem.GpuBuffer, *access: str):
-        """GPU memory: dma-buf first (IOVA = the dma-buf offset, 0), else by address through nvidia_peermem."""
-        flags = access_flags(*access)
-        try:
-            fd = gpumem.export_dmabuf(gpu)
-        except gpumem.GpuMemError as exc:
-            dmabuf_error = exc
-        else:
-            try:
-                mr = DmaBufMR(self.pd, gpu.size, flags, dmabuf=fd, offset=0)
-            except PyverbsRDMAError as exc:
-                os.close(fd)
-                dmabuf_error = exc
-            else:
-                self._fds.append(fd)
-                self._iova[id(buf)] = 0
-                self.gpu_path = "dma-buf"
-                return mr
-        try:
-            mr = MR(self.pd, gpu.size, flags, address=gpu.ptr)
-        except PyverbsRDMAError as exc:
-            raise VerbsError(f"GPU memory cannot be registered on {self.device}: dma-buf: {dmabuf_error}; "
-                             f"by address (needs nvidia_peermem): {exc}") from exc
-        self._iova[id(buf)] = gpu.ptr
-        self.gpu_path = "nvidia_peermem"
+        mr, fd, iova, self.gpu_path = register_gpu(self.pd, gpu, access_flags(*access), self.device)
+        if fd is not None:
+            self._fds.append(fd)
+        self._iova[id(buf)] = iova
         return mr
 
     def _addr(self, buf) -> int:

@@ -151,7 +151,7 @@ def test_incast_records_fairness_and_catches_unfairness_and_corruption(acceptanc
 def test_gpudirect_suite_skips_on_every_rank_without_a_gpu(acceptance_cli):
     p = acceptance_cli("run", "--", "-m", "gpudirect", "-rs")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "5 skipped" in p.stdout and "inconsistent" not in p.stdout, p.stdout
+    assert "6 skipped" in p.stdout and "inconsistent" not in p.stdout, p.stdout
     assert re.search(r"SKIPPED \[2\] .*test_gpudirect.py:\d+: no usable GPU on node1, node2: cupy not importable",
                      p.stdout), p.stdout
     assert "no NVIDIA GPU on any node" in p.stdout  # the preflight's support check carries the marker
