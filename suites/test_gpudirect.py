@@ -23,8 +23,11 @@ SUITE = "gpudirect"
 
 
 @pytest.fixture(scope="module")
-def gpu(engine, topology):
-    """This rank's GPU (local rank modulo the node's GPUs); skips on every rank unless all can run."""
+def gpu(topology):
+    """This rank's GPU (local rank modulo the node's GPUs); skips on every rank unless all can run.
+
+    Asked for before `engine`, so a run without GPUs skips before an engine is chosen for it.
+    """
     if len(topology.nodes) < 2:
         pytest.skip(f"GPUDirect RDMA writes need at least 2 nodes; this run has {len(topology.nodes)}")
     usable, why = nccl.available()
@@ -33,27 +36,33 @@ def gpu(engine, topology):
     if missing:
         reasons = sorted(set(missing.values()))
         pytest.skip(f"no usable GPU on {', '.join(sorted(set(missing)))}: {reasons[0]}")
-    if engine.NAME != "verbs":
-        pytest.skip(f"GPUDirect RDMA writes need the verbs engine (RDMA devices on every node); "
-                    f"this job measures point-to-point with the {engine.NAME} engine")
     import cupy
     device = cupy.cuda.Device(topology.me.local_rank % cupy.cuda.runtime.getDeviceCount())
     device.use()
     return device
 
 
-def test_gpu_write_bandwidth(engine, topology, rail, profile, record, progress, gpu):
+def _needs_verbs(engine):
+    if engine.NAME != "verbs":
+        pytest.skip(f"GPUDirect RDMA writes need the verbs engine (RDMA devices on every node); "
+                    f"this job measures point-to-point with the {engine.NAME} engine")
+
+
+def test_gpu_write_bandwidth(gpu, engine, topology, rail, profile, record, progress):
+    _needs_verbs(engine)
     problems = write_bandwidth(engine, topology, rail, profile, record, progress, memory="cuda", bounds="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
-def test_gpu_write_latency(engine, topology, rail, profile, record, progress, gpu):
+def test_gpu_write_latency(gpu, engine, topology, rail, profile, record, progress):
+    _needs_verbs(engine)
     problems = op_latency(engine, topology, rail, profile, record, progress, "write", memory="cuda",
                           bounds="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
-def test_gpu_registration_time(engine, profile, record, gpu):
+def test_gpu_registration_time(gpu, engine, profile, record):
+    _needs_verbs(engine)
     for size in sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"), profile.get("memreg.factor")):
         reg, dereg, path = engine.gpu_register_times(size, profile.get("memreg.repeats"))
         for metric, times in (("reg_time", reg), ("dereg_time", dereg)):
