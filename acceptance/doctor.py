@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -257,8 +258,32 @@ def probe_nccl() -> Availability:
     return Availability("nccl", True, f"NCCL {version} via cupy {cupy.__version__}")
 
 
+@_never_raises("perftest")
+def probe_perftest() -> Availability:
+    """ib_write_bw / ib_write_lat for the cross-check (usable needs an RDMA device too)."""
+    from .fabric import perftest
+    tools = perftest.find_tools()
+    missing = [name for name, path in tools.items() if path is None]
+    if missing:
+        return Availability("perftest", False, f"{', '.join(missing)} not on {perftest.where_searched()} "
+                                               "(apt install perftest)")
+    bw = tools["ib_write_bw"]
+    try:  # perftest prints "Version: 6.06" and exits 1
+        out = subprocess.run([bw, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    found = re.search(r"Version:\s*(\S+)", out)
+    version = f"perftest {found.group(1)}" if found else "version unknown"
+    json_note = "--out_json" if perftest.supports_json(bw) else "text report only"
+    verbs = probe_verbs()
+    if not verbs.usable:
+        return Availability("perftest", False, f"{bw} ({version}, {json_note}) but {verbs.detail}")
+    return Availability("perftest", True, f"{bw} ({version}, {json_note})")
+
+
 def probe_all() -> list[Availability]:
-    return [probe() for probe in (probe_mpi, probe_launcher, probe_slurm, probe_verbs, probe_gpu, probe_nccl)]
+    return [probe() for probe in (probe_mpi, probe_launcher, probe_slurm, probe_verbs, probe_perftest, probe_gpu,
+                                  probe_nccl)]
 
 
 def format_report(items: Iterable[Availability]) -> str:

@@ -159,7 +159,7 @@ def test_probes_never_raise_in_a_broken_environment(monkeypatch):
     monkeypatch.setenv("PATH", "")
     monkeypatch.setenv("SLURM_JOB_ID", "1")
     items = probe_all()
-    assert [a.name for a in items] == ["mpi", "launcher", "slurm", "verbs", "gpu", "nccl"]
+    assert [a.name for a in items] == ["mpi", "launcher", "slurm", "verbs", "perftest", "gpu", "nccl"]
     for a in items:
         assert LINE.match(a.line()), a.line()
 
@@ -175,6 +175,13 @@ def test_report_from_a_fresh_interpreter():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 6
+    assert len(lines) == 7
     assert all(LINE.match(ln) for ln in lines), lines
-    assert format_report(probe_all()).count("\n") == 5
+    assert format_report(probe_all()).count("\n") == 6
+
+
+def test_perftest_probe_names_what_is_missing(monkeypatch, tmp_path):
+    monkeypatch.setenv("ACCEPTANCE_PERFTEST_DIR", str(tmp_path))
+    a = doctor.probe_perftest()
+    assert not a.usable and "ib_write_bw, ib_write_lat not on ACCEPTANCE_PERFTEST_DIR=" in a.detail
+    assert "apt install perftest" in a.detail
