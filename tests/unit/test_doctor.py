@@ -15,7 +15,7 @@ from acceptance.doctor import (
 )
 
 VENV_MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
-LINE = re.compile(r"^(mpi|launcher|slurm|verbs|gpu|nccl): (usable|unavailable) \u2014 \S")
+LINE = re.compile(r"^(mpi|launcher|slurm|verbs|perftest|gpu|nccl): (usable|unavailable) \u2014 \S")
 
 
 def script(directory: Path, name: str, body: str) -> Path:
