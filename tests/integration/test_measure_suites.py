@@ -63,7 +63,10 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     # Which engine measured each suite, and why (no RDMA device here: not the verbs engine).
     engines = json.loads((folder_of(p) / "run.json").read_text())["engines"]
     assert set(engines) == {"memreg", "rdma_write", "collective", "incast"}
-    assert all(e["engine"] == "mpi" and "passed over: verbs: " in e["why"] for e in engines.values())
+    assert all(e["engine"] == "mpi" and e["why"].startswith("mpi engine (MPICH") for e in engines.values())
+    assert "passed over: verbs: " in engines["rdma_write"]["why"] and "passed over: verbs: " in engines["memreg"]["why"]
+    assert "passed over: nccl: cupy not importable" in engines["collective"]["why"]  # verbs does no collectives
+    assert "passed over" not in engines["incast"]["why"]  # only the mpi engine has an incast driver
 
     # Incast with 2 nodes: one sender per rail, each node the receiver once; no fairness from 1 sender.
     inc = [r for r in recs if r["suite"] == "incast"]
