@@ -98,9 +98,12 @@ def test_doctor_one_line_per_capability(acceptance_cli):
     p = acceptance_cli("doctor")
     assert p.returncode == 0
     lines = p.stdout.strip().splitlines()
-    assert [line.split(":")[0] for line in lines] == ["mpi", "launcher", "slurm", "verbs", "gpu", "nccl"]
+    assert [line.split(":")[0] for line in lines] == ["mpi", "launcher", "slurm", "verbs", "perftest", "gpu", "nccl"]
     assert all(re.match(r"^\w+: (usable|unavailable) — .+", line) for line in lines), lines
     assert lines[0].startswith("mpi: usable — MPICH")
+    # No RDMA device here: the verbs engine says why, concretely.
+    assert re.match(r"^verbs: unavailable — (pyverbs imports but get_device_list\(\) failed|pyverbs not importable)",
+                    lines[3]), lines[3]
 
 
 def test_python_dash_m_and_help(tmp_path):
