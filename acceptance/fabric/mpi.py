@@ -182,14 +182,18 @@ class PairLink:
                         put(spec, target)
                     flush(target)
 
-            win.Lock(target, MPI.LOCK_SHARED)
-            try:
-                times = (timed(op, iters, warmup) if budget_s is None
-                         else timed_capped(op, iters, warmup, int(budget_s * 1e9), min_iters=2))
-            finally:
-                win.Unlock(target)
+            times = self._locked(op, iters, warmup, budget_s)
         self.comm.Barrier()
         return times
+
+    def _locked(self, op, iters: int, warmup: int, budget_s: float | None = None) -> np.ndarray:
+        """The origin's timed loop inside a passive-target epoch on the peer's window."""
+        self.win.Lock(self.peer, MPI.LOCK_SHARED)
+        try:
+            return (timed(op, iters, warmup) if budget_s is None
+                    else timed_capped(op, iters, warmup, int(budget_s * 1e9), min_iters=2))
+        finally:
+            self.win.Unlock(self.peer)
 
     def read_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
         """osu_get_latency with flush: one Get + Flush per sample, a full round trip."""
@@ -203,11 +207,7 @@ class PairLink:
                 get(spec, target)
                 flush(target)
 
-            win.Lock(target, MPI.LOCK_SHARED)
-            try:
-                times = timed(op, iters, warmup)
-            finally:
-                win.Unlock(target)
+            times = self._locked(op, iters, warmup)
         self.comm.Barrier()
         return times
 
@@ -233,11 +233,7 @@ class PairLink:
                 fop(spec_one, spec_old, target, 0, MPI.SUM)
                 flush(target)
 
-            win.Lock(target, MPI.LOCK_SHARED)
-            try:
-                times = timed(op, iters, warmup)
-            finally:
-                win.Unlock(target)
+            times = self._locked(op, iters, warmup)
         self.comm.Barrier()
         if self.me != origin:
             self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)

@@ -4,9 +4,9 @@ and the PairLink methods end to end over a simulated device (two threads, fake Q
 out the real pyverbs work requests on numpy memory).
 """
 
-import os
 import ctypes
 import errno
+import os
 import pickle
 import resource
 import socket
@@ -15,8 +15,8 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,6 +30,9 @@ from pyverbs.cq import WC
 from pyverbs.pyverbs_error import PyverbsRDMAError
 from pyverbs.qp import QPAttr, QPInitAttr
 from pyverbs.wr import SGE, RecvWR, SendWR
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from threadpair import THREAD, run_pair  # noqa: E402
 
 from acceptance.fabric import gpumem, memory, verbs
 from acceptance.fabric.verbs import e  # the engine's enum shim
@@ -823,49 +826,6 @@ class FakeQP(FakeObject):
             self.unsignaled = 0
 
 
-class PairShared:
-    def __init__(self):
-        self.barrier = threading.Barrier(2, timeout=20)
-        self.slots = [None, None]
-
-
-class ThreadComm:
-    """The two calls PairLink makes on an mpi4py pair communicator, between two threads."""
-
-    def __init__(self, shared, rank):
-        self.shared, self.rank = shared, rank
-
-    def Get_size(self):
-        return 2
-
-    def Get_rank(self):
-        return self.rank
-
-    def allgather(self, obj):
-        self.shared.slots[self.rank] = obj
-        self.shared.barrier.wait()
-        out = list(self.shared.slots)
-        self.shared.barrier.wait()
-        return out
-
-    def Barrier(self):
-        self.shared.barrier.wait()
-
-
-THREAD = threading.local()  # .rank: the pair rank the current thread plays
-
-
-def run_pair(body):
-    """body(comm) in two threads as pair ranks 0 and 1; [(result, exception)] per rank."""
-    shared = PairShared()
-
-    def as_rank(rank):
-        THREAD.rank = rank
-        return body(ThreadComm(shared, rank))
-
-    with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(as_rank, r) for r in (0, 1)]
-        return [(f.result(timeout=30) if f.exception(timeout=30) is None else None, f.exception()) for f in futures]
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ ACTIVE port of this host (the NIC loops the traffic back), so every method runs 
 hardware without a second node.
 """
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +18,9 @@ from pyverbs.cq import CQ
 from pyverbs.device import Context
 from pyverbs.pd import PD
 from pyverbs.qp import QP
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from threadpair import run_pair  # noqa: E402
 
 from acceptance.fabric import memory, verbs
 from acceptance.fabric.verbs import e
@@ -81,35 +84,9 @@ def test_registration_on_the_device(configured):
     assert verbs.registration_growth(1 << 20, 10) < 16 << 20
 
 
-class ThreadComm:
-    """allgather / Barrier between the two threads of a loopback pair."""
-
-    def __init__(self, shared, rank):
-        self.shared, self.rank = shared, rank
-
-    def Get_size(self):
-        return 2
-
-    def Get_rank(self):
-        return self.rank
-
-    def allgather(self, obj):
-        barrier, slots = self.shared
-        slots[self.rank] = obj
-        barrier.wait()
-        out = list(slots)
-        barrier.wait()
-        return out
-
-    def Barrier(self):
-        self.shared[0].wait()
-
-
 def test_loopback_pair_link(configured):
-    shared = (threading.Barrier(2, timeout=60), [None, None])
-
-    def rank(r):
-        link = verbs.PairLink(ThreadComm(shared, r), 1 << 16)
+    def rank(comm):
+        link = verbs.PairLink(comm, 1 << 16)
         try:
             return {
                 "write": [link.put_bandwidth(size, 3, 1, 16, 0, (0, 1, size)) for size in (8, 4096, 1 << 16)],
@@ -123,8 +100,8 @@ def test_loopback_pair_link(configured):
         finally:
             link.free()
 
-    with ThreadPoolExecutor(2) as pool:
-        r0, r1 = (f.result(timeout=120) for f in [pool.submit(rank, r) for r in (0, 1)])
+    (r0, e0), (r1, e1) = run_pair(rank)
+    assert e0 is None and e1 is None, (e0, e1)
     for t0, t1 in zip(r0["write"], r1["write"]):
         assert len(t0.times_ns) == 3 and t0.mismatch is None and t1.mismatch is None
     assert len(r1["read"].times_ns) == 3 and r1["read"].mismatch is None
