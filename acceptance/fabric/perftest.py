@@ -464,25 +464,20 @@ def _read(path: Path) -> str | None:
 
 
 def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | None:
-    """The first RoCEv2 GID of a port, an IPv4-mapped one (::ffff:a.b.c.d) preferred; None if none.
+    """The RoCEv2 GID the verbs engine would pick (verbs.choose_gid_index), read from sysfs; None if none.
 
     <root>/class/infiniband/<dev>/ports/<port>/gids/<i> and gid_attrs/types/<i> ("RoCE v2").
     """
+    from .verbs import GID_TYPE_ROCE_V2, GidRow, choose_gid_index, gid_is_zero
     base = Path(root) / "class" / "infiniband" / device / "ports" / str(port)
     try:
         indices = sorted(int(p.name) for p in (base / "gids").iterdir() if p.name.isdigit())
     except OSError:
         return None
-    v2 = []
-    for i in indices:
-        gid = _read(base / "gids" / str(i)) or ""
-        if _read(base / "gid_attrs" / "types" / str(i)) != "RoCE v2" or not gid.strip("0:"):
-            continue
-        v2.append((i, gid.lower().startswith("0000:0000:0000:0000:0000:ffff:")))
-    for i, mapped in v2:
-        if mapped:
-            return i
-    return v2[0][0] if v2 else None
+    rows = [GidRow(i, (_read(base / "gids" / str(i)) or "").strip(), GID_TYPE_ROCE_V2) for i in indices
+            if _read(base / "gid_attrs" / "types" / str(i)) == "RoCE v2"]
+    rows = [r for r in rows if r.gid and not gid_is_zero(r.gid)]
+    return choose_gid_index(rows) if rows else None
 
 
 # ---- processes -----------------------------------------------------------------------

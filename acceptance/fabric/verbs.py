@@ -73,6 +73,7 @@ RX_DEPTH = 16               # receives kept posted for SEND / WRITE_WITH_IMM
 POLL_BATCH = 16             # completions taken per poll
 SPIN_TIMEOUT_S = 30.0       # a wait for the peer or a completion gives up after this long
 IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
+GID_TYPE_ROCE_V2 = 1        # IBV_GID_TYPE_SYSFS_ROCE_V2; sysfs gid_attrs/types says "RoCE v2"
 SYS_INFINIBAND = "/sys/class/infiniband"
 
 
@@ -426,14 +427,13 @@ def choose_gid_index(rows: Iterable[GidRow]) -> int:
 
     Empty table slots read back as all-zero GIDs (ibv_query_gid does not fail on them).
     """
-    roce_v2 = int(e.ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2)
     usable = [r for r in rows if not gid_is_zero(r.gid)]
     if not usable:
         raise VerbsError("no usable GID: every GID table entry of the port is zero "
                          "(no IP address on the RoCE netdev? check show_gids / ibv_devinfo -v)")
 
     def rank(r: GidRow):
-        return (r.gid_type != roce_v2, not r.gid.lower().startswith(IPV4_MAPPED), r.index == 0, r.index)
+        return (r.gid_type != GID_TYPE_ROCE_V2, not r.gid.lower().startswith(IPV4_MAPPED), r.index == 0, r.index)
 
     return min(usable, key=rank).index
 

@@ -410,6 +410,7 @@ def test_window_propagates_completion_errors():
 
 ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
 V1, V2 = 0, int(e.ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2)
+assert V2 == verbs.GID_TYPE_ROCE_V2  # the constant the engine (and the perftest cross-check) uses
 
 
 def test_choose_gid_index_prefers_roce_v2_ipv4_mapped():
