@@ -169,7 +169,8 @@ class Port:
     rate: str | None     # "400 Gb/sec (4X NDR)"
 
 
-def _read(path: Path) -> str | None:
+def read_sysfs(path: Path) -> str | None:
+    """A sysfs file's text without the trailing newline; None when missing or unreadable."""
     try:
         return path.read_text().strip()
     except (OSError, UnicodeDecodeError):
@@ -185,12 +186,12 @@ def _netdev(dev: Path, port: int) -> str | None:
         nets = []
     if len(nets) > 1:  # a multi-port device
         for net in nets:
-            if _read(net / "dev_port") == str(port - 1):
+            if read_sysfs(net / "dev_port") == str(port - 1):
                 return net.name
     if nets:
         return nets[0].name
     # The GID's ndev can be an upper device (bond0 under RoCE LAG), hence only second choice.
-    return _read(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0") or None
+    return read_sysfs(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0") or None
 
 
 def ports(root: str | os.PathLike | None = None, devices: Iterable[str] | None = None) -> list[Port]:
@@ -211,8 +212,8 @@ def ports(root: str | os.PathLike | None = None, devices: Iterable[str] | None =
             continue
         for n in numbers:
             port = dev / "ports" / str(n)
-            found.append(Port(device=dev.name, port=n, link_layer=_read(port / "link_layer"),
-                              netdev=_netdev(dev, n), state=_read(port / "state"), rate=_read(port / "rate")))
+            found.append(Port(device=dev.name, port=n, link_layer=read_sysfs(port / "link_layer"),
+                              netdev=_netdev(dev, n), state=read_sysfs(port / "state"), rate=read_sysfs(port / "rate")))
     return found
 
 

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # One rule for the sysfs root, shared with the port counters: sysfs_root(node).
-from .counters import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, sysfs_root  # noqa: F401 - re-exported
+from . import counters
+from .counters import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, read_sysfs, sysfs_root  # noqa: F401 - re-exported
 from .doctor import _run as run_command
 from .naming import natural_key
 
@@ -65,12 +66,6 @@ class Unavailable(Exception):
         return f"unavailable: {self.reason}"
 
 
-def _read(path: Path) -> str | None:
-    """A sysfs file's text without the trailing newline; None when missing or unreadable."""
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _command(env: str, default: str) -> list[str]:
@@ -144,21 +139,6 @@ def rdma_devices(root: Path) -> list[str]:
     return sorted((p.name for p in d.iterdir()), key=natural_key)
 
 
-def _netdev(dev: Path, port: int) -> str | None:
-    """The netdev of a port: the device's only one, else the one whose dev_port is port - 1."""
-    try:
-        names = sorted(os.listdir(dev / "device" / "net"), key=natural_key)
-    except OSError:
-        return None
-    if len(names) == 1:
-        return names[0]
-    for name in names:
-        dev_port = _read(dev / "device" / "net" / name / "dev_port")
-        if dev_port is not None and dev_port.isdigit() and int(dev_port) + 1 == port:
-            return name
-    return names[port - 1] if 0 < port <= len(names) else None
-
-
 def parse_mtu(text: str | None) -> int | None:
     """ibv_devinfo's "4096 (5)" -> 4096."""
     m = _MTU.match(text or "")
@@ -208,39 +188,32 @@ def read_ports(root: Path, devinfo=None) -> list[Port]:
     if not devices:
         raise Unavailable(f"no RDMA device in {root / 'class' / 'infiniband'}")
     out = []
-    for name in devices:
-        dev = root / "class" / "infiniband" / name
-        try:
-            numbers = sorted(int(p.name) for p in (dev / "ports").iterdir() if p.name.isdigit())
-        except OSError:
-            numbers = []
-        for n in numbers:
-            pdir = dev / "ports" / str(n)
-            rate = _read(pdir / "rate") or ""
-            link_layer = _read(pdir / "link_layer") or "unknown"
-            netdev = _netdev(dev, n)
-            mtu, why = None, None
-            if link_layer == "Ethernet":
-                text = _read(root / "class" / "net" / netdev / "mtu") if netdev else None
-                mtu = int(text) if text and text.isdigit() else None
-                if mtu is None:
-                    why = "Ethernet MTU unknown: " + (f"no {root / 'class' / 'net' / netdev / 'mtu'}" if netdev
-                                                      else f"no netdev under {dev / 'device' / 'net'}")
+    for p in counters.ports(root, devices):  # one enumeration of ports and netdevs, shared with the counters
+        name, n, netdev = p.device, p.port, p.netdev
+        dev, pdir = root / "class" / "infiniband" / name, root / "class" / "infiniband" / name / "ports" / str(n)
+        rate, link_layer = p.rate or "", p.link_layer or "unknown"
+        mtu, why = None, None
+        if link_layer == "Ethernet":
+            text = read_sysfs(root / "class" / "net" / netdev / "mtu") if netdev else None
+            mtu = int(text) if text and text.isdigit() else None
+            if mtu is None:
+                why = "Ethernet MTU unknown: " + (f"no {root / 'class' / 'net' / netdev / 'mtu'}" if netdev
+                                                  else f"no netdev under {dev / 'device' / 'net'}")
+        else:
+            if devinfo is None:
+                try:
+                    devinfo = ibv_devinfo()
+                except Unavailable as e:
+                    devinfo = e
+            if isinstance(devinfo, Unavailable):
+                why = f"InfiniBand MTU unknown: {devinfo.reason}"
             else:
-                if devinfo is None:
-                    try:
-                        devinfo = ibv_devinfo()
-                    except Unavailable as e:
-                        devinfo = e
-                if isinstance(devinfo, Unavailable):
-                    why = f"InfiniBand MTU unknown: {devinfo.reason}"
-                else:
-                    fields = devinfo.get(name, {}).get("ports", {}).get(n)
-                    mtu = parse_mtu(fields.get("active_mtu")) if fields else None
-                    if mtu is None:
-                        why = f"InfiniBand MTU unknown: no active_mtu for {name} port {n} in ibv_devinfo's output"
-            out.append(Port(name, n, _read(pdir / "state") or "", _read(pdir / "phys_state") or "", rate,
-                            parse_rate(rate), link_layer, netdev, mtu, why))
+                fields = devinfo.get(name, {}).get("ports", {}).get(n)
+                mtu = parse_mtu(fields.get("active_mtu")) if fields else None
+                if mtu is None:
+                    why = f"InfiniBand MTU unknown: no active_mtu for {name} port {n} in ibv_devinfo's output"
+        out.append(Port(name, n, p.state or "", read_sysfs(pdir / "phys_state") or "", rate,
+                        parse_rate(rate), link_layer, netdev, mtu, why))
     return out
 
 
@@ -291,7 +264,7 @@ def driver_of(root: Path, device: str) -> str:
     if not os.path.lexists(link):
         return "unknown driver"
     name = os.path.basename(os.path.realpath(link))
-    version = _read(root / "module" / name / "version")
+    version = read_sysfs(root / "module" / name / "version")
     return f"{name} {version}" if version else f"{name} in-tree (kernel {platform.release()})"
 
 
@@ -305,7 +278,7 @@ def fabric_versions(root: Path, lib_dirs=None) -> dict[str, str]:
         devices = []
     drivers = set()
     for name in devices:
-        versions[f"firmware {name}"] = _read(root / "class" / "infiniband" / name / "fw_ver") or "unknown"
+        versions[f"firmware {name}"] = read_sysfs(root / "class" / "infiniband" / name / "fw_ver") or "unknown"
         drivers.add(driver_of(root, name))
     if drivers:
         versions["driver"] = ", ".join(sorted(drivers))
@@ -322,7 +295,7 @@ def hugepages_bytes(root: Path) -> int:
     total = 0
     for sub in d.iterdir():
         m = re.fullmatch(r"hugepages-(\d+)kB", sub.name)
-        count = _read(sub / "nr_hugepages") if m else None
+        count = read_sysfs(sub / "nr_hugepages") if m else None
         if m and count and count.isdigit():
             total += int(count) * int(m.group(1)) * 1024
     return total
@@ -335,7 +308,7 @@ def nvidia_gpus(root: Path) -> list[str]:
         raise Unavailable(f"no {d}")
     out = []
     for dev in d.iterdir():
-        vendor, cls = (_read(dev / "vendor") or "").lower(), (_read(dev / "class") or "").lower()
+        vendor, cls = (read_sysfs(dev / "vendor") or "").lower(), (read_sysfs(dev / "class") or "").lower()
         if vendor == "0x10de" and cls.startswith(("0x0300", "0x0302")):
             out.append(dev.name)
     return sorted(out)
@@ -492,8 +465,8 @@ def peermem(root: Path) -> str | None:
     root = Path(root)
     mod = root / "module" / "nvidia_peermem"
     if mod.is_dir():
-        return f"nvidia_peermem {_read(mod / 'version') or '(no version)'}"
-    old = _read(root / "kernel" / "mm" / "memory_peers" / "nv_mem" / "version")
+        return f"nvidia_peermem {read_sysfs(mod / 'version') or '(no version)'}"
+    old = read_sysfs(root / "kernel" / "mm" / "memory_peers" / "nv_mem" / "version")
     if old is not None:
         return f"nv_peer_mem {old}"
     return None

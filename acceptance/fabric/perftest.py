@@ -456,11 +456,6 @@ def parse_lat(text: str) -> LatResult:
 
 # ---- sysfs: the RoCE GID ------------------------------------------------------------
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | None:
@@ -468,14 +463,15 @@ def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | Non
 
     <root>/class/infiniband/<dev>/ports/<port>/gids/<i> and gid_attrs/types/<i> ("RoCE v2").
     """
+    from ..counters import read_sysfs
     from .verbs import GID_TYPE_ROCE_V2, GidRow, choose_gid_index, gid_is_zero
     base = Path(root) / "class" / "infiniband" / device / "ports" / str(port)
     try:
         indices = sorted(int(p.name) for p in (base / "gids").iterdir() if p.name.isdigit())
     except OSError:
         return None
-    rows = [GidRow(i, (_read(base / "gids" / str(i)) or "").strip(), GID_TYPE_ROCE_V2) for i in indices
-            if _read(base / "gid_attrs" / "types" / str(i)) == "RoCE v2"]
+    rows = [GidRow(i, (read_sysfs(base / "gids" / str(i)) or "").strip(), GID_TYPE_ROCE_V2) for i in indices
+            if read_sysfs(base / "gid_attrs" / "types" / str(i)) == "RoCE v2"]
     rows = [r for r in rows if r.gid and not gid_is_zero(r.gid)]
     return choose_gid_index(rows) if rows else None
 
