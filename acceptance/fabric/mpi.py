@@ -20,6 +20,16 @@ import numpy as np
 from mpi4py import MPI
 
 from ..measure import timed, timed_capped
+from .collective_data import (
+    Wrong,
+    allreduce_count,
+    allreduce_expected,
+    allreduce_send,
+    alltoall_block,
+    alltoall_expected,
+    alltoall_send,
+    compare,
+)
 from .memory import (
     Mismatch,
     allocate,
@@ -371,40 +381,40 @@ def _slowest(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
 
 def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     """Sum of float64 vectors of `size` bytes; inputs are small integers, so the sum is exact."""
-    count = max(size // 8, 1)
+    count = allreduce_count(size)
     rank, n = comm.Get_rank(), comm.Get_size()
-    ramp = (np.arange(count, dtype=np.float64) % 13) + 1.0
-    send = ramp * (rank + 1)
+    send = allreduce_send(np, count, rank)
     recv = np.empty(count, dtype=np.float64)
     Allreduce = comm.Allreduce
     spec_s, spec_r = [send, MPI.DOUBLE], [recv, MPI.DOUBLE]
     times = timed(lambda: Allreduce(spec_s, spec_r, op=MPI.SUM), iters, warmup)
-    expected = ramp * (n * (n + 1) // 2)
-    return _checked(comm, count * 8, times, recv, expected)
+    return _checked(comm, count * 8, times, recv, allreduce_expected(np, count, n))
 
 
 def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests counts it."""
     rank, n = comm.Get_rank(), comm.Get_size()
-    block = max(size // (8 * n), 1)
-    index = np.arange(block, dtype=np.float64) % 2**20
-    # Element j of the block from src to dst encodes (src, dst, j) exactly in a double (< 2**53).
-    send = np.concatenate([rank * 2.0**33 + dst * 2.0**20 + index for dst in range(n)])
+    block = alltoall_block(size, n)
+    send = alltoall_send(np, block, rank, n)
     recv = np.empty_like(send)
-    expected = np.concatenate([src * 2.0**33 + rank * 2.0**20 + index for src in range(n)])
     Alltoall = comm.Alltoall
     spec_s, spec_r = [send, block, MPI.DOUBLE], [recv, block, MPI.DOUBLE]
     times = timed(lambda: Alltoall(spec_s, spec_r), iters, warmup)
-    return _checked(comm, block * 8 * n, times, recv, expected)
+    return _checked(comm, block * 8 * n, times, recv, alltoall_expected(np, block, rank, n))
 
 
 def _checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, got: np.ndarray,
              expected: np.ndarray) -> Collective:
-    bad = np.flatnonzero(got != expected)
+    return checked(comm, nbytes, times, compare(np, got, expected))
+
+
+def checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, wrong: Wrong) -> Collective:
+    """The Collective every rank returns: wrong elements summed over ranks, the first one named,
+    times reduced to the per-iteration slowest rank on comm rank 0 (mpi._slowest). Collective."""
     first = None
-    if bad.size:
-        i = int(bad[0])
-        first = f"rank {comm.Get_rank()} element {i}: expected {float(expected[i])!r}, got {float(got[i])!r}"
-    wrong = comm.allreduce(int(bad.size), op=MPI.SUM)
+    if wrong.count:
+        first = (f"rank {comm.Get_rank()} element {wrong.index}: "
+                 f"expected {wrong.expected!r}, got {wrong.got!r}")
+    total = comm.allreduce(wrong.count, op=MPI.SUM)
     firsts = [f for f in comm.allgather(first) if f]
-    return Collective(nbytes, _slowest(comm, times), wrong, firsts[0] if firsts else None)
+    return Collective(nbytes, _slowest(comm, times), total, firsts[0] if firsts else None)

@@ -51,7 +51,17 @@ import numpy as np
 from mpi4py import MPI
 
 from ..doctor import CUPY_HINT, nccl_version_string
-from .mpi import Collective, _slowest
+from .collective_data import (  # noqa: F401
+    Wrong,
+    allreduce_count,
+    allreduce_expected,
+    allreduce_send,
+    alltoall_block,
+    alltoall_expected,
+    alltoall_send,
+    compare,
+)
+from .mpi import Collective, _slowest, checked  # noqa: F401
 
 NAME = "nccl"
 
@@ -502,74 +512,6 @@ def gdr_problems(paths: NetPaths, rails: dict[str, int | None]) -> list[str]:
             line += " [NCCL: " + "; ".join(nic.evidence) + "]"
         problems.append(line)
     return problems
-
-
-# ---- array-agnostic data, expected results and checks (numpy in tests, cupy here) ----
-
-
-def allreduce_count(size: int) -> int:
-    """float64 elements per rank: `size` bytes, at least one (as mpi.allreduce)."""
-    return max(size // 8, 1)
-
-
-def allreduce_send(xp, count: int, rank: int):
-    """Small integers (1..13) x (rank + 1): every partial sum is exact in float64."""
-    return ((xp.arange(count, dtype=xp.float64) % 13) + 1.0) * (rank + 1)
-
-
-def allreduce_expected(xp, count: int, nranks: int):
-    """The exact sum over ranks of allreduce_send."""
-    return ((xp.arange(count, dtype=xp.float64) % 13) + 1.0) * (nranks * (nranks + 1) // 2)
-
-
-def alltoall_block(size: int, nranks: int) -> int:
-    """float64 elements per peer block: each rank sends `size` bytes in total, itself included
-    (nccl-tests counts alltoall so; nccl-tests also rounds to 16 B, mpi.alltoall does not, nor this)."""
-    return max(size // (8 * nranks), 1)
-
-
-def _alltoall_blocks(xp, block: int, src, dst):
-    index = xp.arange(block, dtype=xp.float64) % 2**20
-    # Element j of the block from src to dst encodes (src, dst, j) exactly in a double (< 2**53).
-    return xp.concatenate([s * 2.0**33 + d * 2.0**20 + index for s, d in zip(src, dst)])
-
-
-def alltoall_send(xp, block: int, rank: int, nranks: int):
-    return _alltoall_blocks(xp, block, [rank] * nranks, range(nranks))
-
-
-def alltoall_expected(xp, block: int, rank: int, nranks: int):
-    return _alltoall_blocks(xp, block, range(nranks), [rank] * nranks)
-
-
-@dataclass(frozen=True)
-class Wrong:
-    count: int            # elements that differ
-    index: int | None     # the first of them
-    expected: float | None
-    got: float | None
-
-
-def compare(xp, got, expected) -> Wrong:
-    """Exact comparison (zero tolerance); on cupy only scalars cross to the host."""
-    diff = got != expected
-    count = int(xp.count_nonzero(diff))
-    if not count:
-        return Wrong(0, None, None, None)
-    i = int(xp.argmax(diff))
-    return Wrong(count, i, float(expected[i]), float(got[i]))
-
-
-def checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, wrong: Wrong) -> Collective:
-    """The Collective every rank returns: wrong elements summed over ranks, the first one named,
-    times reduced to the per-iteration slowest rank on comm rank 0 (mpi._slowest). Collective."""
-    first = None
-    if wrong.count:
-        first = (f"rank {comm.Get_rank()} element {wrong.index}: "
-                 f"expected {wrong.expected!r}, got {wrong.got!r}")
-    total = comm.allreduce(wrong.count, op=MPI.SUM)
-    firsts = [f for f in comm.allgather(first) if f]
-    return Collective(nbytes, _slowest(comm, times), total, firsts[0] if firsts else None)
 
 
 # ---- communicators ----------------------------------------------------------------
