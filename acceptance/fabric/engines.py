@@ -66,12 +66,12 @@ def decide(choice: str, per_rank: list[tuple[str, list[tuple[str, bool, str]]]])
             if passed_over:
                 reason += "; passed over: " + "; ".join(passed_over)
             return name, reason
-        nodes_why = "; ".join(f"{why} on {_nodes(nodes, len(per_rank))}" for why, nodes in bad.items())
+        nodes_why = "; ".join(f"{why} on {_nodes(nodes)}" for why, nodes in bad.items())
         passed_over.append(f"{name}: {nodes_why}")
     return None, "no usable engine: " + ("; ".join(passed_over) or f"none of {choice!r} can run this suite")
 
 
-def _nodes(nodes: list[str], ranks: int) -> str:
+def _nodes(nodes: list[str]) -> str:
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
     return f"node(s) {shown}"
 
