@@ -3,7 +3,8 @@
 A snapshot reads every port of every RDMA device on this node:
 
   <root>/class/infiniband/<dev>/ports/<n>/counters/*     PMA PortCounters (16/8/4/32-bit, data 64-bit)
-  <root>/class/infiniband/<dev>/ports/<n>/hw_counters/*  mlx5 Q-counters (32-bit) and congestion (64-bit)
+  <root>/class/infiniband/<dev>/ports/<n>/hw_counters/*  mlx5 Q-counters (32-bit) and congestion (64-bit);
+                                                         rxe's (Soft-RoCE) retransmission and packet counters
   ethtool -S <netdev>                                    RoCE ports only: PFC pause, PHY errors, drops
 
 and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, ...) that
@@ -87,6 +88,9 @@ _ERRORS = frozenset((
     # mlx5 Q-counters: retransmissions and transport errors
     "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err",
     "req_rnr_retries_exceeded", "req_transport_retries_exceeded",
+    # rxe (Soft-RoCE) hw_counters: retransmissions (a lost or late packet or ACK) and transport errors
+    "completer_retry_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "rcvd_seq_err", "out_of_seq_request",
+    "duplicate_request", "send_err",
     # mlx5 ethtool PHY counters
     "rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "link_down_events_phy",
     "tx_pause_storm_warning_events", "tx_pause_storm_error_events",
@@ -101,6 +105,8 @@ _DATA = frozenset((
     "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets",
     "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets", "rx_bits_phy",
     "rx_write_requests", "rx_read_requests", "rx_atomic_requests",
+    # rxe hw_counters
+    "sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs",
 ))
 _RX_ERR_LANE = re.compile(r"^rx_err_lane_\d+_phy$")
 _PRIO_DISCARD = re.compile(r"^rx_prio\d+_(?:discards|buf_discard|cong_discard)$")

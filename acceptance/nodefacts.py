@@ -35,7 +35,7 @@ import re
 import shlex
 import shutil
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,12 +131,14 @@ class Port:
         return f"{self.device} port {self.port}"
 
 
-def rdma_devices(root: Path) -> list[str]:
-    """RDMA device names in natural order (mlx5_2 before mlx5_10)."""
+def rdma_devices(root: Path, only: Iterable[str] | None = None) -> list[str]:
+    """RDMA device names in natural order (mlx5_2 before mlx5_10); only: the node's own devices when
+    virtual nodes share one host's (acceptance.nics' device map)."""
     d = Path(root) / "class" / "infiniband"
     if not d.is_dir():
         raise Unavailable(f"no {d} (no RDMA device, or its driver is not loaded)")
-    return sorted((p.name for p in d.iterdir()), key=natural_key)
+    names = sorted((p.name for p in d.iterdir()), key=natural_key)
+    return names if only is None else [n for n in names if n in set(only)]
 
 
 def parse_mtu(text: str | None) -> int | None:
@@ -177,14 +179,14 @@ def ibv_devinfo() -> dict[str, dict]:
     return parse_ibv_devinfo(_output(cmd))
 
 
-def read_ports(root: Path, devinfo=None) -> list[Port]:
+def read_ports(root: Path, devinfo=None, only: Iterable[str] | None = None) -> list[Port]:
     """Every port of every RDMA device, in natural device order.
 
     devinfo: parsed ibv_devinfo for InfiniBand MTUs; None runs it when an
     InfiniBand port needs it; an Unavailable leaves those MTUs unknown with its reason.
     """
     root = Path(root)
-    devices = rdma_devices(root)
+    devices = rdma_devices(root, only)
     if not devices:
         raise Unavailable(f"no RDMA device in {root / 'class' / 'infiniband'}")
     out = []
@@ -268,18 +270,26 @@ def driver_of(root: Path, device: str) -> str:
     return f"{name} {version}" if version else f"{name} in-tree (kernel {platform.release()})"
 
 
-def fabric_versions(root: Path, lib_dirs=None) -> dict[str, str]:
-    """What must match on every node: kernel, rdma-core, RDMA driver and firmware per device."""
+def fabric_versions(root: Path, lib_dirs=None, only: Iterable[str] | None = None) -> dict[str, str]:
+    """What must match on every node: kernel, rdma-core, RDMA driver, and the RDMA devices' firmware
+    (one version, or each version with its devices when they differ within the node)."""
     root = Path(root)
     versions = {"kernel": platform.release(), "rdma-core": rdma_core_version(lib_dirs)}
     try:
-        devices = rdma_devices(root)
+        devices = rdma_devices(root, only)
     except Unavailable:
         devices = []
     drivers = set()
+    firmware: dict[str, list[str]] = {}
     for name in devices:
-        versions[f"firmware {name}"] = read_sysfs(root / "class" / "infiniband" / name / "fw_ver") or "unknown"
+        fw = read_sysfs(root / "class" / "infiniband" / name / "fw_ver") or "unknown"
+        firmware.setdefault(fw, []).append(name)
         drivers.add(driver_of(root, name))
+    if firmware:
+        # One value per node, not one per device name: names differ between nodes (PCI order,
+        # virtual nodes sharing a host), the firmware must not.
+        versions["firmware"] = (next(iter(firmware)) if len(firmware) == 1 else
+                                ", ".join(f"{fw} ({', '.join(names)})" for fw, names in sorted(firmware.items())))
     if drivers:
         versions["driver"] = ", ".join(sorted(drivers))
     return versions
@@ -527,9 +537,10 @@ def _fact(fn, *args):
         return Unavailable(f"{type(e).__name__}: {e}")
 
 
-def collect(root: Path, lib_dirs=None) -> NodeFacts:
+def collect(root: Path, lib_dirs=None, only: Iterable[str] | None = None) -> NodeFacts:
     """Every fact of this node; never raises. nvidia-smi and cupy are only asked on GPU nodes,
-    and dma-buf only where no peer-memory module is loaded."""
+    and dma-buf only where no peer-memory module is loaded. only: the node's own RDMA devices
+    where virtual nodes share one host's (None: every device under root)."""
     root = Path(root)
     gpus = _fact(gpu_count, root)
     has_gpus = isinstance(gpus, int) and gpus > 0
@@ -543,9 +554,9 @@ def collect(root: Path, lib_dirs=None) -> NodeFacts:
         dmabuf = _fact(dmabuf_supported)
     return NodeFacts(
         root=str(root),
-        devices=_fact(rdma_devices, root),
-        ports=_fact(read_ports, root),
-        versions=_fact(fabric_versions, root, lib_dirs),
+        devices=_fact(rdma_devices, root, only),
+        ports=_fact(read_ports, root, None, only),
+        versions=_fact(fabric_versions, root, lib_dirs, only),
         hugepages=_fact(hugepages_bytes, root),
         gpus=gpus,
         topo=_fact(topology_affinity) if has_gpus else no_gpu,

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import counters
-from .naming import natural_key
+from . import counters, nics
 from .profile import Profile
 from .topology import Topology
 
@@ -28,11 +27,10 @@ class PortWatch:
     def _node_devices(cls, topology: Topology, profile: Profile) -> dict[str, int | None] | None:
         if not profile.get("counters.enabled"):
             return None
-        devices = sorted({p.device for p in counters.ports(counters.sysfs_root(topology.node))}, key=natural_key)
+        devices = nics.node_devices(topology.node)
         if not devices:
             return None
-        bound = {r.rail: r.nic for r in topology.ranks_on(topology.node) if r.nic}
-        return counters.rails_of(devices, profile.get("topology.nic_rails"), bound, topology.rails)
+        return nics.topology_rails(topology, profile.get("topology.nic_rails"), devices=devices)
 
     @classmethod
     def for_node(cls, topology: Topology, profile: Profile) -> PortWatch | None:

@@ -2,8 +2,10 @@
 
 Node name: SLURMD_NODENAME, else a virtual node of local emulation, else the
 host name. Local rank: SLURM_LOCALID, else the emulated slot, else an MPI
-shared-memory split. Rail: the local rank (GPU i <-> NIC i <-> rail i in a
-rail-optimized cluster) unless the profile maps this rank's NIC to a rail.
+shared-memory split. NIC: the one a launcher bound (ACCEPTANCE_NIC), else the
+device map's entry for the node and local rank (virtual nodes sharing one host's
+devices, acceptance.nics), else unknown. Rail: the local rank (GPU i <-> NIC i <->
+rail i in a rail-optimized cluster) unless the profile maps this rank's NIC to a rail.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Mapping
 
 from mpi4py import MPI
 
+from . import nics
 from .naming import natural_key
 
 # Set by `acceptance run` for local emulation: ranks r*R .. r*R+R-1 form node r+1.
@@ -79,6 +82,12 @@ def local_identity(world: MPI.Comm, nic_rails: Mapping[str, int],
         node = env.get("SLURMD_NODENAME") or host
         local_rank = int(env["SLURM_LOCALID"]) if "SLURM_LOCALID" in env else shared_rank
     nic = env.get(ENV_NIC) or None
+    if nic is None:  # virtual nodes sharing one host's devices: the device map names each rail's
+        try:
+            mapped = nics.mapped_devices(node, env)
+        except nics.DeviceMapError as e:
+            raise TopologyError(str(e)) from None
+        nic = mapped[local_rank] if mapped and local_rank < len(mapped) else None
     return RankInfo(rank, node, local_rank, rail_of(local_rank, nic, nic_rails), host, nic)
 
 

@@ -12,23 +12,37 @@ pytest_plugins = ["acceptance.pytest_plugin"]
 def engine(request, topology, profile, run_folder):
     """The engine that measures this suite: run.engine, or for `auto` the best one every rank can use.
 
-    A suite file names what it needs in ENGINE_NEEDS; the choice and why are written to
-    run.json ("engines") by rank 0, and a suite without a usable engine skips with the reason.
+    A suite file names what it needs in ENGINE_NEEDS; the choice, why, and the device each rank
+    measures through are written to run.json ("engines") by rank 0; a suite without a usable
+    engine skips with the reason, and one whose engine fails to set up on any rank errors on all.
     """
     module = request.module
     suite = getattr(module, "SUITE", None) or module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
     chosen, why, name = agree(profile.get("run.engine"), getattr(module, "ENGINE_NEEDS", ()),
                               topology.world, topology.node)
+    error = None
+    if chosen is not None:
+        try:
+            if name == "nccl":  # NCCL's own log says whether each rail's traffic used GPUDirect RDMA
+                chosen.configure(topology, profile, log_dir=run_folder.path / "logs")
+            else:
+                chosen.configure(topology, profile)
+        except Exception as e:  # noqa: BLE001 - every rank hears of it, so none waits in a collective
+            error = f"{topology.label(topology.rank)}: {type(e).__name__}: {e}"
+    # Which device each rank measures through (the verbs engine's rail NIC), for run.json.
+    every = topology.world.allgather((error, getattr(chosen, "used_device", lambda: None)() if not error else None))
     if topology.rank == 0:
         engines = dict(run_folder.read_run().get("engines") or {})
         engines[suite] = {"engine": name, "why": why}
+        devices = {topology.label(r): d for r, (_, d) in enumerate(every) if d}
+        if devices:
+            engines[suite]["devices"] = devices
         run_folder.update_run(engines=engines)
     if chosen is None:
         pytest.skip(why)
-    if name == "nccl":  # NCCL's own log says whether each rail's traffic used GPUDirect RDMA
-        chosen.configure(topology, profile, log_dir=run_folder.path / "logs")
-    else:
-        chosen.configure(topology, profile)
+    errors = [e for e, _ in every if e]
+    if errors:
+        raise RuntimeError(f"the {name} engine could not be set up:\n" + "\n".join(errors))
     return chosen
 
 

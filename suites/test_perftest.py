@@ -16,7 +16,7 @@ pair, the rail and the tool's error.
 import pytest
 from mpi4py import MPI
 
-from acceptance import counters
+from acceptance import counters, nics
 from acceptance.fabric import perftest
 from acceptance.measure.p2p import RailPairs
 from acceptance.measure.sweep import sweep_from_profile
@@ -25,6 +25,8 @@ from acceptance.naming import natural_key
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
 SUITE = "perftest"
 
+# perftest failing to calibrate its clock on a busy CPU is not a fabric problem: try again.
+CLOCK_TRIES = 3
 # -D 5: perftest measures the middle 3 s (margin D // 4 = 1 s at each end) and skips the peak.
 
 
@@ -33,27 +35,22 @@ def _this_rank(topology, profile) -> dict:
     root = counters.sysfs_root(topology.node)
     facts = {"node": topology.node, "rail": topology.rail, "root": str(root),
              "missing": sorted(tool for tool, path in perftest.find_tools().items() if path is None),
-             "devices": [], "device": None, "port": None, "link_layer": None, "gid": None}
-    ports = counters.ports(root)
-    devices = sorted({p.device for p in ports}, key=natural_key)
+             "devices": [], "device": None, "port": None, "link_layer": None, "gid": None, "address": None}
+    devices = nics.node_devices(topology.node)
     facts["devices"] = devices
-    if not devices:
+    device, _ = nics.rail_device(topology, profile.get("topology.nic_rails"), devices)
+    if device is None:
         return facts
-    bound = {r.rail: r.nic for r in topology.ranks_on(topology.node) if r.nic}
-    rails = counters.rails_of(devices, profile.get("topology.nic_rails"), bound, topology.rails)
-    mine = [d for d in devices if rails.get(d) == topology.rail]
-    if topology.me.nic in devices:  # the launcher bound this rank to a NIC: that one
-        mine = [topology.me.nic]
-    if not mine:
+    own = counters.ports(root, [device])
+    if not own:
         return facts
-    device = mine[0]
-    own = [p for p in ports if p.device == device]
     port = next((p for p in own if p.port == profile.get("verbs.port")), own[0])
     gid = profile.get("verbs.gid_index")
     if gid < 0 and port.link_layer == "Ethernet":
         gid = perftest.roce_gid_index(root, device, port.port)
-    facts.update(device=device, port=port.port, link_layer=port.link_layer,
-                 gid=gid if gid is not None and gid >= 0 else None)
+    gid = gid if gid is not None and gid >= 0 else None
+    facts.update(device=device, port=port.port, link_layer=port.link_layer, gid=gid,
+                 address=perftest.rail_address(root, device, port.port, gid, port.netdev))
     return facts
 
 
@@ -92,13 +89,16 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return
-    side = {"device": me["device"], "ib_port": me["port"], "gid_index": me["gid"]}
+    # -u: the QP's ACK timeout exponent, the verbs engine's ([verbs] timeout): one connection setting for both.
+    side = {"device": me["device"], "ib_port": me["port"], "gid_index": me["gid"],
+            "extra": ("-u", str(profile.get("verbs.timeout")))}
     specs = (perftest.Spec("bw", size=min(sweep_from_profile(profile).sizes[-1], profile.get("perftest.max_size")),
                            duration_s=profile.get("perftest.duration"), tx_depth=profile.get("verbs.tx_depth"), **side),
              perftest.Spec("lat", size=profile.get("latency.size"), iters=profile.get("latency.iters"), **side))
     problems = []
     for comm, low, high in rp.pairs():
-        hosts = comm.allgather(MPI.Get_processor_name())
+        # The server's rail address: the host name may be the management network, or "(none)".
+        hosts = comm.allgather(me["address"] or MPI.Get_processor_name())
         for origin in (0, 1):
             _, _, nodes, ranks = rp.direction(low, high, origin)
             server = 1 - origin  # the destination listens; the source (origin) writes
@@ -107,10 +107,15 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
             for slot, spec in enumerate(specs):
                 # One TCP port per pair, test and direction: pairs of a round may share a host.
                 tcp_port = perftest.DEFAULT_TCP_PORT + 4 * low + 2 * slot + origin
-                try:
-                    results[spec.kind] = perftest.run_pair(comm, is_server, spec, hosts[server], tcp_port=tcp_port)
-                except perftest.PerftestError as e:
-                    problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}: {spec.tool_name}: {e}")
+                for attempt in range(CLOCK_TRIES):
+                    try:
+                        results[spec.kind] = perftest.run_pair(comm, is_server, spec, hosts[server],
+                                                               tcp_port=tcp_port)
+                        break
+                    except perftest.PerftestError as e:
+                        if e.clock_only and attempt + 1 < CLOCK_TRIES:
+                            continue
+                        problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}: {spec.tool_name}: {e}")
                 progress()
             if not is_server:
                 common = {"rail": rail, "nodes": nodes, "ranks": ranks}

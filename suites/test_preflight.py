@@ -23,7 +23,7 @@ from acceptance.nodefacts import (
     ports_down,
     sysfs_root,
 )
-from acceptance.counters import rails_of
+from acceptance.nics import mapped_devices, topology_rails
 from acceptance.preflight import (
     UNLIMITED,
     layout_problems,
@@ -82,7 +82,7 @@ def test_software_versions_match(topology, profile, record):
 def fabric(topology):
     """node -> NodeFacts for every node of the job, in natural node order (collective)."""
     first = topology.rank == min(r.rank for r in topology.ranks_on(topology.node))
-    mine = collect(sysfs_root(topology.node)) if first else None
+    mine = collect(sysfs_root(topology.node), only=mapped_devices(topology.node)) if first else None
     got = {node: facts for node, facts in topology.world.allgather((topology.node, mine)) if facts is not None}
     return {node: got[node] for node in topology.nodes}
 
@@ -126,11 +126,8 @@ def _verdict(bad, bound):
 def _rails(topology, profile, fabric):
     """node -> RDMA device -> rail (None when unknown), as the counter windows map them."""
     nic_rails = profile.get("topology.nic_rails")
-    out = {}
-    for node, f in fabric.items():
-        bound = {r.rail: r.nic for r in topology.ranks_on(node) if r.nic}
-        out[node] = rails_of(f.devices if isinstance(f.devices, list) else [], nic_rails, bound, topology.rails)
-    return out
+    return {node: topology_rails(topology, nic_rails, node, f.devices if isinstance(f.devices, list) else [])
+            for node, f in fabric.items()}
 
 
 def _rail_ports(profile, have):

@@ -62,6 +62,19 @@ _TAG = 7311                    # MPI tag of the pair's messages
 class PerftestError(Exception):
     """A perftest run failed: the message names the tool and ends with its stderr tail."""
 
+    @property
+    def clock_only(self) -> bool:
+        """Every side failed only to calibrate its clock: worth one more try."""
+        parts = str(self).split("; ")
+        return bool(parts) and all(p.endswith(CLOCK_PROBLEM) for p in parts)
+
+
+# perftest's get_cpu_mhz() samples the TSC against gettimeofday and gives up when the fit is poor
+# (a busy or virtual CPU); latencies are then reported as inf.
+CLOCK_FAILED = "Correlation coefficient r^2"
+CLOCK_PROBLEM = ("could not calibrate its clock (perftest: 'Correlation coefficient r^2 < 0.9', "
+                 "the CPU was busy or virtual while it sampled the TSC), so it reported no latency")
+
 
 class PerftestParseError(PerftestError):
     """A report that is neither perftest's JSON (either dialect) nor its text report."""
@@ -476,6 +489,41 @@ def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | Non
     return choose_gid_index(rows) if rows else None
 
 
+def ipv4_of_gid(gid: str) -> str | None:
+    """"0000:0000:0000:0000:0000:ffff:c612:0101" -> "198.18.1.1"; None for a GID that is not IPv4-mapped."""
+    from .verbs import IPV4_MAPPED
+    if not gid.lower().startswith(IPV4_MAPPED):
+        return None
+    digits = gid.replace(":", "")[-8:]
+    return ".".join(str(int(digits[i:i + 2], 16)) for i in range(0, 8, 2))
+
+
+def netdev_ipv4(netdev: str) -> str | None:
+    """The IPv4 address of a network interface of this host (SIOCGIFADDR), None when it has none."""
+    import fcntl
+    import struct
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", netdev.encode()[:15]))  # SIOCGIFADDR
+    except OSError:
+        return None
+    return socket.inet_ntoa(raw[20:24])
+
+
+def rail_address(root: str | os.PathLike, device: str, port: int, gid_index: int | None,
+                 netdev: str | None) -> str | None:
+    """Where a perftest client reaches this port's server: the IPv4 address of its RoCE GID, else its
+    netdev's IPv4 address (IPoIB), else None (then the host name). The rail's own address, since
+    the host name is often the management network, or nothing at all."""
+    from ..counters import read_sysfs
+    if gid_index is not None:
+        gid = read_sysfs(Path(root) / "class" / "infiniband" / device / "ports" / str(port) / "gids" / str(gid_index))
+        address = ipv4_of_gid(gid or "")
+        if address:
+            return address
+    return netdev_ipv4(netdev) if netdev else None
+
+
 # ---- processes -----------------------------------------------------------------------
 
 def port_listening(port: int, proc_net: str | os.PathLike = "/proc/net") -> bool | None:
@@ -683,6 +731,8 @@ def _judge(run: ToolRun, spec: Spec, required: bool) -> tuple[str | None, BwResu
     try:
         result = spec.parse(text)
     except PerftestParseError as e:
+        if CLOCK_FAILED in run.stdout + run.stderr:
+            return f"{run.tool} {run.role}: {CLOCK_PROBLEM}", None
         return f"{run.tool} {run.role}: unreadable report: {e}", None
     if result.size != spec.size:
         return f"{run.tool} {run.role}: reported size {result.size} B, asked for {spec.size} B", None
@@ -758,6 +808,16 @@ class _workdir:
             shutil.rmtree(self.temp, ignore_errors=True)
 
 
+def _recv(comm, peer: int, longest_sleep_s: float = 0.01):
+    """The peer's next message, waited for without spinning a core: perftest's clock calibration
+    (and its numbers) suffer when the ranks beside it busy-poll MPI."""
+    sleep = 0.0005
+    while not comm.Iprobe(source=peer, tag=_TAG):
+        time.sleep(sleep)
+        sleep = min(sleep * 2, longest_sleep_s)
+    return comm.recv(source=peer, tag=_TAG)
+
+
 def _server_side(comm, peer: int, spec: Spec, wd: Path, tcp_port: int, listen_timeout: float,
                  settle_s: float) -> str | None:
     server = None
@@ -771,7 +831,7 @@ def _server_side(comm, peer: int, spec: Spec, wd: Path, tcp_port: int, listen_ti
             comm.send(("failed", None), dest=peer, tag=_TAG)
             return _failed_start(spec.tool_name, server, why)
         comm.send(("listening", port), dest=peer, tag=_TAG)
-        client_ok = comm.recv(source=peer, tag=_TAG)
+        client_ok = _recv(comm, peer)
         return _judge_server(finish_server(server, client_ok), spec, client_ok)[0]
     finally:
         if server is not None:
@@ -779,7 +839,7 @@ def _server_side(comm, peer: int, spec: Spec, wd: Path, tcp_port: int, listen_ti
 
 
 def _client_side(comm, peer: int, spec: Spec, wd: Path, server_host: str):
-    state, port = comm.recv(source=peer, tag=_TAG)
+    state, port = _recv(comm, peer)
     if state != "listening":
         return None, None  # the server side names the problem
     try:

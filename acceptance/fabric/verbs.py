@@ -41,7 +41,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..counters import rails_of
+from .. import nics
 from ..measure import timed, timed_capped
 from . import gpumem
 from .memory import allocate, check_counter, corrupt_for_test, fill_pattern, verify
@@ -215,20 +215,11 @@ def available() -> tuple[bool, str]:
 
 
 def pick_device(devices: Iterable[str], topology, nic_rails) -> str:
-    """This rank's device: the one whose rail is the rank's rail (the rank's bound NIC when several)."""
-    devices = list(devices)
-    bound = {r.rail: r.nic for r in topology.ranks_on(topology.node) if r.nic}
-    rails = rails_of(devices, nic_rails or {}, bound, topology.rails)
-    mine = [dev for dev, rail in rails.items() if rail == topology.rail]
-    if not mine:
-        where = f"rank {topology.rank} on {topology.node}"
-        if not devices:
-            raise VerbsError(f"rail {topology.rail} ({where}) has no RDMA device: this node lists none")
-        shown = ", ".join(f"{d} -> {'rail ' + str(r) if r is not None else 'no rail'}" for d, r in rails.items())
-        raise VerbsError(f"rail {topology.rail} ({where}) has no RDMA device: {shown} "
-                         f"(rails {topology.rails}); map devices to rails with [topology] nic_rails")
-    nic = getattr(getattr(topology, "me", None), "nic", None)
-    return nic if nic in mine else mine[0]
+    """This rank's device among the host's `devices`: the one serving the rank's rail (acceptance.nics)."""
+    device, why = nics.rail_device(topology, nic_rails, devices)
+    if device is None:
+        raise VerbsError(why)
+    return device
 
 
 def configure(topology, profile) -> None:
@@ -241,6 +232,11 @@ def configure(topology, profile) -> None:
         raise VerbsError(f"rail {topology.rail} (rank {topology.rank} on {topology.node}) "
                          f"has no RDMA device: {exc}") from exc
     _config = Config(pick_device(names, topology, profile.get("topology.nic_rails")), settings)
+
+
+def used_device() -> str | None:
+    """The RDMA device this rank measures through, once configured."""
+    return _config.device if _config is not None else None
 
 
 def configured() -> Config:
@@ -291,10 +287,12 @@ def _register(pd, buf: np.ndarray, access: int):
         raise VerbsError(f"registering {buf.nbytes} B failed: {exc}") from exc
 
 
-def _check_keys(mr, nbytes: int) -> None:
-    if not mr.lkey or not mr.rkey:
+def _check_keys(mr, nbytes: int, remote: bool = True) -> None:
+    """A zero key cannot be used; the rkey only matters for an MR a peer accesses (rxe gives an MR
+    registered for local access rkey 0, mlx5 a non-zero one)."""
+    if not mr.lkey or (remote and not mr.rkey):
         raise VerbsError(f"registration of {nbytes} B returned lkey {mr.lkey:#x}, rkey {mr.rkey:#x}: "
-                         "a zero key cannot be used")
+                         f"a zero {'rkey' if mr.lkey else 'lkey'} cannot be used")
 
 
 REG_ACCESS_NAMES = ("IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE", "IBV_ACCESS_REMOTE_READ")
@@ -940,7 +938,7 @@ class PairLink:
         gpu = next((g for g in self._gpu if g.ptr == _device_ptr(buf)), None)
         mr = _register(self.pd, buf, access_flags(*access)) if gpu is None else self._gpu_mr(buf, gpu, *access)
         self._mrs.append(mr)
-        _check_keys(mr, buf.nbytes)
+        _check_keys(mr, buf.nbytes, remote=any(a.startswith("IBV_ACCESS_REMOTE_") for a in access))
         return mr
 
     def _gpu_mr(self, buf, gpu: gpumem.GpuBuffer, *access: str):

@@ -150,7 +150,7 @@ def test_widths():
     ("np_cnp_sent", "cnp"), ("rp_cnp_handled", "cnp"), ("np_ecn_marked_roce_packets", "cnp"),
     ("port_xmit_wait", "wait"), ("rx_corrected_bits_phy", "corrected"),
     ("port_xmit_data", "data"), ("port_rcv_packets", "data"), ("rx_bits_phy", "data"), ("rx_prio3_bytes", "data"),
-    ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "other"), ("module_unplug", "other"),
+    ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "error"), ("completer_retry_err", "error"), ("rcvd_seq_err", "error"), ("sent_pkts", "data"), ("rcvd_rnr_err", "other"), ("module_unplug", "other"),
 ])
 def test_kind_of(name, kind):
     assert c.kind_of(name) == kind

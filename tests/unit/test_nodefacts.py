@@ -345,10 +345,10 @@ def test_versions_name_the_odd_node_out(tmp_path):
         if node == "node2":
             fakesysfs.ib_device(root, "mlx5_1", bdf="0000:28:00.0", fw_ver="28.40.1000", driver_version="24.04-0.6.6")
         versions[node] = fabric_versions(root, lib_dirs=[lib])
-    assert versions["node1"] == {"kernel": platform.release(), "rdma-core": "50.0", "firmware mlx5_0": "28.39.1002",
-                                 "firmware mlx5_1": "28.39.1002", "driver": "mlx5_core 24.04-0.6.6"}
+    assert versions["node1"] == {"kernel": platform.release(), "rdma-core": "50.0", "firmware": "28.39.1002",
+                                 "driver": "mlx5_core 24.04-0.6.6"}
     assert odd_ones_out(versions) == [
-        "node2: firmware mlx5_1 '28.40.1000' differs from '28.39.1002' on 2 of 3 nodes"]
+        "node2: firmware '28.39.1002 (mlx5_0), 28.40.1000 (mlx5_1)' differs from '28.39.1002' on 2 of 3 nodes"]
 
 
 # --- memory and GPUs -------------------------------------------------------------------------

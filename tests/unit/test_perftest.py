@@ -458,7 +458,7 @@ def assert_all_gone(log: Path) -> None:
 # ---- run_pair's messages, with two threads standing in for two ranks ---------------------------
 
 class ThreadComm:
-    """Just what run_pair uses of a 2-rank mpi4py communicator: send, recv, allgather, Get_rank."""
+    """Just what run_pair uses of a 2-rank mpi4py communicator: send, recv, Iprobe, allgather, Get_rank."""
 
     def __init__(self, rank: int, boxes: list[queue.Queue]):
         self.rank, self.boxes = rank, boxes
@@ -471,6 +471,9 @@ class ThreadComm:
 
     def recv(self, source: int, tag: int = 0):
         return self.boxes[self.rank].get(timeout=30)
+
+    def Iprobe(self, source: int, tag: int = 0) -> bool:
+        return not self.boxes[self.rank].empty()
 
     def allgather(self, obj) -> list:
         self.send(obj, 1 - self.rank)

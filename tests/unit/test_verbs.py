@@ -504,7 +504,7 @@ def test_register_times_modes(recording_device):
     assert len({addr for addr, *_ in recording_device["regs"]}) == 1  # one warm buffer
     assert isinstance(verbs.registration_growth(1 << 16, 5), int)
     recording_device["zero"] = True
-    with pytest.raises(verbs.VerbsError, match="a zero key cannot be used"):
+    with pytest.raises(verbs.VerbsError, match="a zero lkey cannot be used"):
         verbs.register_times(4096, 1, "create")
 
 
