@@ -70,7 +70,7 @@ GUEST_MODULES = ("rdma_rxe", "ib_uverbs", "rdma_ucm", "veth", "bridge", "sch_tbf
 # MPI's own traffic stays off the rxe devices: UCX (the mpich wheel's default netmod) would
 # otherwise open UD endpoints on them, which time out under emulation, and its packets would
 # move the counters the harness judges. Overridable from the host environment.
-GUEST_ENV = {"UCX_TLS": "self,sm,tcp"}
+GUEST_ENV = {"UCX_TLS": "self,sm,tcp", "MPLCONFIGDIR": "/tmp/matplotlib"}
 PASSED_ENV = ("TERM", "PYTHONHASHSEED", "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER")
 MSIZE = 512 * 1024  # 9p message size: fewer round trips for Python imports over 9p
 
@@ -339,6 +339,10 @@ def _guest_network(plan: Plan, modroot: str) -> None:
     for key in ("all", "default"):
         _sysctl(f"net.ipv4.conf.{key}.rp_filter", "0")
         _sysctl(f"net.ipv4.conf.{key}.accept_local", "1")
+        # Every address is local to this one kernel: without these, each node's veth on a rail
+        # answers ARP for every other node's address too, and traffic goes to the wrong device.
+        _sysctl(f"net.ipv4.conf.{key}.arp_ignore", "1")
+        _sysctl(f"net.ipv4.conf.{key}.arp_announce", "2")
     for r in range(plan.rails):
         _sh("ip", "link", "add", f"rail{r}", "type", "bridge")
         _sh("ip", "link", "set", f"rail{r}", "up")
