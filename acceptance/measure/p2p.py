@@ -57,15 +57,37 @@ class RailPairs:
                     comm.Free()
             self.progress()
 
+    def each_link(self, engine, size: int, memory: str, problems: list[str], record: Callable,
+                  metric: str, unit: str, body: Callable) -> None:
+        """body(link, low, high) for each pair of this rank, on an engine link freed afterwards.
+
+        A link that fails (cannot connect, completions time out, the peer's side broke) fails its
+        pair only: both ranks raise (the engine agrees on errors), the pair is recorded unmeasured
+        (value null, verdict fail) and named in `problems`, and the schedule goes on, so no rank of
+        a later round waits for these two.
+        """
+        for comm, low, high in self.pairs():
+            link = None
+            try:
+                # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
+                link = (engine.PairLink(comm, size) if memory == "host"
+                        else engine.PairLink(comm, size, memory=memory))
+                body(link, low, high)
+            except Exception as e:  # noqa: BLE001 - reported as this pair's failure
+                _, _, nodes, ranks = self.direction(low, high, 0)
+                why = f"{type(e).__name__}: {e}"
+                problems.append(f"{nodes[0]} <-> {nodes[1]} rail {self.rail}: {metric} not measured: {why}")
+                if self.index == low:
+                    record(metric, None, unit, rail=self.rail, nodes=nodes, ranks=ranks, engine=engine.NAME,
+                           memory=memory, samples=0, verdict="fail", detail=f"not measured: {why}")
+            finally:
+                if link is not None:
+                    link.free()
+
     def direction(self, low: int, high: int, origin: int) -> tuple[int, int, list[str], list[int]]:
         """(source rail index, destination rail index, [src node, dst node], [src rank, dst rank])."""
         src, dst = (low, high) if origin == 0 else (high, low)
         return src, dst, [self.nodes[src], self.nodes[dst]], [self.world_ranks[src], self.world_ranks[dst]]
-
-
-def _link(engine, comm, size: int, memory: str):
-    # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
-    return engine.PairLink(comm, size) if memory == "host" else engine.PairLink(comm, size, memory=memory)
 
 
 def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
@@ -84,35 +106,34 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     bounds = profile.get(f"{bounds}.bandwidth_min")
     budget = profile.get("sweep.max_time_per_size")
     problems = []
-    for comm, low, high in rp.pairs():
-        link = _link(engine, comm, max(sweep.sizes), memory)
-        try:
-            for origin in (0, 1):
-                src, dst, nodes, ranks = rp.direction(low, high, origin)
-                where = f"{nodes[0]} -> {nodes[1]} rail {rail}"
-                for i, size in enumerate(sweep.sizes):
-                    iters = sweep.iters(size, size * window)
-                    t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
-                                           seed=(ranks[0], ranks[1], i), budget_s=budget)
-                    common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
-                    if t.times_ns is not None:
-                        iters = len(t.times_ns)  # fewer when the time budget ran out
-                        value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
-                        bound = bound_at(bounds, size)
-                        verdict = judge(value, bound, higher_is_better=True)
-                        record("bandwidth", value, "Gbit/s", samples=iters, threshold=bound, verdict=verdict,
-                               **common)
-                        if verdict == "fail":
-                            problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
-                                            f"< bound {bound:g} Gbit/s")
-                    else:
-                        record("errors", 0 if t.mismatch is None else t.mismatch.wrong_bytes, "count",
-                               samples=1, threshold=0, verdict="fail" if t.mismatch else "pass",
-                               detail=str(t.mismatch) if t.mismatch else None, **common)
-                        if t.mismatch:
-                            problems.append(f"{where}, size {size} B: data corrupted: {t.mismatch}")
-        finally:
-            link.free()
+
+    def measure(link, low, high):
+        for origin in (0, 1):
+            src, dst, nodes, ranks = rp.direction(low, high, origin)
+            where = f"{nodes[0]} -> {nodes[1]} rail {rail}"
+            for i, size in enumerate(sweep.sizes):
+                iters = sweep.iters(size, size * window)
+                t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
+                                       seed=(ranks[0], ranks[1], i), budget_s=budget)
+                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
+                if t.times_ns is not None:
+                    iters = len(t.times_ns)  # fewer when the time budget ran out
+                    value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
+                    bound = bound_at(bounds, size)
+                    verdict = judge(value, bound, higher_is_better=True)
+                    record("bandwidth", value, "Gbit/s", samples=iters, threshold=bound, verdict=verdict,
+                           **common)
+                    if verdict == "fail":
+                        problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
+                                        f"< bound {bound:g} Gbit/s")
+                else:
+                    record("errors", 0 if t.mismatch is None else t.mismatch.wrong_bytes, "count",
+                           samples=1, threshold=0, verdict="fail" if t.mismatch else "pass",
+                           detail=str(t.mismatch) if t.mismatch else None, **common)
+                    if t.mismatch:
+                        problems.append(f"{where}, size {size} B: data corrupted: {t.mismatch}")
+
+    rp.each_link(engine, max(sweep.sizes), memory, problems, record, "bandwidth", "Gbit/s", measure)
     return problems
 
 
@@ -145,48 +166,47 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
     iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
     bounds = {metric: _optional(profile, f"{key}_{field}_max") for field, metric in LATENCY_METRICS[:3]}
     problems = []
-    for comm, low, high in rp.pairs():
-        link = _link(engine, comm, size, memory)
-        try:
-            for origin in (0, 1):
-                _, _, nodes, ranks = rp.direction(low, high, origin)
-                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
-                where = f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B"
-                mismatch = None
-                if op == "write":
-                    times = link.put_latency(size, iters, warmup, origin)
-                    pingpong = link.pingpong_latency(size, iters, warmup, origin)
-                elif op == "read":
-                    times, pingpong = link.read_latency(size, iters, warmup, origin), None
-                else:
-                    got = link.atomic_latency(iters, warmup, origin)
-                    times, pingpong, mismatch = got.times_ns, None, got.mismatch
-                    if times is None:  # the target: it checked the counter
-                        record("errors", 0 if mismatch is None else mismatch.wrong_bytes, "count",
-                               samples=1, threshold=0, verdict="fail" if mismatch else "pass",
-                               detail=str(mismatch) if mismatch else "atomic counter exact", **common)
-                        if mismatch:
-                            problems.append(f"{where}: {mismatch}")
-                if times is None:
-                    continue
-                stats = percentiles(us(times))
+
+    def measure(link, low, high):
+        for origin in (0, 1):
+            _, _, nodes, ranks = rp.direction(low, high, origin)
+            common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
+            where = f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B"
+            mismatch = None
+            if op == "write":
+                times = link.put_latency(size, iters, warmup, origin)
+                pingpong = link.pingpong_latency(size, iters, warmup, origin)
+            elif op == "read":
+                times, pingpong = link.read_latency(size, iters, warmup, origin), None
+            else:
+                got = link.atomic_latency(iters, warmup, origin)
+                times, pingpong, mismatch = got.times_ns, None, got.mismatch
+                if times is None:  # the target: it checked the counter
+                    record("errors", 0 if mismatch is None else mismatch.wrong_bytes, "count",
+                           samples=1, threshold=0, verdict="fail" if mismatch else "pass",
+                           detail=str(mismatch) if mismatch else "atomic counter exact", **common)
+                    if mismatch:
+                        problems.append(f"{where}: {mismatch}")
+            if times is None:
+                continue
+            stats = percentiles(us(times))
+            for field, metric in LATENCY_METRICS:
+                value = getattr(stats, field)
+                bound_s = bounds.get(metric)
+                bound = None if bound_s is None else bound_s * 1e6
+                verdict = judge(value, bound, higher_is_better=False)
+                record(prefix + metric, value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
+                       detail=stats.note(field) if field != "max" else None, **common)
+                if verdict == "fail":
+                    problems.append(f"{where}: {what} latency {field} {value:.2f} us > bound {bound:g} us "
+                                    f"({stats.samples} samples)")
+            if pingpong is not None:
+                pp = percentiles(us(pingpong))
                 for field, metric in LATENCY_METRICS:
-                    value = getattr(stats, field)
-                    bound_s = bounds.get(metric)
-                    bound = None if bound_s is None else bound_s * 1e6
-                    verdict = judge(value, bound, higher_is_better=False)
-                    record(prefix + metric, value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
-                           detail=stats.note(field) if field != "max" else None, **common)
-                    if verdict == "fail":
-                        problems.append(f"{where}: {what} latency {field} {value:.2f} us > bound {bound:g} us "
-                                        f"({stats.samples} samples)")
-                if pingpong is not None:
-                    pp = percentiles(us(pingpong))
-                    for field, metric in LATENCY_METRICS:
-                        record(f"pingpong_{metric}", getattr(pp, field), "us", samples=pp.samples,
-                               detail=pp.note(field) if field != "max" else None, **common)
-        finally:
-            link.free()
+                    record(f"pingpong_{metric}", getattr(pp, field), "us", samples=pp.samples,
+                           detail=pp.note(field) if field != "max" else None, **common)
+
+    rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure)
     return problems
 
 
