@@ -8,8 +8,10 @@ BIN    := $(VENV)/bin
 # Chromium for the browser test of the HTML report; prometheus for promtool, which lints
 # the --prometheus textfile output; python3-pyverbs (rdma-core's Python bindings) so the verbs
 # engine's attributes and work requests are built with the real pyverbs; perftest for
-# ib_write_bw / ib_write_lat, the cross-check tools.
-APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps prometheus python3-pyverbs perftest
+# ib_write_bw / ib_write_lat, the cross-check tools; QEMU, busybox, cpio, kmod and rdma-core for the
+# Soft-RoCE rig (tests/cluster/softroce.py: real rxe devices in a guest booted from Debian's kernel).
+APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps prometheus python3-pyverbs perftest \
+  qemu-system-x86 busybox-static cpio kmod xz-utils zstd rdma-core ibverbs-providers ibverbs-utils
 # Where the distribution installs pyverbs (built for the system python3, not pip-installable).
 SYSTEM_PYVERBS ?= /usr/lib/python3/dist-packages/pyverbs
 

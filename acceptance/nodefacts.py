@@ -272,7 +272,7 @@ def driver_of(root: Path, device: str) -> str:
 
 def fabric_versions(root: Path, lib_dirs=None, only: Iterable[str] | None = None) -> dict[str, str]:
     """What must match on every node: kernel, rdma-core, RDMA driver, and the RDMA devices' firmware
-    (one version, or each version with its devices when they differ within the node)."""
+    (the node's common version, then "mlx5_3 at <version>" for each device that differs)."""
     root = Path(root)
     versions = {"kernel": platform.release(), "rdma-core": rdma_core_version(lib_dirs)}
     try:
@@ -287,9 +287,10 @@ def fabric_versions(root: Path, lib_dirs=None, only: Iterable[str] | None = None
         drivers.add(driver_of(root, name))
     if firmware:
         # One value per node, not one per device name: names differ between nodes (PCI order,
-        # virtual nodes sharing a host), the firmware must not.
-        versions["firmware"] = (next(iter(firmware)) if len(firmware) == 1 else
-                                ", ".join(f"{fw} ({', '.join(names)})" for fw, names in sorted(firmware.items())))
+        # virtual nodes sharing a host), the firmware must not. The odd devices are named.
+        common = max(sorted(firmware), key=lambda fw: len(firmware[fw]))
+        odd = [f"{name} at {fw}" for fw, names in sorted(firmware.items()) if fw != common for name in names]
+        versions["firmware"] = "; ".join([common, *odd])
     if drivers:
         versions["driver"] = ", ".join(sorted(drivers))
     return versions

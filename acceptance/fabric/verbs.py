@@ -224,14 +224,19 @@ def pick_device(devices: Iterable[str], topology, nic_rails) -> str:
 
 def configure(topology, profile) -> None:
     """Pick this rank's device (by rail) and read [verbs]; called once per rank before any measurement."""
-    global _config
     settings = Settings.from_profile(profile)
     try:
         names = device_names()
     except VerbsError as exc:
         raise VerbsError(f"rail {topology.rail} (rank {topology.rank} on {topology.node}) "
                          f"has no RDMA device: {exc}") from exc
-    _config = Config(pick_device(names, topology, profile.get("topology.nic_rails")), settings)
+    use(pick_device(names, topology, profile.get("topology.nic_rails")), settings)
+
+
+def use(device: str, settings: Settings) -> None:
+    """Measure through `device` with `settings` (configure() picks both from the topology and profile)."""
+    global _config
+    _config = Config(device, settings)
 
 
 def used_device() -> str | None:

@@ -348,7 +348,7 @@ def test_versions_name_the_odd_node_out(tmp_path):
     assert versions["node1"] == {"kernel": platform.release(), "rdma-core": "50.0", "firmware": "28.39.1002",
                                  "driver": "mlx5_core 24.04-0.6.6"}
     assert odd_ones_out(versions) == [
-        "node2: firmware '28.39.1002 (mlx5_0), 28.40.1000 (mlx5_1)' differs from '28.39.1002' on 2 of 3 nodes"]
+        "node2: firmware '28.39.1002; mlx5_1 at 28.40.1000' differs from '28.39.1002' on 2 of 3 nodes"]
 
 
 # --- memory and GPUs -------------------------------------------------------------------------
