@@ -117,14 +117,15 @@ _BYTES_PACKETS = re.compile(r"_(?:bytes|packets)(?:_phy)?$")
 def kind_of(name: str) -> str:
     """What a counter means for a verdict: one of KINDS.
 
-    error           must not rise (symbol_error, link_downed, rx_crc_errors_phy, out_of_sequence, ...)
+    error           must not rise (symbol_error, link_downed, rx_crc_errors_phy, out_of_sequence, and
+                    rxe's retransmission counters: completer_retry_err, out_of_seq_request, ...)
     discard         dropped packets (port_xmit_discards, rx_discards_phy, rx_prioN_discards, out_of_buffer)
     pause           PFC / global pause frames (rx_prio3_pause, tx_pause_ctrl_phy, rx_prioN_pause_transition)
     pause_duration  time spent paused, microseconds (*_pause_duration)
     cnp             congestion notifications (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_...)
     wait            port_xmit_wait: ticks with data to send and no credits (back-pressure)
     corrected       rx_corrected_bits_phy: FEC-corrected bits (divide by rx_bits_phy for the pre-FEC BER)
-    data            traffic volume (port_xmit_data, *_packets, *_bytes, rx_bits_phy, ...)
+    data            traffic volume (port_xmit_data, *_packets, *_bytes, rx_bits_phy, rxe's sent_pkts, ...)
     other           everything else
     """
     if name in _ERRORS or _RX_ERR_LANE.match(name):

@@ -29,6 +29,12 @@ HW_COUNTERS = (
     "rx_read_requests", "rx_atomic_requests", "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored",
     "np_ecn_marked_roce_packets", "rx_icrc_encapsulated",
 )
+# rxe (Soft-RoCE) hw_counters as Debian's 6.1 kernel lists them (drivers/infiniband/sw/rxe/rxe_hw_counters.c).
+RXE_HW_COUNTERS = (
+    "ack_deferred", "completer_retry_err", "duplicate_request", "link_downed", "out_of_seq_request",
+    "rcvd_pkts", "rcvd_rnr_err", "rcvd_seq_err", "rdma_recvs", "rdma_sends", "retry_exceeded_err",
+    "retry_rnr_exceeded_err", "send_err", "send_rnr_err", "sent_pkts",
+)
 HW_COUNTERS_ROCE_ONLY = ("np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
                          "rx_icrc_encapsulated")
 
@@ -96,6 +102,41 @@ def ib_device(root: Path, name: str = "mlx5_0", *, bdf: str = "0000:18:00.0", po
                 continue
             _write(port / "hw_counters" / c, str((hw_counters or {}).get(c, 0)))
         _write(port / "hw_counters" / "lifespan", "10")
+    return root
+
+
+def rxe_device(root: Path, name: str = "rxe0", *, netdev: str = "eth0", address: str = "192.0.2.1",
+               mac_guid: str = "7c0f:11ff:fe01:3332", netdev_mtu: int = 1500,
+               hw_counters: dict[str, int] | None = None) -> Path:
+    """A Soft-RoCE device as `rdma link add <name> type rxe netdev <netdev>` makes it (read off the
+    Soft-RoCE rig's guest): a virtual device (no PCI parent, no device link), an empty fw_ver, its
+    netdev in `parent`, one Ethernet port at 10 Gb/sec, RoCE v2 GIDs for the netdev's link-local
+    IPv6 and IPv4 addresses, rxe's hw_counters and no PMA counters folder."""
+    root = Path(root)
+    dev = root / "devices" / "virtual" / "infiniband" / name
+    for file, text in (("fw_ver", ""), ("node_desc", "rxe"), ("node_guid", mac_guid), ("node_type", "1: CA"),
+                       ("parent", netdev), ("sys_image_guid", mac_guid)):
+        _write(dev / file, text)
+    _link(root / "class" / "infiniband" / name, dev)
+    net = root / "devices" / "virtual" / "net" / netdev
+    _write(net / "mtu", str(netdev_mtu))
+    _write(net / "operstate", "up")
+    _link(root / "class" / "net" / netdev, net)
+    port = dev / "ports" / "1"
+    for file, text in (("cap_mask", "0x00010000"), ("lid", "0x0"), ("lid_mask_count", "0"),
+                       ("link_layer", "Ethernet"), ("phys_state", "5: LinkUp"), ("rate", "10 Gb/sec (1X FDR10)"),
+                       ("sm_lid", "0x0"), ("sm_sl", "0"), ("state", "4: ACTIVE")):
+        _write(port / file, text)
+    a, b, c, d = (int(x) for x in address.split("."))
+    gids = [f"fe80:0000:0000:0000:{mac_guid}", f"0000:0000:0000:0000:0000:ffff:{a:02x}{b:02x}:{c:02x}{d:02x}"]
+    for i in range(4):  # the table has 1024 entries; the unused ones read as zeros
+        _write(port / "gids" / str(i), gids[i] if i < len(gids) else ":".join(["0000"] * 8))
+    for i in range(len(gids)):
+        _write(port / "gid_attrs" / "types" / str(i), "RoCE v2")
+        _write(port / "gid_attrs" / "ndevs" / str(i), netdev)
+    for c_name in RXE_HW_COUNTERS:
+        _write(port / "hw_counters" / c_name, str((hw_counters or {}).get(c_name, 0)))
+    _write(port / "hw_counters" / "lifespan", "10")
     return root
 
 

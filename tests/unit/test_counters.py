@@ -442,3 +442,26 @@ def test_rails_of():
     assert c.rails_of(devs, {}, None, [0, 1]) == dict.fromkeys(devs)
     assert c.rails_of(devs, {"mlx5_10": 7}, {}, [0, 1]) == {"mlx5_0": None, "mlx5_1": None, "mlx5_2": None,
                                                            "mlx5_10": 7}
+
+
+def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
+    """Soft-RoCE: no PMA counters folder, rxe's own hw_counters, the netdev from the GID's ndev."""
+    root = fakesysfs.rxe_device(tmp_path, "rxe_n1r0", netdev="n1r0", address="198.18.1.1")
+    (port,) = c.ports(root)
+    assert (port.device, port.netdev, port.link_layer, port.state, port.rate) == (
+        "rxe_n1r0", "n1r0", "Ethernet", "4: ACTIVE", "10 Gb/sec (1X FDR10)")
+    before = c.snapshot(root, ethtool=False, node="node1")
+    assert before["problems"] == []
+    kinds = {name: c.kind_of(name) for name in before["ports"][0]["counters"]}
+    assert {n for n, k in kinds.items() if k == "error"} == {
+        "completer_retry_err", "duplicate_request", "link_downed", "out_of_seq_request", "rcvd_seq_err",
+        "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"}
+    assert {n for n, k in kinds.items() if k == "data"} == {"rcvd_pkts", "sent_pkts", "rdma_recvs", "rdma_sends"}
+    fakesysfs.set_counter(root, "rxe_n1r0", 1, "out_of_seq_request", 12, hw=True)
+    fakesysfs.set_counter(root, "rxe_n1r0", 1, "sent_pkts", 5000, hw=True)
+    deltas = c.diff(before, c.snapshot(root, ethtool=False, node="node1"))
+    assert c.problems(deltas, c.Limits(), "node1") == [
+        "node1 rxe_n1r0 port 1: out_of_seq_request rose by 12 during the window (error counters must not rise)"]
+    recs = c.to_records(deltas, c.Limits(), {"rxe_n1r0": 0})
+    assert {(r["metric"], r["value"], r["verdict"], r["rail"]) for r in recs if r["value"]} == {
+        ("out_of_seq_request", 12, "fail", 0)}

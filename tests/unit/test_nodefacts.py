@@ -508,3 +508,17 @@ def test_collect_never_raises_on_an_empty_root(tmp_path):
     # Gathered over MPI: it must survive pickling, reasons and all.
     again = pickle.loads(pickle.dumps(facts))
     assert str(again.devices) == str(facts.devices) and again.devices.reason == facts.devices.reason
+
+
+def test_rxe_facts_as_the_preflight_reads_them(tmp_path):
+    """A Soft-RoCE node: Ethernet ports at 10 Gb/sec with the netdev's MTU, an empty firmware
+    version, no PCI driver; virtual nodes sharing the host keep to their own devices (only=)."""
+    for node in (1, 2):
+        fakesysfs.rxe_device(tmp_path, f"rxe_n{node}r0", netdev=f"n{node}r0", address=f"198.18.1.{node}")
+    facts = nf.collect(tmp_path, only=["rxe_n2r0"])
+    assert facts.devices == ["rxe_n2r0"]
+    (port,) = facts.ports
+    assert (port.label, port.link_layer, port.gbps, port.mtu, port.netdev, port.up) == (
+        "rxe_n2r0 port 1", "Ethernet", 10.0, 1500, "n2r0", True)
+    assert facts.versions["firmware"] == "unknown" and facts.versions["driver"] == "unknown driver"
+    assert len(nf.collect(tmp_path).devices) == 2

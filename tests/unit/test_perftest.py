@@ -570,3 +570,33 @@ def test_suite_skip_reasons(monkeypatch):
     assert why(facts, two, 0) is None
     assert why(facts, two, 1) == ("no RDMA device for rail 1 on node1, node2: map devices to rails with "
                                   "topology.nic_rails")
+
+
+# ---- where the client dials: the server's rail address ---------------------------------------
+
+def test_the_server_is_reached_on_its_rail_address(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import fakesysfs
+    root = fakesysfs.rxe_device(tmp_path, "rxe_n2r1", netdev="n2r1", address="198.18.2.2")
+    gid = perftest.roce_gid_index(root, "rxe_n2r1", 1)
+    assert gid == 1  # the IPv4-mapped RoCE v2 GID, as the verbs engine picks it
+    assert perftest.rail_address(root, "rxe_n2r1", 1, gid, "n2r1") == "198.18.2.2"
+    # No IPv4 GID (InfiniBand, or RoCE on IPv6 only): the netdev's address; none: the caller's host name.
+    assert perftest.rail_address(root, "rxe_n2r1", 1, 0, "no-such-netdev0") is None
+    assert perftest.rail_address(root, "rxe_n2r1", 1, 0, "lo") == "127.0.0.1"
+    assert perftest.ipv4_of_gid("0000:0000:0000:0000:0000:ffff:c612:0202") == "198.18.2.2"
+    assert perftest.ipv4_of_gid("fe80:0000:0000:0000:7c0f:11ff:fe01:3332") is None
+
+
+def test_a_clock_that_would_not_calibrate_is_said_and_retried():
+    """perftest prints 'Correlation coefficient r^2: 0.74 < 0.9' and reports inf latencies when its TSC
+    sampling fails on a busy CPU: named as such, and marked worth retrying when both sides hit it."""
+    inf_report = text("ib_write_lat_ndr.json").replace('"t_min": 0.99', '"t_min": Infinity')
+    run = perftest.ToolRun("client", ["ib_write_lat"], 0, "Correlation coefficient r^2: 0.740051 < 0.9\n", "",
+                           1.0, json_text=inf_report)
+    spec = Spec("lat", "rxe0", 8, iters=100000)
+    problem, result = perftest._judge(run, spec, required=True)
+    assert result is None and problem == f"ib_write_lat client: {perftest.CLOCK_PROBLEM}"
+    assert PerftestError(problem).clock_only
+    assert PerftestError(f"{problem}; ib_write_lat server: {perftest.CLOCK_PROBLEM}").clock_only
+    assert not PerftestError(f"{problem}; ib_write_lat server: exited 1: Couldn't connect").clock_only
