@@ -70,7 +70,10 @@ GUEST_MODULES = ("rdma_rxe", "ib_uverbs", "rdma_ucm", "veth", "bridge", "sch_tbf
 # MPI's own traffic stays off the rxe devices: UCX (the mpich wheel's default netmod) would
 # otherwise open UD endpoints on them, which time out under emulation, and its packets would
 # move the counters the harness judges. Overridable from the host environment.
-GUEST_ENV = {"UCX_TLS": "self,sm,tcp", "MPLCONFIGDIR": "/tmp/matplotlib"}
+GUEST_ENV = {"UCX_TLS": "self,sm,tcp"}
+# The guest's home: shared read-write and kept between runs, so caches (matplotlib's font cache
+# takes ten seconds to build under emulation) are built once per machine.
+GUEST_HOME = CACHE / "home"
 PASSED_ENV = ("TERM", "PYTHONHASHSEED", "MPIR_CVAR_CH4_NETMOD", "FI_PROVIDER")
 MSIZE = 512 * 1024  # 9p message size: fewer round trips for Python imports over 9p
 
@@ -363,6 +366,8 @@ def _guest_network(plan: Plan, modroot: str) -> None:
             _sh("ip", "link", "set", link, "up")
             # rxe looks its route up with the device as oif: send out of this node's own veth.
             _sh("ip", "route", "add", f"198.18.{r + 1}.0/24", "dev", link, "src", addr, "table", str(table))
+            # The device's own address stays local (a QP connected to its own port loops back in rxe).
+            _sh("ip", "route", "add", "local", addr, "dev", link, "table", str(table))
             _sh("ip", "rule", "add", "pref", "10", "iif", link, "lookup", "local")
             _sh("ip", "rule", "add", "pref", "20", "oif", link, "lookup", str(table))
             table += 1
@@ -403,7 +408,7 @@ def guest_main(plan_path: str) -> None:
     log = open(work / "output", "ab", buffering=0)
     rc = 2
     try:
-        os.environ.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME="/root",
+        os.environ.update(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME=str(GUEST_HOME),
                           LANG="C.UTF-8")
         modroot = str(work / "modroot")
         wrapper = Path("/run/softroce-modprobe")
@@ -470,7 +475,8 @@ def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 2, log=p
         build_initrd(kernel, work / "initrd.cpio.gz")
         plan.work = str(work)
         (work / "plan.json").write_text(json.dumps(asdict(plan)))
-        shares = [work, *_shares(Path(plan.cwd))]
+        GUEST_HOME.mkdir(parents=True, exist_ok=True)
+        shares = [work, GUEST_HOME, *_shares(Path(plan.cwd))]
         cmdline = (f"console=ttyS0 panic=-1 loglevel=4 rig={Path(__file__).resolve()} "
                    f"config={work / 'plan.json'} shares={','.join(map(str, shares))}")
         argv = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", str(memory_mib),

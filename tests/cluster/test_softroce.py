@@ -106,10 +106,11 @@ def test_a_throttled_rail_link_is_named_alone():
 
 
 def test_packet_loss_raises_a_counter_finding_naming_the_device():
-    """1% loss on node2's rail-0 link: rxe retransmits; the counters suite's windows see it and a
-    NIC finding names rxe_n2r0 and the counter. The other rail stays clean."""
+    """1% loss on node2's rail-0 link: rxe retransmits; the port counter window around the suite sees
+    it and a NIC finding names rxe_n2r0 and the counter (the peer's rxe_n1r0 retransmits too: both
+    ends of a lossy link count). Rail 1's devices stay clean."""
     p = rig("--nodes", "2", "--rails", "2", "--loss", "node2:0:1%", "--",
-            *acceptance("--nodes", "2", "--ranks-per-node", "2", "--", "-m", "p2p", "-k", "write_bandwidth"))
+            *acceptance("--nodes", "2", "--ranks-per-node", "2", "--", "-m", "p2p", "-k", "write_bandwidth and rail0"))
     assert p.returncode == 1, p.out[-4000:]
     found = [f for f in findings(folder_of(p.out)) if f["severity"] == "fail" and f["metric"] in RXE_ERRORS]
     assert any(f["node"] == "node2" and f["rail"] == 0 and "rxe_n2r0" in f["message"] for f in found), \
