@@ -498,14 +498,17 @@ def _mpiexec() -> str:
 def _launch_command(launcher: str, nodes: int, per_node: int) -> tuple[list[str], dict, str]:
     # Imported here: topology imports mpi4py.MPI, which initializes MPI, and commands such
     # as `srun acceptance counters snapshot` must not start MPI in every task.
+    from .nics import ENV_DEVICE_MAP
     from .topology import ENV_NODES, ENV_RANKS_PER_NODE
     env = dict(os.environ)
     python = [sys.executable, "-m", "mpi4py"]  # a rank that dies aborts the job instead of hanging it
     n = nodes * per_node
     if launcher == "local":
         env[ENV_NODES], env[ENV_RANKS_PER_NODE] = str(nodes), str(per_node)
+        devices = os.environ.get(ENV_DEVICE_MAP)
         return ([_mpiexec(), "-n", str(n), *python], env,
-                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails (mpiexec)")
+                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails (mpiexec)"
+                + (f", each node's RDMA devices from {ENV_DEVICE_MAP}={devices}" if devices else ""))
     if launcher == "mpirun":
         for var in (ENV_NODES, ENV_RANKS_PER_NODE):
             env.pop(var, None)
