@@ -492,7 +492,8 @@ def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 2, log=p
             argv += ["-virtfs", f"local,path={path},mount_tag=share{i},security_model=none,multidevs=remap"]
         started = time.monotonic()
         qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=open(work / "qemu.err", "wb"), start_new_session=True)
+                                stderr=open(work / "qemu.err", "wb"), start_new_session=True,
+                                preexec_fn=_die_with_parent)
         pos, ready = 0, False
         out = sys.stdout.buffer
         while qemu.poll() is None:
@@ -520,6 +521,12 @@ def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 2, log=p
         if qemu is not None:
             _stop(qemu)
         if not os.environ.get("SOFTROCE_KEEP"): shutil.rmtree(work, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the QEMU child: SIGKILL when the rig dies, even by SIGKILL (PR_SET_PDEATHSIG)."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 def _stop(proc: subprocess.Popen) -> None:

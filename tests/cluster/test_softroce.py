@@ -28,6 +28,15 @@ RXE_ERRORS = {"completer_retry_err", "retry_exceeded_err", "rcvd_seq_err", "out_
               "duplicate_request", "send_err"}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def guest_kernel():
+    """The guest kernel, fetched once (apt-get download); without it the rig cannot run here."""
+    try:
+        return softroce.fetch_kernel(log=lambda _msg: None)
+    except (softroce.RigError, OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"no guest kernel: {exc}")
+
+
 def rig(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """softroce.py run ARGS..., from the checkout, with its output."""
     p = subprocess.run([sys.executable, str(Path(softroce.__file__)), "run", *args], cwd=ROOT,

@@ -1,5 +1,8 @@
 """The verbs engine on a real RDMA device: skipped, with available()'s reason, where there is none.
 
+`make test` runs it on Soft-RoCE devices inside the QEMU guest of tests/cluster/softroce.py
+(tests/cluster/test_softroce.py); on a host with a NIC it runs as it is.
+
 MPI-free: the smoke test opens a context, PD, MR, CQ and QP and moves the QP to INIT; the
 loopback test runs a whole PairLink between two threads of this process, both on the first
 ACTIVE port of this host (the NIC loops the traffic back), so every method runs against the
