@@ -17,7 +17,6 @@ all use it.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .naming import natural_key
-from .results import utc_now
+from .results import read_json, utc_now
 
 ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
 ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
@@ -376,14 +375,7 @@ def check_snapshot(data: Any) -> str | None:
 
 def load_snapshot(path: str | os.PathLike) -> dict[str, Any]:
     """Read and check a snapshot file; ValueError naming the file and the reason."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except OSError as e:
-        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not JSON ({e})") from None
+    data = read_json(path)
     why = check_snapshot(data)
     if why:
         raise ValueError(f"{path}: {why}")

@@ -14,13 +14,12 @@ order is the i-th rail.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from . import counters
 from .naming import natural_key
+from .results import read_json
 
 ENV_DEVICE_MAP = "ACCEPTANCE_DEVICE_MAP"
 
@@ -35,13 +34,9 @@ def device_map(env: Mapping[str, str] = os.environ) -> dict[str, list[str]] | No
     if not path:
         return None
     try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise DeviceMapError(f"{ENV_DEVICE_MAP}={path}: no such file") from None
-    except OSError as e:
-        raise DeviceMapError(f"{ENV_DEVICE_MAP}={path}: cannot read: {e.strerror or e}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DeviceMapError(f"{ENV_DEVICE_MAP}={path}: not JSON ({e})") from None
+        data = read_json(path, f"{ENV_DEVICE_MAP}={path}")
+    except ValueError as e:
+        raise DeviceMapError(str(e)) from None
     if not isinstance(data, dict) or not all(
             isinstance(node, str) and isinstance(devs, list) and all(isinstance(d, str) for d in devs)
             for node, devs in data.items()):

@@ -35,6 +35,20 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def read_json(path: str | os.PathLike, label: str | None = None) -> Any:
+    """A JSON file's content; ValueError "<label>: no such file | cannot read: ... | not JSON (...)"
+    (label: the path by default)."""
+    label = str(path) if label is None else label
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{label}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{label}: cannot read: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{label}: not JSON ({e})") from None
+
+
 def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
