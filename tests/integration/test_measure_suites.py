@@ -158,3 +158,18 @@ def test_gpudirect_suite_skips_on_every_rank_without_a_gpu(acceptance_cli):
     assert re.search(r"SKIPPED \[2\] .*test_gpudirect.py:\d+: no usable GPU on node1, node2: cupy not importable",
                      p.stdout), p.stdout
     assert "no NVIDIA GPU on any node" in p.stdout  # the preflight's support check carries the marker
+
+
+def test_a_dead_link_fails_its_pairs_and_the_rail_goes_on(mpi_pytest):
+    """3 nodes x 1 rail, every link to node2 failing: the node1 <-> node3 pair is still measured in its
+    round, the two dead pairs are recorded unmeasured (null, fail) and named, and the job ends (exit 1)."""
+    run = mpi_pytest("suite_dead_link.py", n=3, nodes=3, timeout=120)
+    assert run.rc == 1, run.out
+    assert "node1 <-> node2 rail 0: bandwidth not measured: RuntimeError: 8 work requests got no completion" in run.out
+    assert "node2 <-> node3 rail 0: bandwidth not measured" in run.out
+    recs = records(run.folder)
+    dead = [r for r in recs if r["value"] is None]
+    assert sorted(tuple(r["nodes"]) for r in dead) == [("node1", "node2"), ("node2", "node3")]
+    assert all(r["verdict"] == "fail" and r["samples"] == 0 and "not measured" in r["detail"] for r in dead)
+    measured = {tuple(r["nodes"]) for r in recs if r["metric"] == "bandwidth" and r["value"] is not None}
+    assert measured == {("node1", "node3"), ("node3", "node1")}
