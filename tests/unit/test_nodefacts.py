@@ -522,3 +522,13 @@ def test_rxe_facts_as_the_preflight_reads_them(tmp_path):
         "rxe_n2r0 port 1", "Ethernet", 10.0, 1500, "n2r0", True)
     assert facts.versions["firmware"] == "unknown" and facts.versions["driver"] == "unknown driver"
     assert len(nf.collect(tmp_path).devices) == 2
+
+
+def test_ibv_devinfo_of_an_rxe_device():
+    """`ibv_devinfo -d rxe_n1r0` as Debian's rdma-core 44 prints it in the Soft-RoCE guest."""
+    text = (Path(__file__).resolve().parents[1] / "data" / "rxe" / "ibv_devinfo.txt").read_text()
+    info = nf.parse_ibv_devinfo(text)["rxe_n1r0"]
+    assert info["fw_ver"] == "0.0.0" and info["vendor_id"] == "0xffffff"
+    port = info["ports"][1]
+    assert (port["state"], port["link_layer"], nf.parse_mtu(port["active_mtu"]), nf.parse_mtu(port["max_mtu"])) == (
+        "PORT_ACTIVE (4)", "Ethernet", 1024, 4096)
