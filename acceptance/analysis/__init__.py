@@ -1,0 +1,21 @@
+"""Verdicts and findings: from records to "node07's NIC on rail 3 is 40% slow, drain it".
+
+    results.jsonl --load--> DataFrame --evaluate--> threshold, verdict per record
+      --find--> findings (bounds, fleet outliers, localization, other failures, counters,
+                burn-in, baseline) --output--> findings.json, drain.txt
+
+One module per step: load, evaluate, outliers (the point-to-point view), localize,
+failures (what is not point-to-point), trends (burn-in and baseline), wording (how
+findings read), output, and pipeline (analyze(), find()). The method is described for
+users in docs/analysis.md.
+"""
+
+from .base import Analysis
+from .evaluate import DIRECTION, evaluate
+from .load import load_records
+from .output import drain_lines, write_outputs
+from .pipeline import analyze, find
+from .trends import compare
+
+__all__ = ["DIRECTION", "Analysis", "analyze", "compare", "drain_lines", "evaluate", "find", "load_records",
+           "write_outputs"]

@@ -1,0 +1,54 @@
+"""Constants and column helpers shared by the analysis modules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..profile import Profile
+
+
+@dataclass
+class Analysis:
+    run: dict                         # run.json as read (at least run_id and profile)
+    profile: Profile                  # the profile the records were re-evaluated against
+    records: pd.DataFrame             # one row per record; see load_records() for the columns
+    findings: list[dict]              # DESIGN.md schema, most severe and most specific first
+    drains: list[str]                 # scontrol lines, one per node to drain
+    deltas: pd.DataFrame | None = None  # baseline comparison, when a baseline was given
+    baseline_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        """'fail' if any finding fails, else 'warn' if any warns, else 'pass'."""
+        severities = {f["severity"] for f in self.findings}
+        return "fail" if "fail" in severities else "warn" if "warn" in severities else "pass"
+
+
+
+VERDICTS = ["pass", "fail", "warn", "info"]
+SCOPE_ORDER = {"rail": 0, "node": 1, "nic": 2, "link": 3, "cluster": 4}
+EVIDENCE_MAX = 10
+MIN_GROUP = 3          # fewest values a fleet-relative (outlier) comparison is made on
+MAD_SCALE = 0.6745     # modified z-score: 0.6745 (x - median) / MAD
+
+
+def _codes_of(series: pd.Series, value) -> np.ndarray:
+    """Boolean mask series == value, fast for categoricals."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        cats = series.cat.categories
+        if value not in cats:
+            return np.zeros(len(series), dtype=bool)
+        return series.cat.codes.to_numpy() == cats.get_loc(value)
+    return (series == value).to_numpy(dtype=bool, na_value=False)
+
+
+def _floats_of(series: pd.Series) -> np.ndarray:
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(object)
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+

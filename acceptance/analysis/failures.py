@@ -1,0 +1,149 @@
+"""Findings that are not point-to-point: collectives, memreg, preflight, port counters."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from .base import EVIDENCE_MAX, _codes_of, _floats_of
+from .evaluate import _direction
+from .wording import _cap, _finding, _fmt, _size_text
+
+
+
+def _bound_text(suite: str, metric: str, value, bound, unit: str) -> str:
+    higher = _direction(suite, metric)
+    unit = unit or ""
+    if metric == "memlock":
+        have = "unlimited" if value is None or math.isnan(value) else f"{int(value)} B"
+        need = "unlimited" if bound is None or math.isnan(bound) else f"{int(bound)} B"
+        return f"memlock limit (ulimit -l) is {have}, the profile needs {need}"
+    if metric == "errors":
+        return f"returned wrong data ({_fmt(value)} wrong elements)"
+    if metric == "ranks":
+        return f"{_fmt(value)} ranks, expected {_fmt(bound)}"
+    if metric == "version_mismatches":
+        return f"software versions differ between nodes ({_fmt(value)} mismatches)"
+    rel = "<" if higher else ">"
+    return f"{metric} {_fmt(value)} {unit} {rel} bound {_fmt(bound)} {unit}".rstrip()
+
+
+def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
+    """Failed bounds that the point-to-point graph does not localize."""
+    fail = _codes_of(ev["verdict"], "fail") & ~_codes_of(ev["suite"], "counters")
+    fail[p2p_idx] = False
+    idx = np.flatnonzero(fail)
+    if not len(idx):
+        return []
+    cols = ["suite", "metric", "value", "unit", "size", "rail", "src", "dst", "op", "scope", "threshold", "detail"]
+    f = ev.iloc[idx][[c for c in cols if c in ev.columns]].copy()
+    if "detail" not in f.columns:
+        f["detail"] = None
+    for c in ("suite", "metric", "unit", "src", "dst", "op", "scope", "detail"):
+        f[c] = f[c].astype(object).where(f[c].notna(), None)
+    f["size"] = _floats_of(f["size"])
+    f["rail"] = _floats_of(f["rail"])
+    out = []
+
+    def where(row) -> str:
+        parts = [row.src or "?"]
+        if row.dst:
+            parts[0] += f"..{row.dst}" if row.suite == "collective" else f" -> {row.dst}"
+        if not math.isnan(row.rail):
+            parts.append(f"rail {int(row.rail)}")
+        return " ".join(parts) + f", {row.metric}{_size_text(row.size)}"
+
+    def make(scope, g, node=None, rail=None, subject=""):
+        g = g.sort_values("size", ascending=False, kind="stable")
+        h = g.iloc[0]
+        value, bound = float(g["value"].median()) if g["value"].notna().any() else None, \
+            float(g["threshold"].median()) if g["threshold"].notna().any() else None
+        text = _bound_text(h["suite"], h["metric"], value if value is not None else float("nan"),
+                           bound if bound is not None else float("nan"), h["unit"])
+        sizes = g["size"].dropna().nunique()
+        more = f" at {sizes} sizes" if sizes > 1 else _size_text(h["size"]).replace(" ", " at ", 1)
+        lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit)}"
+                 + (f" ({row.detail})" if isinstance(row.detail, str) else "")
+                 for row in g.head(EVIDENCE_MAX).itertuples()]
+        msg = f"{subject}: {h['suite']} {text}{more}"
+        if scope == "node":
+            msg += f": drain {node}"
+        out.append(_finding("fail", scope, node, rail, None, h["metric"], value, bound,
+                            _cap(lines, len(g)), msg, "bound", h["unit"], h["size"]))
+
+    # GPUDirect use (gdrdma, from NCCL's log) is a property of a node's NIC, not of a communicator.
+    per_comm = (f["suite"] == "collective") & (f["metric"] != "gdrdma")
+    coll = f[per_comm]
+    for (op, scope, metric), g in coll.groupby(["op", "scope", "metric"], dropna=False, sort=True):
+        label = f"{op or 'collective'} over {scope or 'an unknown communicator'}"
+        if scope == "node":
+            for node, gg in g.groupby("src", sort=True):
+                make("node", gg, node=node, subject=f"{op or 'collective'} inside {node}")
+        elif isinstance(scope, str) and scope.startswith("rail") and scope[4:].isdigit():
+            make("rail", g, rail=int(scope[4:]), subject=f"{label} (rail {scope[4:]} plane)")
+        else:
+            make("cluster", g, subject=label)
+    rest = f[~per_comm]
+    single = rest[rest["dst"].isna()]
+    for (suite, metric), g in single.groupby(["suite", "metric"], sort=True):
+        nodes = sorted(set(g["src"].dropna()))
+        sel = _codes_of(ev["suite"], suite) & _codes_of(ev["metric"], metric)
+        total = ev.loc[sel, "src"].nunique()
+        if len(nodes) >= 2 and len(nodes) >= 0.5 * total:
+            make("cluster", g, subject=f"{len(nodes)} of {total} nodes")
+        else:
+            for node, gg in g.groupby("src", sort=True):
+                make("node", gg, node=node, subject=node)
+    for (suite, metric), g in rest[rest["dst"].notna()].groupby(["suite", "metric"], sort=True):
+        make("cluster", g, subject="the job")
+    return out
+
+
+_PORT = re.compile(r"^(\S+) port (\d+)")
+
+
+def _counter_findings(ev: pd.DataFrame) -> list[dict]:
+    """One finding per port whose counters fail or warn (suite counters), naming node, device, port, rail."""
+    sel = _codes_of(ev["suite"], "counters") & (_codes_of(ev["verdict"], "fail") | _codes_of(ev["verdict"], "warn"))
+    if not sel.any():
+        return []
+    cols = ["metric", "value", "unit", "rail", "src", "threshold", "verdict", "detail", "test"]
+    c = ev.loc[sel, [x for x in cols if x in ev.columns]].copy()
+    for col in ("metric", "unit", "src", "verdict", "detail", "test"):
+        if col in c.columns:
+            c[col] = c[col].astype(object)
+    port = c["detail"].fillna("").astype(str).str.extract(_PORT)
+    c["device"], c["port"] = port[0].fillna("?"), port[1].fillna("?")
+    c["rail"] = _floats_of(c["rail"])
+    c["_fail"] = c["verdict"] == "fail"
+    out = []
+    for (node, device, port_no), g in c.groupby(["src", "device", "port"], sort=True, dropna=False):
+        g = g.sort_values(["_fail", "value"], ascending=[False, False], kind="stable", na_position="first")
+        h = g.iloc[0]
+        severity = "fail" if h["_fail"] else "warn"
+        rails = g["rail"].dropna()
+        rail = int(rails.iloc[0]) if len(rails) else None
+        on = f"{node} {device} port {port_no}" + (f" (rail {rail})" if rail is not None else "")
+
+        def what(row) -> str:
+            detail = row.detail if isinstance(row.detail, str) else ""
+            if "saturated" in detail:
+                return f"{row.metric} {detail.split('; ', 1)[-1]}"
+            if row.unit == "1/s":
+                return f"{row.metric} {_fmt(row.value)}/s > {_fmt(row.threshold)}/s"
+            return f"{row.metric} rose by {_fmt(row.value)} (bound {_fmt(row.threshold)})"
+
+        evidence = [f"{what(row)} during {row.test}" for row in g.head(EVIDENCE_MAX).itertuples()]
+        names = list(dict.fromkeys(g["metric"]))
+        headline = what(next(g.itertuples()))
+        more = f" and {len(names) - 1} more counter(s)" if len(names) > 1 else ""
+        advice = ("error counters must not rise: check the cable, transceiver and switch port"
+                  if severity == "fail" else "congestion or drops on this port")
+        value = None if pd.isna(h["value"]) else float(h["value"])
+        bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
+        out.append(_finding(severity, "nic", node, rail, None, h["metric"], value, bound,
+                            _cap(evidence, len(g)), f"{on}: {headline}{more}; {advice}", "counter", h["unit"]))
+    return out

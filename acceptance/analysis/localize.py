@@ -1,0 +1,242 @@
+"""Localization: which link, NIC, node, rail plane or the cluster explains the bad pairs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..profile import Profile
+from .base import EVIDENCE_MAX
+from .evaluate import OUTLIER_METRICS, _direction
+from .wording import _METRIC_PRIORITY, _cap, _change, _evidence_line, _finding, _fmt, _how, _size_text
+
+
+
+def _peel(mu, mv, bu, bv, n_nodes: int, nic_fraction: float, rounds: int = 100):
+    """Bad NICs on one rail: worst fraction of bad partners first; a flagged NIC's links stop counting.
+
+    Returns [(node, bad partners, partners)].
+    """
+    on_rail = np.unique(np.concatenate([mu, mv]))
+    flagged = []
+    if len(on_rail) < 3 or len(bu) < 2:
+        return flagged
+    am, ab = np.ones(len(mu), bool), np.ones(len(bu), bool)
+    for k in range(rounds):
+        deg = np.bincount(mu[am], minlength=n_nodes) + np.bincount(mv[am], minlength=n_nodes)
+        badc = np.bincount(bu[ab], minlength=n_nodes) + np.bincount(bv[ab], minlength=n_nodes)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = np.where(deg > 0, badc / np.maximum(deg, 1), 0.0)
+        cand = (badc >= 2) & (deg >= 2) & (frac >= nic_fraction)
+        if not cand.any():
+            break
+        top = cand if k == rounds - 1 else cand & (frac >= frac[cand].max() - 1e-9)
+        flagged += [(int(n), int(badc[n]), int(deg[n])) for n in np.flatnonzero(top)]
+        am &= ~(top[mu] | top[mv])
+        ab &= ~(top[bu] | top[bv])
+    return flagged
+
+
+@dataclass
+class _Owner:
+    scope: str
+    node: int | None = None
+    rail: int | None = None
+    peer: int | None = None
+    info: dict = field(default_factory=dict)
+
+
+def _localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile, kind: str,
+              planes: pd.DataFrame | None = None) -> list[dict]:
+    """Bad pair evidence on the rails' graphs -> rail, node, NIC, link (or cluster) findings."""
+    planes = planes if planes is not None else pd.DataFrame(columns=["rail"])
+    if bad.empty and planes.empty:
+        return []
+    n_nodes = max(len(names), 1)
+    rails_measured = np.unique(measured["rail"].to_numpy()) if len(measured) else np.zeros(0, np.int64)
+    rails_all = np.union1d(rails_measured, np.unique(bad["rail"].to_numpy()))
+    n_rails = int(rails_all.max(initial=-1)) + 1
+    has = np.zeros((n_rails, n_nodes), bool)
+    has[measured["rail"].to_numpy(), measured["u"].to_numpy()] = True
+    has[measured["rail"].to_numpy(), measured["v"].to_numpy()] = True
+    nodes_on = has.sum(axis=1)
+
+    s, d, r = bad["s"].to_numpy(), bad["d"].to_numpy(), bad["rail"].to_numpy()
+    bu, bv = np.minimum(s, d), np.maximum(s, d)
+    ekey = np.unique((r * n_nodes + bu) * n_nodes + bv) if len(bad) else np.zeros(0, np.int64)
+    e_rail, e_u, e_v = ekey // (n_nodes * n_nodes), (ekey // n_nodes) % n_nodes, ekey % n_nodes
+
+    nic = np.zeros((n_rails, n_nodes), bool)
+    nic_info: dict[tuple[int, int], tuple[int, int]] = {}
+    m_rail, m_u, m_v = (measured[c].to_numpy() for c in ("rail", "u", "v"))
+    for rail in rails_measured:
+        sel, esel = m_rail == rail, e_rail == rail
+        for node, badc, deg in _peel(m_u[sel], m_v[sel], e_u[esel], e_v[esel], n_nodes,
+                                     profile.get("analysis.nic_fraction")):
+            nic[rail, node] = True
+            nic_info[(int(rail), node)] = (badc, deg)
+
+    # rail planes: against the other rails, or by how many of their nodes have a bad NIC
+    rail_fraction, node_fraction = profile.get("analysis.rail_fraction"), profile.get("analysis.node_fraction")
+    bad_rails: dict[int, dict] = {}
+    for rail in (int(x) for x in planes["rail"].unique()):
+        # A rail slow against the others is a bad plane unless the slowness is one or two NICs'
+        # (their links dominate a small rail's median), or the rail is a single link (2 nodes).
+        if rail >= n_rails or nodes_on[rail] < 3:
+            continue
+        sel_m = (m_rail == rail) & ~nic[rail][m_u] & ~nic[rail][m_v]
+        sel_b = (e_rail == rail) & ~nic[rail][e_u] & ~nic[rail][e_v]
+        remaining = int(sel_m.sum())
+        k = int(nic[rail].sum())
+        if (remaining and sel_b.sum() / remaining >= rail_fraction) or (
+                k >= 2 and k >= rail_fraction * nodes_on[rail]):
+            bad_rails[rail] = {"how": "relative"}
+    planes = planes[planes["rail"].isin(list(bad_rails))]
+    other_cnt = nic.sum(axis=0)[None, :] - nic
+    other_tot = has.sum(axis=0)[None, :] - has
+    with np.errstate(divide="ignore", invalid="ignore"):
+        node_other = np.where(other_tot > 0, other_cnt / np.maximum(other_tot, 1), 0.0)
+    for rail in rails_measured:
+        incl = has[rail] & (node_other[rail] < node_fraction)
+        if not incl.any():
+            incl = has[rail]
+        k, tot = int((nic[rail] & incl).sum()), int(incl.sum())
+        if k >= 2 and tot and k / tot >= rail_fraction and int(rail) not in bad_rails:
+            bad_rails[int(rail)] = {"how": "nics", "k": k, "tot": tot}
+    rail_bad = np.zeros(n_rails, bool)
+    rail_bad[list(bad_rails)] = True
+    considered = has & ~rail_bad[:, None]
+    cnt, tot = (nic & considered).sum(axis=0), considered.sum(axis=0)
+    node_bad = (cnt >= 2) & (tot > 0) & (cnt >= node_fraction * np.maximum(tot, 1))
+    cluster = len(rails_measured) >= 2 and all(int(x) in bad_rails for x in rails_measured)
+
+    owners: list[_Owner] = []
+    owner = np.full(len(bad), -1, dtype=np.int64)
+    if cluster:
+        owners.append(_Owner("cluster", info={"rails": len(rails_measured)}))
+        owner[:] = 0
+    else:
+        for rail in sorted(bad_rails):
+            owner[(owner < 0) & (r == rail)] = len(owners)
+            owners.append(_Owner("rail", rail=rail, info={**bad_rails[rail], "nodes": int(nodes_on[rail])
+                                                          if rail < len(nodes_on) else 0}))
+        node_id = np.full(n_nodes, -1, dtype=np.int64)
+        for node in np.flatnonzero(node_bad):
+            node_id[node] = len(owners)
+            planes_of = [int(x) for x in np.flatnonzero(has[:, node] & rail_bad)]
+            owners.append(_Owner("node", node=int(node), info={"k": int(cnt[node]), "tot": int(tot[node]),
+                                                              "planes": planes_of}))
+        if len(bad):
+            o = np.where(node_id[s] >= 0, node_id[s], node_id[d])
+            owner = np.where(owner < 0, o, owner)
+        nic_id = np.full((n_rails, n_nodes), -1, dtype=np.int64)
+        for (rail, node), (badc, deg) in sorted(nic_info.items()):
+            if rail_bad[rail] or node_bad[node]:
+                continue  # explained by its rail plane or its node
+            nic_id[rail, node] = len(owners)
+            owners.append(_Owner("nic", node=node, rail=rail, info={"k": badc, "tot": deg}))
+        if len(bad):
+            o = np.where(nic_id[r, s] >= 0, nic_id[r, s], nic_id[r, d])
+            owner = np.where(owner < 0, o, owner)
+            rest = owner < 0
+            if rest.any():
+                lkey = (r[rest] * n_nodes + bu[rest]) * n_nodes + bv[rest]
+                uniq, inv = np.unique(lkey, return_inverse=True)
+                base = len(owners)
+                for key in uniq:
+                    rail, u, v = int(key // (n_nodes * n_nodes)), int((key // n_nodes) % n_nodes), int(key % n_nodes)
+                    owners.append(_Owner("link", node=u, rail=rail, peer=v,
+                                         info={"tiny": bool(rail < len(nodes_on) and nodes_on[rail] == 2)}))
+                owner[rest] = base + inv
+    return _findings_from(bad, owner, owners, names, profile, kind, planes)
+
+
+def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], names: list[str],
+                   profile: Profile, kind: str, planes: pd.DataFrame) -> list[dict]:
+    if not owners:
+        return []
+    b = bad.assign(owner=owner)
+    b["prio"] = b["metric"].map(lambda m: _METRIC_PRIORITY.get(m, 9)) if len(b) else []
+    # headline (metric, size) per owner: the most telling metric, its largest size
+    ordered = b.sort_values(["owner", "prio", "size"], ascending=[True, True, False], kind="stable")
+    head = ordered.groupby("owner", sort=False).head(1).set_index("owner")[["metric", "size", "unit"]]
+    hm = head.reindex(b["owner"])
+    at_head = (b["metric"].to_numpy() == hm["metric"].to_numpy()) & (
+        (b["size"].to_numpy() == hm["size"].to_numpy()) | (b["size"].isna().to_numpy() & hm["size"].isna().to_numpy()))
+    agg = b[at_head].groupby("owner").agg(value=("value", "median"), expected=("expected", "median"),
+                                          median=("median", "median"), worse=("worse", "median"))
+    grade = b.groupby("owner")["grade"].max()
+    count = b.groupby("owner").size()
+    worst = b.sort_values(["owner", "grade", "prio", "worse"], ascending=[True, False, True, False], kind="stable")
+    top = worst.groupby("owner", sort=False).head(EVIDENCE_MAX)
+    evidence = {o: [_evidence_line(kind, row, names) for row in g.itertuples()] for o, g in top.groupby("owner")}
+    min_dev = profile.get("analysis.outlier_min_deviation")
+    out = []
+    for i, who in enumerate(owners):
+        lines: list[str] = []
+        value = expected = size = metric = unit = None
+        is_fail = bool(grade.get(i, False)) if kind in ("fleet", "regression") else False
+        median_known = True
+        if who.scope == "rail" and who.info.get("how") == "relative" and len(planes):
+            pr = planes[planes["rail"] == who.rail].copy()
+            pr["prio"] = pr["metric"].astype(str).map(lambda m: _METRIC_PRIORITY.get(m, 9))
+            pr = pr.sort_values(["prio", "size"], ascending=[True, False])
+            h = pr.iloc[0]
+            metric, size, unit = str(h["metric"]), h["size"], h["unit"]
+            value, expected = float(h["value"]), float(h["median"])
+            is_fail = is_fail or bool((pr["worse"] >= 2 * min_dev).any())
+            lines += [f"rail {who.rail}, {row.metric}{_size_text(row.size)}: median {_fmt(row.value)} {row.unit} "
+                      f"vs {_fmt(row.median)} across {int(row.n)} rails ({_change(row.value, row.median)})"
+                      for row in pr.head(EVIDENCE_MAX).itertuples()]
+        elif i in head.index:
+            metric, size, unit = head.loc[i, "metric"], head.loc[i, "size"], head.loc[i, "unit"]
+            value, expected = float(agg.loc[i, "value"]), float(agg.loc[i, "expected"])
+            median_known = not math.isnan(float(agg.loc[i, "median"]))
+        if kind == "instability" and metric is not None:
+            expected = profile.get("analysis.cv_max")
+        total = len(lines) + int(count.get(i, 0))
+        lines += evidence.get(i, [])
+        lines = _cap(lines[:EVIDENCE_MAX], total)
+        higher = OUTLIER_METRICS.get(metric, _direction("collective", metric) if metric == "busbw" else True) \
+            if metric is not None else True
+        phrase, detail = _how(kind, metric or "", value if value is not None else float("nan"),
+                              expected if expected is not None else float("nan"),
+                              unit if isinstance(unit, str) else "", size, higher, median_known)
+        node = names[who.node] if who.node is not None else None
+        peer = names[who.peer] if who.peer is not None else None
+        severity = "fail" if is_fail else "warn"
+        if who.scope == "nic":
+            msg = (f"{node}'s NIC on rail {who.rail} {phrase} (bad links with {who.info['k']} of "
+                   f"{who.info['tot']} partners; {detail})")
+        elif who.scope == "node":
+            msg = f"{node} {phrase} on {who.info['k']} of {who.info['tot']} rails ({detail})"
+            if who.info.get("planes"):
+                lines.insert(0, f"not counted: rail(s) {', '.join(map(str, who.info['planes']))} (bad rail planes)")
+        elif who.scope == "rail":
+            if who.info.get("how") == "relative":
+                msg = (f"rail {who.rail} plane {phrase} against the other rails ({detail}): "
+                       f"check rail {who.rail}'s switches and cabling")
+            else:
+                msg = (f"rail {who.rail} plane {phrase}: {who.info['k']} of {who.info['tot']} nodes have a bad NIC "
+                       f"on it ({detail}): check rail {who.rail}'s switches")
+        elif who.scope == "link":
+            dirs = b.loc[b["owner"] == i, ["s", "d"]].drop_duplicates() if len(b) else pd.DataFrame()
+            if len(dirs) == 1:
+                node, peer = names[int(dirs["s"].iloc[0])], names[int(dirs["d"].iloc[0])]
+                arrow = "->"
+            else:
+                arrow = "<->"
+            msg = f"link {node} {arrow} {peer} on rail {who.rail} {phrase} ({detail}): check the cable and both ports"
+            if who.info.get("tiny"):
+                lines.insert(0, f"only 2 nodes on rail {who.rail}: a bad link cannot be told from a bad NIC "
+                                f"on either end")
+        else:
+            msg = f"every rail plane {phrase} ({detail}): a fabric-wide problem, or bounds that do not fit this fabric"
+        if severity == "fail" and who.scope in ("nic", "node"):
+            msg += f": drain {node}"
+        out.append(_finding(severity, who.scope, node, who.rail, peer, metric, value, expected, lines, msg,
+                            kind if kind != "fleet" else ("bound" if not median_known else "outlier"), unit, size))
+    return out

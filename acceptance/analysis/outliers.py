@@ -1,0 +1,189 @@
+"""The point-to-point view of a run and its fleet-relative outliers (one-sided modified z-score)."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pandas as pd
+
+from ..measure.stats import samples_needed
+from ..profile import Profile
+from .base import MAD_SCALE, MIN_GROUP, _codes_of, _floats_of
+from .evaluate import OUTLIER_METRICS
+
+
+
+def _node_names(df: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(node names, src codes, dst codes) with src and dst coded into the same names (-1: none)."""
+    src, dst = df["src"], df["dst"]
+    if not isinstance(src.dtype, pd.CategoricalDtype):
+        src = src.astype("category")
+    if not isinstance(dst.dtype, pd.CategoricalDtype):
+        dst = dst.astype("category")
+    if not src.cat.categories.equals(dst.cat.categories):
+        names = sorted(set(src.cat.categories) | set(dst.cat.categories))
+        src, dst = src.cat.set_categories(names), dst.cat.set_categories(names)
+    return list(src.cat.categories), src.cat.codes.to_numpy(np.int64), dst.cat.codes.to_numpy(np.int64)
+
+
+# Samples a latency percentile needs before it can single out a link (acceptance.measure.stats).
+PERCENTILE_SAMPLES = {"latency_p50": samples_needed(50.0), "latency_p99": samples_needed(99.0),
+                      "latency_p999": samples_needed(99.9)}
+
+
+def _p2p(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
+    """rdma_write records between two nodes on a rail, with integer node codes s, d."""
+    names, s, d = _node_names(ev)
+    rail = _floats_of(ev["rail"])
+    mask = (_codes_of(ev["suite"], "rdma_write") & ~np.isnan(rail) & (s >= 0) & (d >= 0) & (s != d))
+    idx = np.flatnonzero(mask)
+    p = pd.DataFrame({
+        "metric": ev["metric"].to_numpy()[idx] if not isinstance(ev["metric"].dtype, pd.CategoricalDtype)
+        else ev["metric"].take(idx).to_numpy(),
+        "size": _floats_of(ev["size"])[idx], "rail": rail[idx].astype(np.int64), "s": s[idx], "d": d[idx],
+        "value": _floats_of(ev["value"])[idx], "iteration": ev["iteration"].to_numpy()[idx],
+        "samples": _floats_of(ev["samples"])[idx],
+        "fail": _codes_of(ev["verdict"], "fail")[idx], "threshold": ev["threshold"].to_numpy(np.float64)[idx],
+        "unit": ev["unit"].take(idx).to_numpy()})
+    if isinstance(ev["metric"].dtype, pd.CategoricalDtype):
+        p["metric"] = pd.Categorical(p["metric"], categories=ev["metric"].cat.categories)
+    return p, names, idx
+
+
+def _pair_values(p: pd.DataFrame) -> pd.DataFrame:
+    """One value per (metric, size, rail, s, d): the median over burn-in iterations."""
+    om = p[p["metric"].isin(list(OUTLIER_METRICS))]
+    # A percentile from fewer samples than it needs (100/(1-p)) is close to the maximum: one
+    # scheduler hiccup. It is still held to its bound, but it is no basis for calling a link an outlier.
+    need = om["metric"].astype(str).map(PERCENTILE_SAMPLES).fillna(0).to_numpy(np.float64)
+    om = om[~(om["samples"].to_numpy(np.float64) < need)]
+    if len(om) and om["iteration"].min() != om["iteration"].max():
+        om = (om.groupby(["metric", "size", "rail", "s", "d"], observed=True, sort=False)
+              .agg(value=("value", "median"), unit=("unit", "first")).reset_index())
+    return om[["metric", "size", "rail", "s", "d", "value", "unit"]].reset_index(drop=True)
+
+
+def _robust(values: np.ndarray, groups: np.ndarray, higher: np.ndarray, profile: Profile):
+    """One-sided modified z-score outliers within groups: (median, n, worse, outlier).
+
+    worse is the signed relative deviation, positive on the bad side.
+    """
+    ser = pd.Series(values)
+    g = ser.groupby(groups)
+    med = g.transform("median").to_numpy()
+    mad = pd.Series(np.abs(values - med)).groupby(groups).transform("median").to_numpy()
+    n = g.transform("size").to_numpy()
+    sign = np.where(higher, 1.0, -1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        worse = sign * (med - values) / med
+        z = MAD_SCALE * sign * (med - values) / mad
+    outlier = ((n >= MIN_GROUP) & (med > 0) & (worse >= profile.get("analysis.outlier_min_deviation"))
+               & ((mad == 0) | (z >= profile.get("analysis.outlier_z"))))
+    return med, n, worse, outlier
+
+
+def _higher(metrics) -> np.ndarray:
+    return np.array([OUTLIER_METRICS.get(m, True) for m in metrics], dtype=bool)
+
+
+def _fleet(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Outlier pairs per (metric, size, rail), with the group median."""
+    if pairs.empty:
+        return pairs.assign(median=[], worse=[])
+    key = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
+    metric_codes = pairs["metric"].cat.codes.to_numpy() if isinstance(pairs["metric"].dtype, pd.CategoricalDtype) \
+        else pd.factorize(pairs["metric"])[0]
+    cats = (pairs["metric"].cat.categories if isinstance(pairs["metric"].dtype, pd.CategoricalDtype)
+            else pd.factorize(pairs["metric"])[1])
+    higher = _higher(cats)[metric_codes]
+    med, _n, worse, outlier = _robust(pairs["value"].to_numpy(), key, higher, profile)
+    out = pairs.loc[outlier].copy()
+    out["median"] = med[outlier]
+    out["worse"] = worse[outlier]
+    return out.reset_index(drop=True)
+
+
+def _rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Rails whose median (per metric and size) is an outlier against the other rails' medians."""
+    cols = ["rail", "metric", "size", "value", "median", "worse", "n", "unit"]
+    if pairs.empty:
+        return pd.DataFrame(columns=cols)
+    med = (pairs.groupby(["metric", "size", "rail"], observed=True, sort=False)
+           .agg(value=("value", "median"), unit=("unit", "first")).reset_index())
+    key = med.groupby(["metric", "size"], observed=True, sort=False).ngroup().to_numpy()
+    center, n, worse, outlier = _robust(med["value"].to_numpy(), key, _higher(med["metric"].astype(str)), profile)
+    med["median"], med["worse"], med["n"] = center, worse, n
+    return med.loc[outlier, cols].reset_index(drop=True)
+
+
+def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Evidence rows (one per pair, metric and size): outliers and failed bounds."""
+    key = ["rail", "s", "d", "metric", "size"]
+    failed = p[p["fail"]]
+    if len(failed):
+        failed = (failed.groupby(key, observed=True, sort=False)
+                  .agg(fvalue=("value", "median"), bound=("threshold", "median"), unit=("unit", "first"))
+                  .reset_index())
+    else:
+        failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit"])
+    o = outliers[[*key, "value", "median", "worse", "unit"]] if len(outliers) else \
+        pd.DataFrame(columns=[*key, "value", "median", "worse", "unit"])
+    for frame in (o, failed):
+        frame["metric"] = frame["metric"].astype(str)
+    bad = o.merge(failed, on=key, how="outer", suffixes=("", "_f"))
+    if bad.empty:
+        return _empty_bad()
+    bad["unit"] = bad["unit"].fillna(bad.get("unit_f"))
+    bad["value"] = bad["value"].astype(float).fillna(bad["fvalue"].astype(float))
+    bad["median"] = bad["median"].astype(float)
+    bad["bound"] = bad["bound"].astype(float)
+    is_fail = bad["fvalue"].notna().to_numpy()
+    higher = _higher(bad["metric"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        vs_bound = np.where(higher, 1.0, -1.0) * (bad["bound"] - bad["value"]) / bad["bound"]
+    worse = bad["worse"].astype(float).to_numpy()
+    worse = np.where(np.isnan(worse), np.where(np.isfinite(vs_bound), vs_bound, 1.0), worse)
+    min_dev = profile.get("analysis.outlier_min_deviation")
+    bad["worse"] = worse
+    bad["grade"] = is_fail | (bad["median"].notna().to_numpy() & (worse >= 2 * min_dev))
+    bad["expected"] = bad["median"].fillna(bad["bound"])
+    return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
+                "unit"]].reset_index(drop=True)
+
+
+def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """On a rail slow against the others, its pairs that are slow against the other rails' median
+    become evidence too (localization then decides: the plane, or a few NICs or links on it)."""
+    ref = planes[["rail", "metric", "size", "median"]].astype({"metric": str})
+    x = pairs.astype({"metric": str}).merge(ref, on=["rail", "metric", "size"], how="inner")
+    higher = _higher(x["metric"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        worse = np.where(higher, 1.0, -1.0) * (x["median"] - x["value"]) / x["median"]
+    min_dev = profile.get("analysis.outlier_min_deviation")
+    x = x[worse >= min_dev].assign(worse=worse[worse >= min_dev])
+    if x.empty:
+        return bad
+    extra = pd.DataFrame({"rail": x["rail"].to_numpy(np.int64), "s": x["s"].to_numpy(np.int64),
+                          "d": x["d"].to_numpy(np.int64), "metric": x["metric"].to_numpy(object),
+                          "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),
+                          "expected": x["median"].to_numpy(float), "median": x["median"].to_numpy(float),
+                          "bound": np.nan, "worse": x["worse"].to_numpy(float),
+                          "grade": x["worse"].to_numpy() >= 2 * min_dev, "unit": x["unit"].to_numpy(object)})
+    both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra
+    return both.drop_duplicates(["rail", "s", "d", "metric", "size"], keep="first").reset_index(drop=True)
+
+
+def _empty_bad() -> pd.DataFrame:
+    return pd.DataFrame({"rail": np.zeros(0, np.int64), "s": np.zeros(0, np.int64), "d": np.zeros(0, np.int64),
+                         "metric": np.zeros(0, object), "size": np.zeros(0), "value": np.zeros(0),
+                         "expected": np.zeros(0), "median": np.zeros(0), "bound": np.zeros(0),
+                         "worse": np.zeros(0), "grade": np.zeros(0, bool), "unit": np.zeros(0, object)})
+
+
+def _measured(p: pd.DataFrame) -> pd.DataFrame:
+    """Distinct undirected node pairs per rail that have any point-to-point record."""
+    rail, s, d = p["rail"].to_numpy(), p["s"].to_numpy(), p["d"].to_numpy()
+    u, v = np.minimum(s, d), np.maximum(s, d)
+    n = int(max(s.max(initial=0), d.max(initial=0))) + 1
+    key = np.sort(pd.unique((rail * n + u) * n + v))
+    return pd.DataFrame({"rail": key // (n * n), "u": (key // n) % n, "v": key % n})

@@ -1,0 +1,73 @@
+"""What analysis writes: findings.json, drain.txt (scontrol lines)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+
+from .base import Analysis
+from .wording import _clean, _fmt
+
+
+
+_UNSAFE = re.compile(r'["\\$`\x00-\x1f\x7f]+')
+
+
+def _reason(f: dict) -> str:
+    """A short drain reason from a finding: what is bad, by how much."""
+    metric = f.get("metric") or "check"
+    where = f"NIC rail {f['rail']} " if f.get("scope") == "nic" else ""
+    value, expected, unit = f.get("value"), f.get("expected"), f.get("unit") or ""
+    kind = f.get("kind")
+    if kind == "instability":
+        text = f"{metric} unstable"
+    elif metric == "memlock":
+        text = "memlock limit too low"
+    elif value is not None and expected is not None:
+        text = f"{metric} {_fmt(value)} vs {_fmt(expected)} {unit}".rstrip()
+        if kind == "regression":
+            text += " baseline"
+    else:
+        text = f"{metric} failed"
+    reason = _UNSAFE.sub(" ", f"{where}{text}")
+    return re.sub(r"\s+", " ", reason).strip()[:120]
+
+
+def drain_lines(findings: list[dict]) -> list[str]:
+    """One scontrol line per node named by a failing node- or NIC-scope finding (first finding wins).
+
+    The node name is shell-quoted when it needs it; the reason is double-quoted and holds no
+    double quote, backslash, $, backtick or control character, so the line is safe to paste
+    into a shell and to shlex.split().
+    """
+    reasons: dict[str, str] = {}
+    for f in findings:
+        node = f.get("node")
+        if f.get("severity") == "fail" and f.get("scope") in ("node", "nic") and node:
+            reasons.setdefault(str(node), _reason(f))
+    return [f'scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason="acceptance: {reason}"'
+            for node, reason in reasons.items()]
+
+
+def _json_default(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return str(x)
+
+
+def write_outputs(run_dir, analysis: Analysis) -> None:
+    """findings.json (a list, indent 2) and drain.txt (the scontrol lines, or an empty file)."""
+    run_dir = Path(run_dir)
+    findings = [{k: _clean(v) for k, v in f.items()} for f in analysis.findings]
+    (run_dir / "findings.json").write_text(json.dumps(findings, indent=2, default=_json_default,
+                                                      allow_nan=False) + "\n")
+    (run_dir / "drain.txt").write_text("".join(line + "\n" for line in analysis.drains))

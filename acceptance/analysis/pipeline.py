@@ -1,0 +1,143 @@
+"""Putting it together: analyze() a run folder, find() the findings of records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..profile import SCHEMA, Profile, load_profile
+from .base import SCOPE_ORDER, Analysis
+from .evaluate import evaluate
+from .failures import _counter_findings, _other_failures
+from .load import load_records
+from .localize import _localize
+from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _p2p, _pair_values, _rail_planes
+from .output import drain_lines
+from .trends import _burnin_findings, _regression_findings, compare
+
+
+
+def _sort(findings: list[dict]) -> list[dict]:
+    kinds = {"bound": 0, "outlier": 0, "counter": 0, "regression": 1, "drift": 2, "instability": 3}
+
+    def key(f):
+        return (0 if f["severity"] == "fail" else 1, SCOPE_ORDER.get(f["scope"], 9), kinds.get(f.get("kind"), 9),
+                -1 if f["rail"] is None else f["rail"], f["node"] or "", f["peer"] or "")
+    return sorted(findings, key=key)
+
+
+def _evaluated(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    if df.attrs.get("evaluated") == (profile.name, profile.source) and "verdict" in df.columns:
+        return df
+    return evaluate(df, profile)
+
+
+def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> list[dict]:
+    if ev.empty:
+        return []
+    p, names, p2p_idx = _p2p(ev)
+    measured = _measured(p) if len(p) else pd.DataFrame({"rail": [], "u": [], "v": []}, dtype=np.int64)
+    pairs = _pair_values(p)
+    outliers = _fleet(pairs, profile)
+    planes = _rail_planes(pairs, profile) if pairs["rail"].nunique() >= 3 else None
+    bad = _bad_p2p(p, outliers, profile)
+    if planes is not None and len(planes):
+        bad = _against_rails(bad, pairs, planes, profile)
+    findings = _localize(bad, measured, names, profile, "fleet", planes)
+    findings += _other_failures(ev, p2p_idx)
+    findings += _counter_findings(ev)
+    findings += _burnin_findings(ev, profile, measured)
+    if deltas is not None:
+        findings += _regression_findings(deltas, profile, measured, names)
+    return _sort(findings)
+
+
+def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = None) -> list[dict]:
+    """Findings of a run's records (evaluated here unless evaluate() was run with this profile);
+    with `baseline` records, regressions against them too."""
+    ev = _evaluated(df, profile)
+    deltas = compare(ev, baseline, profile) if baseline is not None else None
+    return _find(ev, profile, deltas)
+
+
+def _read_run(run_dir: Path, required: bool) -> dict:
+    path = run_dir / "run.json"
+    if not path.is_file():
+        if required:
+            raise FileNotFoundError(f"{path}: no such file (a run folder needs run.json with run_id and profile)")
+        return {"run_id": run_dir.name}
+    try:
+        run = json.loads(path.read_text())
+    except ValueError as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(run, dict):
+        raise ValueError(f"{path}: expected a JSON object")  # noqa: TRY004 (bad input, as above)
+    run.setdefault("run_id", run_dir.name)
+    return run
+
+
+def _snapshot_profile(p: dict) -> Profile:
+    """The resolved profile run.json keeps (name, source, values), with keys it lacks at their defaults."""
+    values = {}
+    stored = p.get("values") or {}
+    for section, fields in SCHEMA.items():
+        got = stored.get(section) or {}
+        values[section] = {}
+        for key, fld in fields.items():
+            if key in got:
+                values[section][key] = got[key]
+            else:
+                values[section][key] = None if fld.default is None else fld.parse(fld.default)
+    return Profile(name=str(p.get("name") or "run.json"), source=str(p.get("source") or ""),
+                   description=str(p.get("description") or ""), values=values)
+
+
+def _resolve_profile(run: dict, profile, run_dir: Path) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    if profile is not None:
+        return load_profile(profile)
+    p = run.get("profile")
+    if p is None:
+        raise ValueError(f"{run_dir / 'run.json'}: no profile (give one: a built-in name or a .toml path)")
+    if isinstance(p, str):
+        return load_profile(p)
+    if isinstance(p, dict):
+        if isinstance(p.get("values"), dict):
+            return _snapshot_profile(p)
+        source, name = p.get("source"), p.get("name")
+        if source and Path(source).is_file():
+            return load_profile(source)
+        if name:
+            return load_profile(name)
+    raise ValueError(f"{run_dir / 'run.json'}: profile must be a name, a path or an object with "
+                     f"values, source or name; got {p!r}")
+
+
+def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None) -> Analysis:
+    """Analyze a run folder: records judged against the profile, findings, drain lines,
+    and the comparison with a baseline run folder when one is given.
+
+    The profile is, in order: the argument; the resolved profile run.json keeps (what the run
+    was judged with, missing keys at their defaults); the file or name run.json names.
+    """
+    import time
+    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
+    run = _read_run(run_dir, required=profile is None)
+    prof = _resolve_profile(run, profile, run_dir)
+    records = evaluate(load_records(run_dir), prof)
+    t1 = time.perf_counter()
+    deltas = baseline_id = None
+    if baseline_dir is not None:
+        baseline_dir = Path(baseline_dir)
+        baseline_id = _read_run(baseline_dir, required=False).get("run_id")
+        deltas = compare(records, load_records(baseline_dir), prof)
+    findings = _find(records, prof, deltas)
+    extra = {"seconds": {"load": round(t1 - t0, 3), "analyze": round(time.perf_counter() - t1, 3)},
+             "skipped_lines": records.attrs.get("skipped_lines", 0)}
+    return Analysis(run=run, profile=prof, records=records, findings=findings, drains=drain_lines(findings),
+                    deltas=deltas, baseline_id=baseline_id, extra=extra)

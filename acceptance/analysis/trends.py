@@ -1,0 +1,184 @@
+"""Trends: burn-in drift and instability across iterations, and regressions against a baseline run."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pandas as pd
+
+from ..profile import Profile
+from .base import _codes_of, _floats_of
+from .evaluate import TREND_METRICS, _KEYS, _direction
+from .localize import _localize
+from .outliers import _node_names
+from .wording import _finding, _fmt, _how, _size_text
+
+
+
+def _key_view(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Rows of TREND_METRICS with the comparison key columns, node codes and a direction."""
+    names, s, d = _node_names(ev)
+    mask = np.zeros(len(ev), bool)
+    for suite, metric in TREND_METRICS:
+        mask |= _codes_of(ev["suite"], suite) & _codes_of(ev["metric"], metric)
+    idx = np.flatnonzero(mask)
+    v = pd.DataFrame({"suite": ev["suite"].take(idx).astype(str).to_numpy(),
+                      "metric": ev["metric"].take(idx).astype(str).to_numpy(),
+                      "size": _floats_of(ev["size"])[idx], "rail": _floats_of(ev["rail"])[idx],
+                      "s": s[idx], "d": d[idx],
+                      "op": ev["op"].take(idx).astype(object).fillna("").to_numpy(),
+                      "scope": ev["scope"].take(idx).astype(object).fillna("").to_numpy(),
+                      "unit": ev["unit"].take(idx).astype(object).to_numpy(),
+                      "iteration": ev["iteration"].to_numpy()[idx], "value": _floats_of(ev["value"])[idx]})
+    return v, names
+
+
+_GROUP = ["suite", "metric", "size", "rail", "s", "d", "op", "scope"]
+
+
+def _burnin(ev: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Per series (a key over iterations) with >= 4 iterations: first/last quarter medians, CV, flags."""
+    its = ev["iteration"].to_numpy()
+    if len(its) == 0 or its.min() == its.max():
+        return pd.DataFrame()
+    v, _ = _key_view(ev)
+    v = v[~np.isnan(v["value"].to_numpy())]
+    if v.empty:
+        return pd.DataFrame()
+    v = v.fillna({"size": -1.0, "rail": -1.0})
+    per = (v.groupby([*_GROUP, "iteration"], sort=True).agg(value=("value", "median"), unit=("unit", "first"))
+           .reset_index())
+    g = per.groupby(_GROUP, sort=False).ngroup().to_numpy()
+    per["g"] = g
+    per = per.sort_values(["g", "iteration"], kind="stable")
+    grp = per.groupby("g", sort=True)
+    rank = grp.cumcount().to_numpy()
+    n = grp["value"].transform("size").to_numpy()
+    q = np.ceil(n / 4).astype(int)
+    val = per["value"].to_numpy()
+    first = pd.Series(np.where(rank < q, val, np.nan)).groupby(per["g"].to_numpy()).median()
+    last = pd.Series(np.where(rank >= n - q, val, np.nan)).groupby(per["g"].to_numpy()).median()
+    stats = grp["value"].agg(["mean", "std", "size"])
+    keys = grp[[*_GROUP, "unit"]].first()
+    t = keys.assign(n=stats["size"], mean=stats["mean"], std=stats["std"], first=first, last=last)
+    t = t[t["n"] >= 4]
+    if t.empty:
+        return pd.DataFrame()
+    higher = np.array([_direction(a, b) is not False for a, b in zip(t["suite"], t["metric"])])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        worse = np.where(higher, (t["first"] - t["last"]) / t["first"], (t["last"] - t["first"]) / t["first"])
+        cv = (t["std"] / t["mean"]).to_numpy()
+    t = t.assign(worse=worse, cv=cv)
+    t["drift"] = t["worse"] > profile.get("analysis.drift_tolerance")
+    t["unstable"] = (t["cv"] > profile.get("analysis.cv_max")) & ~t["drift"]
+    t = t[t["drift"] | t["unstable"]].reset_index(drop=True)
+    return t.replace({"size": {-1.0: np.nan}, "rail": {-1.0: np.nan}})
+
+
+def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: list[str], profile: Profile,
+                     severity_of=None) -> list[dict]:
+    """Findings from per-series rows (drift, instability, regression): p2p rows are localized,
+    collective rows are placed by their communicator."""
+    if t is None or t.empty:
+        return []
+    p2p = (t["suite"] == "rdma_write") & t["rail"].notna() & (t["s"] >= 0) & (t["d"] >= 0)
+    out = []
+    if p2p.any():
+        x = t[p2p]
+        bad = pd.DataFrame({"rail": x["rail"].astype(np.int64).to_numpy(), "s": x["s"].to_numpy(),
+                            "d": x["d"].to_numpy(), "metric": x["metric"].to_numpy(), "size": x["size"].to_numpy(),
+                            "value": x["value"].to_numpy(), "expected": x["expected"].to_numpy(),
+                            "median": x["median"].to_numpy(), "bound": np.nan, "worse": x["worse"].to_numpy(),
+                            "grade": x["grade"].to_numpy(), "unit": x["unit"].to_numpy()})
+        out += _localize(bad, measured, names, profile, kind)
+    for row in t[~p2p].itertuples():
+        node = names[row.s] if row.s >= 0 else None
+        scope_name = row.scope or ""
+        if scope_name == "node" and node:
+            scope, rail, subject = "node", None, f"{row.op or row.metric} inside {node}"
+        elif scope_name.startswith("rail") and scope_name[4:].isdigit():
+            scope, rail, node, subject = "rail", int(scope_name[4:]), None, f"{row.op} over rail {scope_name[4:]}"
+        else:
+            scope, rail, node, subject = "cluster", None, None, f"{row.op or row.suite} over {scope_name or 'the job'}"
+        higher = _direction(row.suite, row.metric)
+        phrase, detail = _how(kind, row.metric, row.value, row.expected, row.unit, row.size, higher, True)
+        severity = "fail" if row.grade else "warn"
+        line = f"{subject}, {row.metric}{_size_text(row.size)}: " + (
+            f"{_fmt(row.expected)} -> {_fmt(row.value)} {row.unit}" if kind == "drift" else
+            f"CV {row.value:.0%}" if kind == "instability" else
+            f"{_fmt(row.value)} vs baseline {_fmt(row.expected)} {row.unit}")
+        msg = f"{subject} {phrase} ({detail})" + (f": drain {node}" if severity == "fail" and scope == "node" else "")
+        out.append(_finding(severity, scope, node, rail, None, row.metric, row.value, row.expected, [line], msg,
+                            kind, row.unit, row.size))
+    return out
+
+
+def _burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame) -> list[dict]:
+    t = _burnin(ev, profile)
+    if t.empty:
+        return []
+    names = _node_names(ev)[0]
+    out = []
+    drift = t[t["drift"]]
+    out += _series_findings(drift.assign(value=drift["last"], expected=drift["first"], median=drift["mean"],
+                                         grade=False), "drift", measured, names, profile)
+    unstable = t[t["unstable"]]
+    out += _series_findings(unstable.assign(value=unstable["cv"], expected=profile.get("analysis.cv_max"),
+                                            median=unstable["mean"], grade=False, worse=unstable["cv"]),
+                            "instability", measured, names, profile)
+    return out
+
+
+
+def compare(df: pd.DataFrame, baseline_df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Median now vs median in the baseline, per (suite, metric, size, rail, src, dst, op, scope).
+
+    Only TREND_METRICS (rdma_write bandwidth, latency p50 / p99, collective busbw).
+    change is signed so that negative is worse; regression: change < -analysis.regression_tolerance.
+    Columns: the key, unit, value (now), baseline, change, regression; size and rail are float (NaN: none).
+    """
+    cols = [*_KEYS, "unit", "value", "baseline", "change", "regression"]
+    (now, now_names), (base, base_names) = _key_view(df), _key_view(baseline_df)
+    if now.empty or base.empty:
+        return pd.DataFrame({c: [] for c in cols})
+    # code both runs' nodes into one list of names
+    names = sorted(set(now_names) | set(base_names))
+    index = {n: i for i, n in enumerate(names)}
+    for frame, own in ((now, now_names), (base, base_names)):
+        table = np.array([index[n] for n in own] + [-1], dtype=np.int64)
+        frame["s"] = table[frame["s"].to_numpy()]
+        frame["d"] = table[frame["d"].to_numpy()]
+    a = now.fillna({"size": -1.0, "rail": -1.0}).groupby(_GROUP, sort=False).agg(
+        value=("value", "median"), unit=("unit", "first"))
+    b = base.fillna({"size": -1.0, "rail": -1.0}).groupby(_GROUP, sort=False)["value"].median().rename("baseline")
+    j = a.join(b, how="inner").reset_index()
+    higher = np.array([_direction(x, y) is not False for x, y in zip(j["suite"], j["metric"])], dtype=bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = np.where(higher, (j["value"] - j["baseline"]) / j["baseline"],
+                          (j["baseline"] - j["value"]) / j["baseline"])
+    change = np.where(j["baseline"].to_numpy() != 0, change, np.nan)
+    names_arr = np.array(names + [None], dtype=object)
+    out = pd.DataFrame({
+        "suite": j["suite"], "metric": j["metric"],
+        "size": j["size"].replace(-1.0, np.nan), "rail": j["rail"].replace(-1.0, np.nan),
+        "src": names_arr[j["s"].to_numpy()], "dst": names_arr[j["d"].to_numpy()],
+        "op": j["op"].replace("", None), "scope": j["scope"].replace("", None), "unit": j["unit"],
+        "value": j["value"], "baseline": j["baseline"], "change": change})
+    out["regression"] = out["change"] < -profile.get("analysis.regression_tolerance")
+    return out
+
+
+def _regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.DataFrame,
+                         names: list[str]) -> list[dict]:
+    if deltas is None or deltas.empty or not deltas["regression"].any():
+        return []
+    r = deltas[deltas["regression"]].copy()
+    index = {n: i for i, n in enumerate(names)}
+    r["s"] = [index.get(n, -1) if isinstance(n, str) else -1 for n in r["src"]]
+    r["d"] = [index.get(n, -1) if isinstance(n, str) else -1 for n in r["dst"]]
+    # a node that is only in the baseline cannot be localized in this run
+    r["op"] = r["op"].fillna("")
+    r["scope"] = r["scope"].fillna("")
+    tol = profile.get("analysis.regression_tolerance")
+    r = r.assign(expected=r["baseline"], worse=-r["change"], median=r["baseline"], grade=r["change"] < -2 * tol)
+    return _series_findings(r, "regression", measured, names, profile)

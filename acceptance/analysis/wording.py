@@ -1,0 +1,118 @@
+"""Words and numbers of findings: how a value is shown, what a finding dict holds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .evaluate import DIRECTION, OUTLIER_METRICS
+
+
+
+def _fmt(x) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    x = float(x)
+    if x == 0:
+        return "0"
+    if abs(x) >= 100:
+        return f"{x:.1f}"
+    if abs(x) >= 1:
+        return f"{x:.2f}".rstrip("0").rstrip(".") if abs(x) >= 10 else f"{x:.3g}"
+    return f"{x:.3g}"
+
+
+def _size_text(size) -> str:
+    return "" if size is None or (isinstance(size, float) and math.isnan(size)) else f" {int(size)} B"
+
+
+_METRIC_PRIORITY = {"bandwidth": 0, "latency_p50": 1, "latency_p99": 2, "latency_p999": 3, "busbw": 4, "errors": 5}
+
+
+def _how(kind: str, metric: str, value: float, expected: float, unit: str, size, higher: bool | None,
+         median_known: bool) -> tuple[str, str]:
+    """(phrase, detail): ('is 43% slow', '212.0 vs median 371.2 Gbit/s, bandwidth at 4194304 B')."""
+    at = f"{metric} at{_size_text(size)}" if _size_text(size) else metric
+    unit = unit or ""
+    pct = _pct_worse(value, expected, higher)
+    if kind == "drift":
+        return (f"drifted {pct:.0%} worse over the burn-in",
+                f"{at}: {_fmt(expected)} -> {_fmt(value)} {unit}".rstrip())
+    if kind == "instability":
+        return "is unstable across burn-in iterations", f"{at}: CV {value:.0%} > {expected:.0%}"
+    if kind == "regression":
+        return (f"regressed {pct:.0%} against the baseline",
+                f"{at}: {_fmt(value)} vs {_fmt(expected)} {unit}".rstrip())
+    if metric == "errors":
+        return "corrupts data", f"{_fmt(value)} wrong bytes{(' at' + _size_text(size)) if _size_text(size) else ''}"
+    if median_known:
+        ref = "vs median"
+    else:
+        ref = "< bound" if higher is not False else "> bound"
+    if higher is False:
+        return (f"has {pct:.0%} higher {metric}" if median_known else f"exceeds its {metric} bound by {pct:.0%}",
+                f"{_fmt(value)} {ref} {_fmt(expected)} {unit}{(' at' + _size_text(size)) if _size_text(size) else ''}")
+    return (f"is {pct:.0%} slow" if median_known else f"is {pct:.0%} below its {metric} bound",
+            f"{_fmt(value)} {ref} {_fmt(expected)} {unit}, {at}")
+
+
+def _pct_worse(value: float, expected: float, higher: bool | None) -> float:
+    if not expected or not math.isfinite(expected) or not math.isfinite(value):
+        return 0.0
+    return (expected - value) / expected if higher is not False else (value - expected) / expected
+
+
+def _evidence_line(kind: str, row, names: list[str]) -> str:
+    where = f"{names[row.s]} -> {names[row.d]} rail {row.rail}, {row.metric}{_size_text(row.size)}"
+    unit = row.unit if isinstance(row.unit, str) else ""
+    if kind == "drift":
+        return f"{where}: {_fmt(row.expected)} -> {_fmt(row.value)} {unit} ({_change(row.value, row.expected)}) over the burn-in"
+    if kind == "instability":
+        return f"{where}: CV {row.value:.0%} across iterations (mean {_fmt(row.median)} {unit})"
+    if kind == "regression":
+        return f"{where}: {_fmt(row.value)} vs baseline {_fmt(row.expected)} {unit} ({_change(row.value, row.expected)})"
+    if row.metric == "errors":
+        return f"{where}: {_fmt(row.value)} wrong bytes (must be 0)"
+    parts = []
+    if not math.isnan(row.median):
+        parts.append(f"{_fmt(row.value)} {unit} vs median {_fmt(row.median)} ({_change(row.value, row.median)})")
+    if not math.isnan(row.bound):
+        higher = OUTLIER_METRICS.get(row.metric, DIRECTION.get(("rdma_write", row.metric), True))
+        rel = "<" if higher is not False else ">"
+        parts.append(f"{_fmt(row.value)} {unit} {rel} bound {_fmt(row.bound)}" if not parts
+                     else f"bound {_fmt(row.bound)}")
+    return f"{where}: {'; '.join(parts)}"
+
+
+def _change(value: float, reference: float) -> str:
+    """Signed relative change of value against reference, as '-43%' or '+70%'."""
+    if not reference or not math.isfinite(reference) or not math.isfinite(value):
+        return "n/a"
+    return f"{value / reference - 1:+.0%}"
+
+
+def _cap(lines: list[str], total: int) -> list[str]:
+    return lines + ([f"and {total - len(lines)} more"] if total > len(lines) else [])
+
+
+def _clean(x):
+    if x is None:
+        return None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    return x
+
+
+def _finding(severity, scope, node, rail, peer, metric, value, expected, evidence, message, kind, unit=None,
+             size=None) -> dict:
+    size = _clean(size)
+    return {"severity": severity, "scope": scope, "node": node, "rail": None if rail is None else int(rail),
+            "peer": peer, "metric": metric, "value": _clean(value), "expected": _clean(expected),
+            "evidence": list(evidence), "message": message, "kind": kind,
+            "unit": unit if isinstance(unit, str) else None, "size": None if size is None else int(size)}
