@@ -12,11 +12,12 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from . import __version__
 from .profile import ProfileError, format_profile, format_profile_list, load_profile
-from .results import ENV_ITERATION, RunFolder
+from .results import ENV_ITERATION, InputError, RunFolder
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # With srun: each rank's FI_TCP_IFACE becomes this prefix + its local rank (e.g. "rail" -> rail0, rail1).
@@ -51,9 +52,13 @@ def main(argv: list[str] | None = None) -> int:
     except ProfileError as e:
         print(f"acceptance: profile error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    except UsageError as e:
+    except (UsageError, InputError) as e:
         print(f"acceptance: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception:  # a bug in the harness: show it, and never let it read as "a check failed"
+        traceback.print_exc()
+        print("acceptance: internal error (the traceback above is a harness bug); exit 3", file=sys.stderr)
+        return EXIT_INCOMPLETE
 
 
 class UsageError(Exception):
@@ -345,7 +350,10 @@ def cmd_report(args) -> int:
         if not args.prometheus.endswith(".prom"):
             print(f"acceptance: note: node_exporter's textfile collector reads only *.prom files, "
                   f"not {Path(args.prometheus).name}", file=sys.stderr)
-    analysis, report = analyze_and_report(folder, baseline, args.output)
+    try:
+        analysis, report = analyze_and_report(folder, baseline, args.output)
+    except InputError as e:
+        raise UsageError(str(e)) from None
     print(summary(analysis, report))
     if args.prometheus:
         from .prometheus import write
@@ -355,7 +363,7 @@ def cmd_report(args) -> int:
             raise UsageError(f"--prometheus {args.prometheus}: cannot write: {e.strerror or e}") from None
     if args.drain:
         execute_drains(analysis.drains)
-    return EXIT_FAILED if analysis.verdict == "fail" else EXIT_OK
+    return analysis.exit_code
 
 
 def cmd_compare(args) -> int:
@@ -405,7 +413,7 @@ def cmd_run(args) -> int:
     print(f"acceptance: run folder {folder.path}", flush=True)
     code = _burn_in(cmd, env, folder, args.iterations, args.duration)
     if code in (EXIT_OK, EXIT_FAILED):
-        code = max(code, _post_run(folder, args.drain))
+        code = _post_run(folder, args.drain)  # the verdict decides: a pass needs measurements in bounds
     elif code == EXIT_INCOMPLETE and folder.results.exists():
         _post_run(folder, drain=False)  # what was measured before the loss still gets its report
     print(f"acceptance: exit {code} ({_WORDS[code]})")
@@ -451,18 +459,22 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
 
 
 def _post_run(folder: RunFolder, drain: bool) -> int:
-    """Analysis and report; EXIT_FAILED when a finding fails. A broken report never loses the results."""
+    """Analysis and report; the run's verdict as an exit code (0 pass, 1 fail, 3 incomplete).
+
+    A broken analysis or report never loses the results and never passes: the traceback is
+    printed and the run counts as incomplete (3)."""
     from .postrun import analyze_and_report, execute_drains, summary
     try:
         analysis, report = analyze_and_report(folder.path)
-    except Exception as e:  # the results are on disk; say what broke and carry on
-        print(f"acceptance: analysis or report failed: {type(e).__name__}: {e} "
-              f"(results are in {folder.results}; retry with `acceptance report {folder.path}`)", file=sys.stderr)
-        return EXIT_FAILED
+    except Exception:  # the results are on disk; say what broke, and do not call it a pass
+        traceback.print_exc()
+        print(f"acceptance: analysis or report failed (a harness error; results are in {folder.results}; "
+              f"retry with `acceptance report {folder.path}`)", file=sys.stderr)
+        return EXIT_INCOMPLETE
     print(summary(analysis, report))
     if drain:
         execute_drains(analysis.drains)
-    return EXIT_FAILED if analysis.verdict == "fail" else EXIT_OK
+    return analysis.exit_code
 
 
 def _duration(seconds: float) -> str:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .naming import natural_key
-from .results import read_json, utc_now
+from .results import read_json, utc_now, worst
 
 ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
 ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
@@ -652,8 +652,8 @@ def rails_of(devices: Iterable[str], nic_rails: Mapping[str, int], bound: Mappin
 
 def verdict_of(deltas: Iterable[Delta], limits: Limits) -> str:
     """fail if any counter fails, else warn if any warns, else pass."""
-    verdicts = {judge(d, limits) for d in deltas}
-    return "fail" if "fail" in verdicts else "warn" if "warn" in verdicts else "pass"
+    found = worst(judge(d, limits) for d in deltas)
+    return "pass" if found == "info" else found
 
 
 def _shown(d: Delta, verdict: str) -> bool:

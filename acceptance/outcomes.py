@@ -27,6 +27,28 @@ def describe(ranks: list[int], labels: Mapping[int, str]) -> str:
     return f"{word} [{', '.join(shown)}{more}]"
 
 
+def headline(text: str, limit: int = 300) -> str:
+    """The line of a pytest report that says what went wrong: its first `E ` line (the assertion or
+    exception), else its last non-empty line; shortened to `limit` characters."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = []
+    for line in (line[1:].strip() for line in lines if line.startswith("E ")):
+        if line.startswith(("assert ", "+  where")) or len(errors) == 3:  # pytest's re-evaluation follows
+            break
+        errors.append(line)
+    said = " | ".join(errors) if errors else (lines[-1] if lines else "no message")
+    return said if len(said) <= limit else said[:limit - 3] + "..."
+
+
+def failure_headline(decision: dict, summaries: Mapping[int, dict]) -> str:
+    """One line for a merged failure: the first failing rank's headline, or the inconsistency."""
+    failed = [summaries[r] for r in decision["ranks"] if summaries[r]["outcome"] == "failed"]
+    if failed:
+        return headline(failed[0]["text"])
+    text = decision["longrepr"] or ""
+    return "inconsistent outcome across ranks: " + "; ".join(line.strip() for line in text.splitlines()[1:3])
+
+
 def _kind(s: dict) -> str:
     return ("x" if s["xfail"] else "") + s["outcome"]
 

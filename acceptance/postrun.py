@@ -9,15 +9,19 @@ from pathlib import Path
 
 from .analysis import Analysis, analyze, write_outputs
 from .report import render
+from .results import RunFolder
 
 SHOWN_FINDINGS = 10
 
 
 def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
                        out: str | Path | None = None) -> tuple[Analysis, Path]:
-    """(Re)write findings.json, drain.txt and report.html of a run folder."""
+    """(Re)write findings.json, drain.txt, report.html, and the run's verdict and exit code in run.json
+    (one analysis says all of them, so they always agree)."""
     analysis = analyze(run_dir, baseline_dir=baseline)
     write_outputs(run_dir, analysis)
+    RunFolder(run_dir).update_run(verdict=analysis.verdict, exit_code=analysis.exit_code)
+    analysis.run.update(verdict=analysis.verdict, exit_code=analysis.exit_code)
     return analysis, render(analysis, run_dir, out)
 
 
@@ -32,7 +36,11 @@ def summary(analysis: Analysis, report: Path) -> str:
                 by_engine.setdefault(e.get("engine") or "none (skipped)", []).append(suite)
         lines.append("engines: " + "; ".join(f"{name} ({', '.join(suites)})" for name, suites in by_engine.items())
                      + " (why: run.json \"engines\", report environment)")
-    lines.append(f"verdict: {analysis.verdict.upper()} ({len(analysis.findings)} findings)")
+    lines.append(f"verdict: {analysis.verdict.upper()} ({analysis.verdict_why}; {len(analysis.findings)} findings)")
+    skipped = analysis.extra.get("skipped_lines")
+    if skipped:
+        lines.append(f"  note: the last line of results.jsonl was cut short (a crash mid-write): {skipped} record "
+                     f"lost")
     for f in analysis.findings[:SHOWN_FINDINGS]:
         lines.append(f"  {f['severity'].upper():4} {f['scope']:7} {f['message']}")
     if len(analysis.findings) > SHOWN_FINDINGS:

@@ -30,7 +30,8 @@ from mpi4py import MPI
 from . import outcomes
 from .preflight import software_versions
 from .profile import Profile, ProfileError, load_profile, parse_duration
-from .results import ENV_ITERATION, Recorder, RunFolder, new_run_id, utc_now
+from .naming import natural_key
+from .results import ENV_ITERATION, FAILED_METRIC, Recorder, RunFolder, make_record, new_run_id, utc_now
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
 from .watchdog import Phase, Watchdog
@@ -337,7 +338,11 @@ class CollectivePlugin:
         def merge(got: dict) -> dict:
             if rep.when == "teardown":
                 self.folder.append_records(r for rank in sorted(got) for r in got[rank][1])
-            return outcomes.merge({rank: got[rank][0] for rank in got}, self.labels)
+            summaries = {rank: got[rank][0] for rank in got}
+            decision = outcomes.merge(summaries, self.labels)
+            if decision["outcome"] == "failed":  # the failure reaches findings.json, whatever recorded
+                self.folder.append_records([self._failed_record(item, rep.when, decision, summaries)])
+            return decision
 
         decision = self._agree((mine, records), merge, item.nodeid, rep.when)
         self.watchdog.disarm()
@@ -351,6 +356,19 @@ class CollectivePlugin:
             if rep.when == "teardown":
                 rep.user_properties.append(failed)
         return rep
+
+    def _failed_record(self, item: pytest.Item, when: str, decision: dict, summaries: dict) -> dict:
+        """A record of suite <the test's>, metric test_failed: the failing ranks and their nodes, and
+        what went wrong, so that analysis turns a failure its records do not explain into a finding."""
+        ranks = decision["ranks"]
+        nodes = sorted({self.topology.ranks[r].node for r in ranks}, key=natural_key)
+        rails = {self.topology.ranks[r].rail for r in ranks}
+        module = getattr(item, "module", None)
+        suite = getattr(module, "SUITE", None) or Path(getattr(module, "__file__", item.nodeid)).stem.removeprefix("test_")
+        return make_record(test=item.nodeid, suite=suite, metric=FAILED_METRIC, value=None, unit="", nodes=nodes,
+                           ranks=ranks, rail=rails.pop() if len(rails) == 1 else None, iteration=self.iteration,
+                           samples=0, verdict="fail",
+                           detail=f"{when}: {outcomes.failure_headline(decision, summaries)}")
 
     # ---- the end ---------------------------------------------------------
     @pytest.hookimpl(wrapper=True, tryfirst=True)

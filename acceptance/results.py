@@ -20,7 +20,16 @@ from typing import Any, Iterable
 REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks",
                  "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
 OPTIONAL_KEYS = ("detail",)
+# A record's verdict, and how bad each is (worst() of several).
 VERDICTS = ("pass", "fail", "warn", "info")
+_SEVERITY = {"info": 0, "pass": 1, "warn": 2, "fail": 3}
+# The metric of the record the plugin writes for a test that failed (on any rank, in any phase).
+FAILED_METRIC = "test_failed"
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    """The worst of record verdicts: fail > warn > pass > info ("info" for none)."""
+    return max(verdicts, key=_SEVERITY.__getitem__, default="info")
 # Burn-in: `acceptance run --iterations/--duration` launches the suites once per
 # iteration with this set; every record carries it.
 ENV_ITERATION = "ACCEPTANCE_ITERATION"
@@ -33,6 +42,11 @@ class RecordError(ValueError):
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class InputError(ValueError):
+    """A file given to the harness (a run folder's run.json or results.jsonl, a snapshot) that cannot
+    be used: the message names the file, the line where it helps, and why. Exit code 2."""
 
 
 def read_json(path: str | os.PathLike, label: str | None = None) -> Any:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..profile import Profile
+from ..results import VERDICTS as RECORD_VERDICTS
 
 
 @dataclass
@@ -15,7 +16,7 @@ class Analysis:
     run: dict                         # run.json as read (at least run_id and profile)
     profile: Profile                  # the profile the records were re-evaluated against
     records: pd.DataFrame             # one row per record; see load_records() for the columns
-    findings: list[dict]              # DESIGN.md schema, most severe and most specific first
+    findings: list[dict]              # docs/records.md schema, most severe and most specific first
     drains: list[str]                 # scontrol lines, one per node to drain
     deltas: pd.DataFrame | None = None  # baseline comparison, when a baseline was given
     baseline_id: str | None = None
@@ -23,13 +24,25 @@ class Analysis:
 
     @property
     def verdict(self) -> str:
-        """'fail' if any finding fails, else 'warn' if any warns, else 'pass'."""
-        severities = {f["severity"] for f in self.findings}
-        return "fail" if "fail" in severities else "warn" if "warn" in severities else "pass"
+        """The run's verdict: "pass", "fail" or "incomplete" (analysis.verdict)."""
+        from .verdict import run_verdict
+        return run_verdict(self.run or {}, self.records, self.findings)[0]
+
+    @property
+    def verdict_why(self) -> str:
+        from .verdict import run_verdict
+        return run_verdict(self.run or {}, self.records, self.findings)[1]
+
+    @property
+    def exit_code(self) -> int:
+        """0 for pass, 1 for fail, 3 for incomplete."""
+        from .verdict import EXIT_CODES
+        return EXIT_CODES[self.verdict]
 
 
 
-VERDICTS = ["pass", "fail", "warn", "info"]
+VERDICTS = list(RECORD_VERDICTS)  # category order of the verdict column
+_PASS, _FAIL, _WARN, _INFO = (VERDICTS.index(v) for v in ("pass", "fail", "warn", "info"))
 SCOPE_ORDER = {"rail": 0, "node": 1, "nic": 2, "link": 3, "cluster": 4}
 EVIDENCE_MAX = 10
 MIN_GROUP = 3          # fewest values a fleet-relative (outlier) comparison is made on

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from ..profile import Profile
-from .base import VERDICTS, _codes_of, _floats_of
+from .base import _FAIL, _INFO, _PASS, _WARN, VERDICTS, _codes_of, _floats_of
 from .load import _derive
 
 
@@ -91,7 +91,6 @@ DIRECTION: dict[tuple[str, str], bool | None] = {(r.suite, r.metric): r.higher f
 OUTLIER_METRICS = {"bandwidth": True, "latency_p50": False, "latency_p99": False, "latency_p999": False}
 TREND_METRICS = {("rdma_write", "bandwidth"), ("rdma_write", "latency_p50"), ("rdma_write", "latency_p99"),
                  ("collective", "busbw")}
-_PASS, _FAIL, _WARN, _INFO = range(4)
 _KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
 
 
@@ -118,8 +117,9 @@ def _judge(value: np.ndarray, bound: np.ndarray, higher: bool | None) -> np.ndar
 def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     """Every record judged against `profile`: columns threshold (record units) and verdict.
 
-    The file's own threshold and verdict are replaced, never read. Records no rule
-    covers (or whose bound is unset for their size) get verdict "info".
+    A record with a value and a bound is judged here; one without (no bound for its metric
+    or size, or a null value from a probe that failed) keeps the threshold and verdict its
+    test wrote.
     """
     out = df.copy(deep=False)
     if "op" not in out.columns or "scope" not in out.columns:
@@ -186,10 +186,30 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     counters = np.flatnonzero(_codes_of(out["suite"], "counters")) if n else np.zeros(0, dtype=np.int64)
     if len(counters):
         _evaluate_counters(out, counters, value, threshold, verdict, profile)
+    # Fail closed: where nothing was judged here (no bound for the metric, or no value: a probe that
+    # failed), the verdict and threshold the test wrote stand; analysis never turns a failure into info.
+    written, written_threshold = _written(out, n)
+    unjudged = verdict == _INFO
+    verdict = np.where(unjudged, written, verdict).astype(np.int8)
+    threshold = np.where(unjudged & np.isnan(threshold), written_threshold, threshold)
     out["threshold"] = threshold
     out["verdict"] = pd.Categorical.from_codes(verdict, categories=VERDICTS)
     out.attrs["evaluated"] = (profile.name, profile.source)
     return out
+
+
+def _written(df: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(verdict codes, thresholds) as the records were written; info and NaN where absent."""
+    threshold = _floats_of(df["threshold"]) if "threshold" in df.columns and n else np.full(n, np.nan)
+    if "verdict" not in df.columns or not n:
+        return np.full(n, _INFO, dtype=np.int8), threshold
+    given = df["verdict"]
+    if not isinstance(given.dtype, pd.CategoricalDtype):
+        given = given.astype("category")
+    table = np.array([VERDICTS.index(c) if c in VERDICTS else _INFO for c in given.cat.categories] or [_INFO],
+                     dtype=np.int8)
+    codes = given.cat.codes.to_numpy()
+    return np.where(codes >= 0, table[np.maximum(codes, 0)], _INFO).astype(np.int8), threshold
 
 
 def _evaluate_counters(out: pd.DataFrame, idx: np.ndarray, value: np.ndarray, threshold: np.ndarray,

@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..results import FAILED_METRIC
 from .base import EVIDENCE_MAX, _codes_of, _floats_of
 from .evaluate import _direction
 from .wording import _cap, _finding, _fmt, _size_text
@@ -33,7 +34,8 @@ def _bound_text(suite: str, metric: str, value, bound, unit: str) -> str:
 
 def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     """Failed bounds that the point-to-point graph does not localize."""
-    fail = _codes_of(ev["verdict"], "fail") & ~_codes_of(ev["suite"], "counters")
+    fail = (_codes_of(ev["verdict"], "fail") & ~_codes_of(ev["suite"], "counters")
+            & ~_codes_of(ev["metric"], FAILED_METRIC))
     fail[p2p_idx] = False
     idx = np.flatnonzero(fail)
     if not len(idx):
@@ -146,4 +148,37 @@ def _counter_findings(ev: pd.DataFrame) -> list[dict]:
         bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
         out.append(_finding(severity, "nic", node, rail, None, h["metric"], value, bound,
                             _cap(evidence, len(g)), f"{on}: {headline}{more}; {advice}", "counter", h["unit"]))
+    return out
+
+
+def _failed_tests(ev: pd.DataFrame) -> list[dict]:
+    """Tests that failed (records test_failed, written by the plugin) with no failing record of their
+    own to explain it: an exception, a probe that could not run, ranks whose outcomes differed.
+    One finding per failing node, or one cluster finding when the test failed on at least half of
+    the run's nodes (and 2 or more), each with the test's message."""
+    is_failed = _codes_of(ev["metric"], FAILED_METRIC)
+    if not is_failed.any():
+        return []
+    tests = ev["test"].astype(object).to_numpy()
+    explained = set(tests[_codes_of(ev["verdict"], "fail") & ~is_failed])
+    all_nodes = {n for t in ev["nodes"] for n in (t if isinstance(t, tuple) else ())}
+    out = []
+    for idx in np.flatnonzero(is_failed):
+        test = tests[idx]
+        if test in explained:
+            continue
+        nodes = list(ev["nodes"].iat[idx] or ())
+        detail = ev["detail"].iat[idx] if "detail" in ev.columns else None
+        why = detail if isinstance(detail, str) else "no message"
+        rail = _floats_of(ev["rail"].iloc[[idx]])[0]
+        rail = None if math.isnan(rail) else int(rail)
+        evidence = [f"{test}: {why}"]
+        if not nodes or (len(nodes) >= 2 and len(nodes) >= 0.5 * len(all_nodes)):
+            where = f"{len(nodes)} of {len(all_nodes)} nodes" if nodes else "the job"
+            out.append(_finding("fail", "cluster", None, rail, None, FAILED_METRIC, None, None, evidence,
+                                f"{test} failed on {where}: {why}", "test"))
+            continue
+        for node in nodes:
+            out.append(_finding("fail", "node", node, rail, None, FAILED_METRIC, None, None, evidence,
+                                f"{node}: {test} failed: {why}: drain {node}", "test"))
     return out

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..results import InputError
+
 
 
 
@@ -132,7 +134,7 @@ def _parse_chunk(block: bytes, first_line: int, path: Path, last_chunk: bool, fa
                 if last_chunk and i == len(matches) - 1:
                     out["skipped"] += 1  # a line cut short by a crash: the test in flight is lost
                     continue
-                raise ValueError(f"{path}: line {first_line + i + 1}: not a JSON record ({e})") from None
+                raise InputError(f"{path}: line {first_line + i + 1}: not a JSON record ({e})") from None
         cols, lines = cols[canonical], lines[canonical]
         if fixed:
             extra = np.array(_LINE.findall(b"".join(fixed)), dtype=object)
@@ -153,7 +155,8 @@ def _parse_chunk(block: bytes, first_line: int, path: Path, last_chunk: bool, fa
             try:
                 float(raw)
             except ValueError:
-                raise ValueError(f"{path}: line {lines[i] + 1}: not a JSON record (value {bytes(raw).decode(errors='replace')!r})") from None
+                raise InputError(f"{path}: line {lines[i] + 1}: not a JSON record "
+                                 f"(value {bytes(raw).decode(errors='replace')!r})") from None
         raise
     out["line"].append(lines)
     return len(matches)
@@ -167,7 +170,7 @@ def _segment_fields(raws: list[bytes], lead: str, keys: tuple, path: Path) -> di
         try:
             obj = json.loads(head + raw + b"}")
         except ValueError as e:
-            raise ValueError(f"{path}: not a JSON record: {e}: {(head + raw)[:200]!r}") from None
+            raise InputError(f"{path}: not a JSON record: {e}: {(head + raw)[:200]!r}") from None
         for k in keys:
             fields[k].append(obj.get(k))
     return fields
@@ -258,7 +261,7 @@ def load_records(run_dir) -> pd.DataFrame:
     if path.is_dir():
         path = path / "results.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file (a run folder needs results.jsonl)")
+        raise InputError(f"{path}: no such file (a run folder needs results.jsonl)")
     groups = (*_SEGMENTS, _NODES, _TIME)
     facts = {g: _Factorizer() for g in groups}
     out = {g: [] for g in (_VALUE, "line")}

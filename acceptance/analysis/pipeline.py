@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..results import InputError
 from ..profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER, Analysis
 from .evaluate import evaluate
-from .failures import _counter_findings, _other_failures
+from .failures import _counter_findings, _failed_tests, _other_failures
 from .load import load_records
 from .localize import _localize
 from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _p2p, _pair_values, _rail_planes
@@ -21,7 +22,7 @@ from .trends import _burnin_findings, _regression_findings, compare
 
 
 def _sort(findings: list[dict]) -> list[dict]:
-    kinds = {"bound": 0, "outlier": 0, "counter": 0, "regression": 1, "drift": 2, "instability": 3}
+    kinds = {"bound": 0, "outlier": 0, "counter": 0, "test": 0, "regression": 1, "drift": 2, "instability": 3}
 
     def key(f):
         return (0 if f["severity"] == "fail" else 1, SCOPE_ORDER.get(f["scope"], 9), kinds.get(f.get("kind"), 9),
@@ -48,6 +49,7 @@ def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> li
         bad = _against_rails(bad, pairs, planes, profile)
     findings = _localize(bad, measured, names, profile, "fleet", planes)
     findings += _other_failures(ev, p2p_idx)
+    findings += _failed_tests(ev)
     findings += _counter_findings(ev)
     findings += _burnin_findings(ev, profile, measured)
     if deltas is not None:
@@ -67,14 +69,14 @@ def _read_run(run_dir: Path, required: bool) -> dict:
     path = run_dir / "run.json"
     if not path.is_file():
         if required:
-            raise FileNotFoundError(f"{path}: no such file (a run folder needs run.json with run_id and profile)")
+            raise InputError(f"{path}: no such file (a run folder needs run.json with run_id and profile)")
         return {"run_id": run_dir.name}
     try:
         run = json.loads(path.read_text())
     except ValueError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from None
+        raise InputError(f"{path}: not valid JSON: {e}") from None
     if not isinstance(run, dict):
-        raise ValueError(f"{path}: expected a JSON object")  # noqa: TRY004 (bad input, as above)
+        raise InputError(f"{path}: expected a JSON object")
     run.setdefault("run_id", run_dir.name)
     return run
 
@@ -102,7 +104,7 @@ def _resolve_profile(run: dict, profile, run_dir: Path) -> Profile:
         return load_profile(profile)
     p = run.get("profile")
     if p is None:
-        raise ValueError(f"{run_dir / 'run.json'}: no profile (give one: a built-in name or a .toml path)")
+        raise InputError(f"{run_dir / 'run.json'}: no profile (give one: a built-in name or a .toml path)")
     if isinstance(p, str):
         return load_profile(p)
     if isinstance(p, dict):
@@ -113,7 +115,7 @@ def _resolve_profile(run: dict, profile, run_dir: Path) -> Profile:
             return load_profile(source)
         if name:
             return load_profile(name)
-    raise ValueError(f"{run_dir / 'run.json'}: profile must be a name, a path or an object with "
+    raise InputError(f"{run_dir / 'run.json'}: profile must be a name, a path or an object with "
                      f"values, source or name; got {p!r}")
 
 

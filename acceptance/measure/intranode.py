@@ -190,10 +190,10 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
                 record: Callable, test_kinds: Sequence[str]) -> list[str]:
     """Record one node's measurements and its outlier count; returns the problems, node-prefixed.
 
-    A record's threshold is the bound it was held to: the profile's floor, or the outlier
-    floor (outlier_fraction x the node's median), whichever is higher; its verdict is
-    fail below it, pass above, info when neither applies. `test_kinds` are the kinds this
-    test covers (the outlier count names them even when it is zero).
+    A record's threshold is the profile's floor for its kind (verdict fail below it, pass
+    above, info without one); a GPU below outlier_fraction x its node's median is counted,
+    and named, by the outlier record, so one slow GPU is one failure. `test_kinds` are the
+    kinds this test covers (the outlier count names them even when it is zero).
     """
     problems = []
     floor = {k: settings.outlier_fraction * med for k, med in medians(measurements).items()}
@@ -203,10 +203,8 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
     for m in measurements:
         value = m.value
         bound = settings.bounds.get(m.kind)
-        applied = [b for b in (bound, floor.get(m.kind)) if b is not None]
-        threshold = max(applied) if applied else None
-        verdict = judge(value, threshold, higher_is_better=True)
-        record(METRIC[m.kind], value, UNIT, rail=m.gpu, samples=m.samples, threshold=threshold,
+        verdict = judge(value, bound, higher_is_better=True)
+        record(METRIC[m.kind], value, UNIT, rail=m.gpu, samples=m.samples, threshold=bound,
                verdict=verdict, detail=m.detail(), **common)
         if bound is not None and value < bound:
             problems.append(f"{node}: {m.where()} {LABEL[m.kind]} {value:.1f} {UNIT} < bound {bound:g} {UNIT}")

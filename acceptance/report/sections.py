@@ -83,6 +83,8 @@ def summary(analysis, recs: pd.DataFrame, run_dir: Path) -> dict:
     missing = run.get("missing_ranks") or []
     return {
         "verdict": analysis.verdict,
+        "verdict_why": analysis.verdict_why,
+        "verdict_code": analysis.exit_code,
         "n_fail": sum(1 for f in findings if f.get("severity") == "fail"),
         "n_warn": sum(1 for f in findings if f.get("severity") == "warn"),
         "run_id": fmt_text(run.get("run_id") or run_dir.name),

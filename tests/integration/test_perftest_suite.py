@@ -43,7 +43,7 @@ def fake_nodes(root: Path) -> str:
 
 def test_skips_on_every_rank_without_an_rdma_device(acceptance_cli, tmp_path):
     p = acceptance_cli(*ARGS, env={"ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "empty-sys")})
-    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.returncode == 3, p.stdout + p.stderr  # the only check skipped: incomplete, not a pass
     reason = (f"no RDMA device on node1, node2 (nothing under {tmp_path / 'empty-sys'}/class/infiniband): "
               f"perftest needs one on every node")
     assert "1 skipped" in p.stdout and reason in p.stdout, p.stdout
@@ -110,4 +110,10 @@ def test_a_failing_tool_fails_the_test_naming_pair_rail_and_error(acceptance_cli
             assert re.search(rf"{pair} rail 0: {tool}: {tool} server: exited 1 before listening on TCP port \d+: "
                              r"Couldn't get context for the device \| Unable to init the socket connection",
                              p.stdout), p.stdout
-    assert not [r for r in (folder_of(p) / "results.jsonl").read_text().splitlines() if '"suite": "perftest"' in r]
+    # No measurement recorded; the failure itself is, and is a finding (both nodes: the job).
+    recs = [json.loads(line) for line in (folder_of(p) / "results.jsonl").read_text().splitlines()]
+    assert [(r["metric"], r["nodes"]) for r in recs if r["suite"] == "perftest"] == [
+        ("test_failed", ["node1", "node2"])]
+    found = json.loads((folder_of(p) / "findings.json").read_text())
+    test = [f for f in found if f["kind"] == "test"]
+    assert len(test) == 1 and test[0]["scope"] == "cluster" and "ib_write_bw server: exited 1" in test[0]["message"]

@@ -15,10 +15,11 @@ def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptanc
     run = tmp_path / "handmade"
     run.mkdir()
     (run / "results.jsonl").write_text((src / "results.jsonl").read_text())
-    (run / "run.json").write_text(json.dumps({"run_id": "handmade", "profile": synthetic.SYNTHETIC_PROFILE}))
+    (run / "run.json").write_text(json.dumps({"run_id": "handmade", "profile": synthetic.SYNTHETIC_PROFILE,
+                                              "complete": True}))
     p = acceptance_cli("report", str(run))
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "verdict: FAIL (1 findings)" in p.stdout
+    assert "verdict: FAIL (1 failing finding; 1 findings)" in p.stdout
     assert re.search(r"FAIL nic +node05's NIC on rail 2", p.stdout), p.stdout
     drain = 'scontrol update NodeName=node05 State=DRAIN Reason="acceptance: '
     assert drain in p.stdout

@@ -26,6 +26,7 @@ from acceptance.analysis import (
     write_outputs,
 )
 from acceptance.profile import load_profile
+from acceptance.results import InputError, make_record
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -170,29 +171,39 @@ def test_everything_under_the_bound_is_one_cluster_finding(tmp_path):
 
 # ---- evaluate ---------------------------------------------------------------------------
 
-def test_evaluate_ignores_the_files_threshold_and_verdict(tmp_path):
+def test_evaluate_judges_what_has_a_bound_and_keeps_the_tests_verdict_otherwise(tmp_path):
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2)
     profile = load_profile("local")
     reference = evaluate(load_records(run), profile)
-
-    def strip(r):
-        r.pop("threshold")
-        r.pop("verdict")
-        return r
-    rewrite(run, strip)
-    stripped = evaluate(load_records(run), profile)
-    pd.testing.assert_series_equal(stripped["verdict"], reference["verdict"])
-    np.testing.assert_array_equal(stripped["threshold"].to_numpy(), reference["threshold"].to_numpy())
 
     def lie(r):
         r["threshold"], r["verdict"] = 1e12, "fail"
         return r
     rewrite(run, lie)
     lied = evaluate(load_records(run), profile)
-    pd.testing.assert_series_equal(lied["verdict"], reference["verdict"])
+    judged = lied["threshold"].notna() & (lied["threshold"] != 1e12)
+    assert judged.any()
+    pd.testing.assert_series_equal(lied["verdict"][judged], reference["verdict"][judged])
     bw = lied[(lied["metric"] == "bandwidth") & (lied["size"] == 65536)]
     assert (bw["threshold"] == 0.5).all() and (bw["verdict"] == "pass").all()
-    assert analyze(run).findings == []
+    # No bound for the ping-pong reference latency: the verdict the test wrote stands (fail closed).
+    pingpong = lied[lied["metric"] == "pingpong_latency_p50"]
+    assert len(pingpong) and (pingpong["verdict"] == "fail").all() and (pingpong["threshold"] == 1e12).all()
+
+
+def test_a_failed_probe_with_no_value_stays_a_failure_naming_its_node(tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2)
+    with open(run / "results.jsonl", "a") as f:
+        f.write(json.dumps(make_record(test="suites/test_preflight.py::test_rdma_devices", suite="preflight",
+                                       metric="rdma_devices", value=0, unit="count", nodes=["node2"], ranks=[2, 3],
+                                       verdict="fail", detail="unavailable: no /sys/class/infiniband")) + "\n")
+        f.write(json.dumps(make_record(test="suites/test_preflight.py::test_port_rate", suite="preflight",
+                                       metric="port_rate", value=None, unit="Gbit/s", nodes=["node3"], ranks=[4, 5],
+                                       verdict="fail", detail="no RDMA ports")) + "\n")
+    found = analyze(run).findings
+    assert [(f["scope"], f["node"], f["metric"]) for f in found] == [
+        ("node", "node2", "rdma_devices"), ("node", "node3", "port_rate")]
+    assert all(f["severity"] == "fail" for f in found)
 
 
 def test_line_rate_bound_is_the_stricter_one(tmp_path):
@@ -430,10 +441,10 @@ def test_analyze_profile_argument_wins(tmp_path):
 
 
 def test_missing_results_names_the_path(tmp_path):
-    with pytest.raises(FileNotFoundError, match=str(tmp_path / "results.jsonl")):
+    with pytest.raises(InputError, match=str(tmp_path / "results.jsonl")):
         load_records(tmp_path)
     (tmp_path / "results.jsonl").write_text("")
-    with pytest.raises(FileNotFoundError, match="run.json"):
+    with pytest.raises(InputError, match="run.json"):
         analyze(tmp_path)
     assert analyze(tmp_path, profile="local").findings == []
 

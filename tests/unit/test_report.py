@@ -241,7 +241,8 @@ def test_empty_sections_say_so(tmp_path):
     path = render(analysis, tmp_path, out=tmp_path / "sub" / "r.html")
     assert path == tmp_path / "sub" / "r.html"
     html = path.read_text(encoding="utf-8")
-    assert "PASS" in html[html.index('<header id="verdict"'):html.index("</header>")]
+    # No run.json saying the run completed, nothing measured: never a pass.
+    assert "INCOMPLETE" in html[html.index('<header id="verdict"'):html.index("</header>")]
     assert "No findings" in _section(html, "findings") and "No node to drain" in _section(html, "findings")
     assert "No point-to-point write records" in _section(html, "heatmaps")
     assert "No write bandwidth records" in _section(html, "sweeps")
@@ -321,12 +322,18 @@ def test_helpers():
     assert prepared.loc[0, "verdict"] == "info" and prepared.loc[0, "iteration"] == 0
 
 
-@pytest.mark.parametrize("verdict,findings", [("pass", []), ("warn", [FINDINGS[0]])])
-def test_banner_verdicts(tmp_path, verdict, findings):
+@pytest.mark.parametrize("verdict,findings,complete,code", [
+    ("pass", [], True, 0), ("pass", [FINDINGS[0]], True, 0), ("fail", FINDINGS, True, 1),
+    ("incomplete", FINDINGS, False, 3)])
+def test_banner_verdicts(tmp_path, verdict, findings, complete, code):
+    """The headline is the run's verdict (a warning does not change it; an incomplete run is never a
+    pass, whatever it found), with its exit code, as on the terminal and in run.json."""
     analysis = small_analysis()
     analysis.findings = [dict(f) for f in findings]
+    analysis.run.update(complete=complete, exit_code=code)
     html = render(analysis, tmp_path).read_text(encoding="utf-8")
     assert f'class="banner {verdict}"' in html and f"<title>{verdict.upper()}" in html
+    assert f"exit code {code}" in html
 
 
 def test_renders_the_frame_load_records_returns(tmp_path):
