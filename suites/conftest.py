@@ -51,11 +51,14 @@ def port_counters(request, topology, profile):
     """Every RDMA port of each node, snapshotted before and after each suite (by the node's first rank).
 
     The deltas become records of suite `counters` (their test is the suite file); the
-    analysis turns a rising error counter into a finding naming node, device, port and rail.
-    Nodes without RDMA ports, and profiles with counters.enabled = false, record nothing.
+    analysis turns a rising error counter into a finding naming node, device, port and rail,
+    and the suite fails too (at the teardown of its last test). Nodes without RDMA ports, and
+    profiles with counters.enabled = false, record nothing.
     """
     watch = PortWatch.for_node(topology, profile)
     before = watch.snapshot() if watch else None
     yield
     if watch:
-        watch.record(before, watch.snapshot(), recorder_of(request.config).bind(request.node.nodeid, "counters"))
+        failing = watch.record(before, watch.snapshot(),
+                               recorder_of(request.config).bind(request.node.nodeid, "counters"))
+        assert not failing, f"port error counters rose during {request.node.nodeid}:\n" + "\n".join(failing)

@@ -29,6 +29,31 @@ def folder_of(p) -> Path:
     return Path(re.search(r"^run folder: (\S+)$", p.stdout, re.MULTILINE).group(1))
 
 
+def _bad_cable_nodes(tmp_path) -> dict:
+    """node1 and node2 with two RoCE NICs each; node2's second port's CRC errors grow on every read."""
+    trees = tmp_path / "sys"
+    for node, bad in (("node1", "ens1"), ("node2", "ensbad")):
+        for i, netdev in enumerate(("ens0", bad)):
+            fakesysfs.ib_device(trees / node, f"mlx5_{i}", bdf=f"0000:{0x18 + i:02x}:00.0", link_layer="Ethernet",
+                                rate="400 Gb/sec (4X)", netdev=netdev)
+    (tmp_path / "state").mkdir()
+    script = tmp_path / "ethtool"
+    script.write_text(ETHTOOL.replace("{state}", str(tmp_path / "state")))
+    script.chmod(0o755)
+    return {"ACCEPTANCE_SYSFS_ROOT": f"{trees}/{{node}}", "ACCEPTANCE_ETHTOOL": str(script)}
+
+
+def test_error_counters_rising_during_any_suite_fail_it(acceptance_cli, tmp_path):
+    """The suite's own window (no counter check of its own): the suite fails, once, and the counter
+    finding names the port; the failed test adds no second finding."""
+    p = acceptance_cli("run", "--", "-m", "preflight", "-k", "memlock", env=_bad_cable_nodes(tmp_path))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "port error counters rose during suites/test_preflight.py" in p.stdout, p.stdout
+    assert re.search(r"node2 mlx5_1 port 1: rx_crc_errors_phy rose by \d+ during the window", p.stdout), p.stdout
+    findings = json.loads((folder_of(p) / "findings.json").read_text())
+    assert [(f["kind"], f["scope"], f["node"], f["rail"]) for f in findings] == [("counter", "nic", "node2", 1)]
+
+
 def test_rising_error_counter_during_incast_fails_and_is_localized(acceptance_cli, tmp_path):
     trees = tmp_path / "sys"
     for node, bad in (("node1", "ens1"), ("node2", "ensbad")):
