@@ -101,18 +101,43 @@ def _grouped(missing):
     return "; ".join(f"{', '.join(nodes)}: {reason}" for reason, nodes in by_reason.items())
 
 
-def _available(facts_by_node, attr, what):
+def _available(facts_by_node, attr, what, required=None):
     """(node -> fact) for the nodes that have it, and one problem line per node that does not.
 
-    Skips when no node has it; decided from gathered facts, so the same on every rank.
+    When no node has it: skips, unless the profile requires it (`required` says which setting),
+    in which case every node fails, named; decided from gathered facts, so the same on every rank.
+    Only a profile that sets no such requirement (local, emulated) skips for missing hardware.
     """
     have, missing = {}, {}
     for node, facts in facts_by_node.items():
         value = getattr(facts, attr)
         (missing if isinstance(value, Unavailable) else have)[node] = value
-    if not have:
+    if not have and not required:
         pytest.skip(f"{what} unavailable on every node: {_grouped(missing)}")
-    return have, [f"{node}: {what} {why}" for node, why in missing.items()]
+    because = f" (the profile requires it: {required})" if required else ""
+    return have, [f"{node}: {what} {why}{because}" for node, why in missing.items()]
+
+
+RDMA_KEYS = ("preflight.rdma_devices", "preflight.port_rate", "preflight.mtu", "preflight.link_layer")
+
+
+def _required(profile, *keys):
+    """"preflight.port_rate = 400 Gbit/s" for the first of `keys` the profile sets, else None."""
+    for key in keys:
+        value = profile.get(key)
+        if value is not None:
+            return f"{key} = {value:g}" if isinstance(value, float) else f"{key} = {value}"
+    return None
+
+
+def _record_missing(topology, fabric, record, metric, unit, have, problems):
+    """Rank 0: a null, failing record for each node whose data is missing while the profile needs it."""
+    if topology.rank != 0:
+        return
+    for node in fabric:
+        if node not in have and _failed(problems, node):
+            record(metric, None, unit, nodes=[node], ranks=_ranks(topology, node), rail=None, verdict="fail",
+                   detail=next(p for p in problems if p.startswith(f"{node}:")).split(": ", 1)[1])
 
 
 def _failed(problems, node):
@@ -152,7 +177,7 @@ def _record_port_lines(topology, fabric, record, metric, lines_by_node, problems
 
 
 def test_rdma_devices(topology, profile, fabric, record):
-    have, _ = _available(fabric, "devices", "RDMA devices")
+    have, _ = _available(fabric, "devices", "RDMA devices", _required(profile, *RDMA_KEYS))
     want = profile.get("preflight.rdma_devices")
     problems = []
     for node, facts in fabric.items():
@@ -171,7 +196,7 @@ def test_rdma_devices(topology, profile, fabric, record):
 
 
 def test_ports_up(topology, profile, fabric, record):
-    have, problems = _available(fabric, "ports", "RDMA ports")
+    have, problems = _available(fabric, "ports", "RDMA ports", _required(profile, *RDMA_KEYS))
     have = _rail_ports(profile, have)
     down = {node: ports_down(ports) for node, ports in have.items()}
     problems += [f"{node} {line}" for node, lines in down.items() for line in lines]
@@ -180,7 +205,8 @@ def test_ports_up(topology, profile, fabric, record):
 
 
 def test_port_rate(topology, profile, fabric, record):
-    have, problems = _available(fabric, "ports", "RDMA ports")
+    have, problems = _available(fabric, "ports", "RDMA ports", _required(profile, "preflight.port_rate"))
+    _record_missing(topology, fabric, record, "port_rate", "Gbit/s", have, problems)
     have = _rail_ports(profile, have)
     minimum = profile.get("preflight.port_rate")
     rails = _rails(topology, profile, fabric)
@@ -204,11 +230,13 @@ def test_port_rate(topology, profile, fabric, record):
 
 
 def test_port_mtu(topology, profile, fabric, record):
-    have, problems = _available(fabric, "ports", "RDMA ports")
+    required = _required(profile, "preflight.mtu")
+    have, problems = _available(fabric, "ports", "RDMA ports", required)
+    _record_missing(topology, fabric, record, "port_mtu", "bytes", have, problems)
     have = _rail_ports(profile, have)
     minimum = profile.get("preflight.mtu")
     up = {node: [p for p in ports if p.up] for node, ports in have.items()}
-    if not any(p.mtu is not None for ports in up.values() for p in ports):
+    if not required and not any(p.mtu is not None for ports in up.values() for p in ports):
         reasons = {node: Unavailable(next((p.mtu_reason for p in ports if p.mtu_reason), "no active port"))
                    for node, ports in up.items()}
         pytest.skip(f"port MTU unavailable on every node: {_grouped(reasons)}")
@@ -232,7 +260,7 @@ def test_port_mtu(topology, profile, fabric, record):
 
 
 def test_link_layer(topology, profile, fabric, record):
-    have, problems = _available(fabric, "ports", "RDMA ports")
+    have, problems = _available(fabric, "ports", "RDMA ports", _required(profile, "preflight.link_layer"))
     have = _rail_ports(profile, have)
     expected, source = profile.get("preflight.link_layer"), "the profile's preflight.link_layer"
     if expected is None:
@@ -261,7 +289,7 @@ def test_hugepages(topology, profile, fabric, record):
     minimum = profile.get("preflight.hugepages_min")
     if not minimum:
         pytest.skip("profile does not ask for huge pages (preflight.hugepages_min = 0)")
-    have, problems = _available(fabric, "hugepages", "huge pages")
+    have, problems = _available(fabric, "hugepages", "huge pages", f"preflight.hugepages_min = {format_size(minimum)}")
     problems += [f"{node}: {format_size(size)} reserved in huge pages, the profile needs at least "
                  f"{format_size(minimum)}" for node, size in have.items() if size < minimum]
     if topology.rank == 0:
@@ -274,7 +302,7 @@ def test_hugepages(topology, profile, fabric, record):
 
 def test_gpus(topology, profile, fabric, record):
     want = profile.get("preflight.gpus_per_node")
-    have, missing = _available(fabric, "gpus", "GPU count")
+    have, missing = _available(fabric, "gpus", "GPU count", _required(profile, "preflight.gpus_per_node"))
     if want is None and not any(have.values()):
         pytest.skip("no NVIDIA GPU on any node, and the profile does not ask for GPUs (preflight.gpus_per_node unset)")
     problems = [] if want is None else missing + [
@@ -321,10 +349,13 @@ def test_gpudirect(topology, profile, fabric, record):
     if not profile.get("preflight.gpudirect"):
         pytest.skip("profile sets preflight.gpudirect = false")
     gpu_nodes = {node: f for node, f in fabric.items() if isinstance(f.gpus, int) and f.gpus > 0}
-    if not gpu_nodes:
+    expected = _required(profile, "preflight.gpus_per_node")
+    if not gpu_nodes and not expected:
         pytest.skip("no NVIDIA GPU on any node")
     status = {node: gpudirect_path(f.peermem if isinstance(f.peermem, str) else None, f.dmabuf)
               for node, f in gpu_nodes.items()}
+    if expected:  # GPU nodes are required: one without GPUs has no GPUDirect path either
+        status.update({node: (False, f"no NVIDIA GPU ({expected})") for node in fabric if node not in gpu_nodes})
     problems = [f"{node}: no GPUDirect RDMA path: {how}" for node, (ok, how) in status.items() if not ok]
     if topology.rank == 0:
         for node, (ok, how) in status.items():
