@@ -93,8 +93,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="ranks per node = rails per node (one rank per GPU and NIC)")
     run.add_argument("--output", metavar="DIR", default=None,
                      help="folder that receives the run folder (default: ./reports)")
-    run.add_argument("--hang-timeout", type=float, metavar="SECONDS",
-                     help="per-test deadline before a missing rank is reported as HANG (default: profile)")
+    run.add_argument("--hang-timeout", type=_seconds, metavar="SECONDS",
+                     help="per-test deadline before a missing rank is reported as HANG, > 0: seconds or a "
+                          "duration like 10min (default: the profile's run.hang_timeout)")
     burn = run.add_mutually_exclusive_group()
     burn.add_argument("--iterations", type=_positive, metavar="K",
                       help="burn-in: run the selected suites K times; records carry `iteration`")
@@ -221,14 +222,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _seconds(text: str) -> float:
-    from .profile import parse_duration
+    from .profile import positive_seconds
     try:
-        value = parse_duration(text)
+        return positive_seconds(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration, got {text!r}")
-    return value
 
 
 def _positive(text: str) -> int:

@@ -88,7 +88,7 @@ def _scale(text, kind: str, example: str, units: dict, accepted: str, bare=None)
         raise ValueError(f"not a {kind}: {text!r}")
     if not unit:
         if bare is None:
-            raise ValueError(f"missing unit in {text!r} (accepted: {accepted})")
+            raise ValueError(f"{_show(text)} has no unit: write a {kind} like {example!r} (units: {accepted})")
         return number * bare
     if unit not in units:
         raise ValueError(f"unknown {kind} unit {unit!r} in {text!r} (accepted: {accepted})"
@@ -96,9 +96,9 @@ def _scale(text, kind: str, example: str, units: dict, accepted: str, bare=None)
     return number * units[unit]
 
 
-def parse_size(text: str | int) -> int:
-    """Bytes from "8MiB", "1GB", "512B" or a plain number of bytes."""
-    value = _scale(text, "size", "8MiB", _SIZE_UNITS, ", ".join(_SIZE_UNITS), bare=1)
+def parse_size(text: str | int, bare: bool = True) -> int:
+    """Bytes from "8MiB", "1GB", "512B", or (unless bare is False) a plain number of bytes."""
+    value = _scale(text, "size", "8MiB", _SIZE_UNITS, ", ".join(_SIZE_UNITS), bare=1 if bare else None)
     if value != value.to_integral_value():
         raise ValueError(f"{text!r} is not a whole number of bytes")
     return int(value)
@@ -109,9 +109,17 @@ def parse_rate(text: str) -> float:
     return float(_scale(text, "rate", "400Gbit/s", _RATE_UNITS, _RATE_ACCEPTED))
 
 
-def parse_duration(text: str | int | float) -> float:
-    """Seconds from "5us", "1.5ms", "300s", "5min", "2h" or a plain number of seconds."""
-    return float(_scale(text, "duration", "120s", _DURATION_UNITS, "ns, us, ms, s, min, h", bare=1))
+def parse_duration(text: str | int | float, bare: bool = True) -> float:
+    """Seconds from "5us", "1.5ms", "300s", "5min", "2h", or (unless bare is False) a plain number of seconds."""
+    return float(_scale(text, "duration", "120s", _DURATION_UNITS, "ns, us, ms, s, min, h", bare=1 if bare else None))
+
+
+def positive_seconds(text: str | int | float) -> float:
+    """Seconds > 0 from a duration ("10min") or a plain number of seconds, as the command lines take them."""
+    value = parse_duration(text)
+    if value <= 0:
+        raise ValueError(f"expected a positive duration, got {_show(text)}")
+    return value
 
 
 def _plain(number: Decimal) -> str:
@@ -246,12 +254,12 @@ class Size(Field):
     def __init__(self, default, allow_unlimited=False, help=""):
         super().__init__(default, help)
         self.allow_unlimited = allow_unlimited
-        self.expected = 'a size like "8MiB" or a number of bytes' + (' or "unlimited"' if allow_unlimited else "")
+        self.expected = 'a size with its unit, like "8MiB"' + (' or "unlimited"' if allow_unlimited else "")
 
     def convert(self, raw):
         if self.allow_unlimited and raw == "unlimited":
             return raw
-        return _at_least(parse_size(raw), 0, raw)
+        return _at_least(parse_size(raw, bare=False), 0, raw)
 
     def to_toml(self, value):
         return json.dumps(value if value == "unlimited" else format_size(value))
@@ -260,14 +268,17 @@ class Size(Field):
 class Duration(Field):
     """Seconds (float)."""
 
-    expected, types = 'a duration like "120s" or a number of seconds', (str, int, float)
+    expected, types = 'a duration with its unit, like "120s" or "5us"', (str, int, float)
 
-    def __init__(self, default, min=0, help=""):
+    def __init__(self, default, min=0, positive=False, help=""):
         super().__init__(default, help)
-        self.min = min
+        self.min, self.positive = min, positive
 
     def convert(self, raw):
-        return _at_least(parse_duration(raw), self.min, raw)
+        value = _at_least(parse_duration(raw, bare=False), self.min, raw)
+        if self.positive and value <= 0:
+            raise ValueError(f"must be more than 0, got {_show(raw)}")
+        return value
 
     def to_toml(self, value):
         return json.dumps(format_duration(value), ensure_ascii=False)
@@ -329,7 +340,7 @@ class SizeMap(Field):
         pairs = []
         for size, bound in raw.items():
             try:
-                nbytes = parse_size(size)
+                nbytes = parse_size(size, bare=False)
             except ValueError as e:
                 raise ValueError(f"{size!r}: {e}") from None
             try:
@@ -361,7 +372,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "run": {
         "engine": Str("auto", choices=("auto", "mpi", "verbs", "nccl"),
                       help="measurement engine; auto picks the best one available"),
-        "hang_timeout": Duration("120s", help="per-test collective deadline of the hang watchdog"),
+        "hang_timeout": Duration("120s", positive=True, help="per-test collective deadline of the hang watchdog"),
         "nodes": Int(2, min=1, help="virtual nodes when emulating a cluster with local ranks"),
         "ranks_per_node": Int(2, min=1, help="MPI ranks per (virtual) node"),
     },

@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from . import outcomes
 from .preflight import software_versions
-from .profile import Profile, ProfileError, load_profile, parse_duration
+from .profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from .naming import natural_key
 from .results import ENV_ITERATION, FAILED_METRIC, Recorder, RunFolder, make_record, new_run_id, utc_now
 from .sync import Agreement, Missing, RootLost
@@ -74,7 +74,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--profile", metavar="NAME|PATH", default=os.environ.get("ACCEPTANCE_PROFILE"),
                     help="thresholds profile: a built-in name (see `acceptance profiles`) "
                          "or a TOML file (default: local)")
-    group.addoption("--hang-timeout", metavar="SECONDS", type=float, default=None,
+    group.addoption("--hang-timeout", metavar="SECONDS", type=positive_seconds, default=None,
                     help="per-test-phase deadline: a rank that does not reach the next sync point "
                          "in time is reported as HANG and the job exits 3 "
                          "(default: the profile's run.hang_timeout; marker hang_timeout overrides)")

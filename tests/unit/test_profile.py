@@ -63,8 +63,8 @@ def test_parse_rate(text, expected):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("400", "missing unit"), ("400Gbit", "unknown rate unit 'Gbit'"),
-    ("400gbit/s", "did you mean 'Gbit/s'"), ("fast", "not a rate"), (400, "missing unit"),
+    ("400", "has no unit"), ("400Gbit", "unknown rate unit 'Gbit'"),
+    ("400gbit/s", "did you mean 'Gbit/s'"), ("fast", "not a rate"), (400, "has no unit"),
 ])
 def test_parse_rate_errors(text, message):
     with pytest.raises(ValueError, match=message):
@@ -195,7 +195,7 @@ def test_to_json_is_serializable():
     ('hang_timeout = "5s"\n', "hang_timeout", ["unknown key", "put it under [run]"]),
     ("run = 5\n", "run", ["expected a table [run], got 5"]),
     ("[run]\nhang_timeout = true\n", "run.hang_timeout",
-     ['expected a duration like "120s" or a number of seconds, got true']),
+     ['expected a duration with its unit, like "120s" or "5us", got true']),
     ("[run]\nnodes = true\n", "run.nodes", ["expected an integer, got true"]),
     ("[run]\nnodes = 2.5\n", "run.nodes", ["expected an integer, got 2.5"]),
     ('[run]\nengine = "ncc"\n', "run.engine", ["must be one of auto, mpi, verbs, nccl", "did you mean 'nccl'?"]),
@@ -203,9 +203,15 @@ def test_to_json_is_serializable():
     ('[preflight]\nmemlock_min = "limitless"\n', "preflight.memlock_min", ["not a size"]),
     ("[preflight]\nmemlock_min = [1]\n", "preflight.memlock_min", ['or "unlimited", got an array']),
     ('[preflight]\nsame_versions = "yes"\n', "preflight.same_versions", ['expected true or false, got "yes"']),
-    ("[run]\nhang_timeout = -5\n", "run.hang_timeout", ["must be >= 0, got -5"]),
+    ("[run]\nhang_timeout = -5\n", "run.hang_timeout", ["-5 has no unit: write a duration like '120s'"]),
+    ("[run]\nhang_timeout = 0\n", "run.hang_timeout", ["0 has no unit"]),
+    ('[run]\nhang_timeout = "0s"\n', "run.hang_timeout", ['must be more than 0, got "0s"']),
+    ("[rdma_write]\nlatency_p50_max = 5\n", "rdma_write.latency_p50_max",
+     ["5 has no unit: write a duration like '120s' (units: ns, us, ms, s, min, h)"]),
+    ("[memreg]\nleak_size = 4194304\n", "memreg.leak_size", ["4194304 has no unit: write a size like '8MiB'"]),
+    ('[rdma_write]\nbandwidth_min = { "8" = "1Gbit/s" }\n', "rdma_write.bandwidth_min", ['"8" has no unit']),
     ('[run]\nhang_timeout = "-5s"\n', "run.hang_timeout", ['must be >= 0, got "-5s"']),
-    ("[preflight]\nmemlock_min = -5\n", "preflight.memlock_min", ["must be >= 0, got -5"]),
+    ("[preflight]\nmemlock_min = -5\n", "preflight.memlock_min", ["-5 has no unit: write a size like '8MiB'"]),
     ("[run]\nnodes = 0\n", "run.nodes", ["must be >= 1, got 0"]),
     ("[topology]\nnic_rails = { mlx5_0 = -1 }\n", "topology.nic_rails", ["mlx5_0: must be >= 0, got -1"]),
     ('[topology]\nnic_rails = { mlx5_0 = "0" }\n', "topology.nic_rails", ['mlx5_0: expected an integer, got "0"']),
@@ -352,7 +358,7 @@ name = "odd name"
 description = "line one\\nline \\"two\\" caf\u00e9"
 [run]
 engine = "nccl"
-hang_timeout = 0.0015
+hang_timeout = "1.5ms"
 [topology]
 rails = 8
 nic_rails = { mlx5_0 = 0, mlx5_1 = 1, "weird.nic" = 2 }
