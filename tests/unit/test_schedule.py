@@ -194,7 +194,7 @@ def test_plan_text_rate_sources(tmp_path):
     (1, 8, "all-pairs", None, "--nodes"),
     (4, 0, "all-pairs", None, "--rails"),
     (4, 8, "pairs", None, "sample:K"),
-    (4, 8, "all-pairs", "400", "missing unit"),
+    (4, 8, "all-pairs", "400", "has no unit"),
     (4, 8, "all-pairs", "0Gbit/s", "above zero"),
 ])
 def test_plan_text_rejects(nodes, rails, pattern, rate, words):
