@@ -86,7 +86,10 @@ def _parser() -> argparse.ArgumentParser:
                "  srun    srun over the current allocation (set ACCEPTANCE_SRUN_MPI for --mpi=, e.g. pmix)\n"
                "  mpirun  the system mpirun with --nodes x --ranks-per-node ranks, real host names\n\n"
                "Anything after -- goes to pytest, e.g. -- -m 'preflight or rail' -x\n" + EPILOG)
-    run.add_argument("--profile", metavar="NAME|PATH", help="thresholds profile (default: local)")
+    run.add_argument("--profile", metavar="NAME|PATH|auto",
+                     help="thresholds profile: a built-in name (acceptance profiles), a TOML file, or auto: the "
+                          "built-in matching this node's GPUs and RDMA port rate (default: local, which only "
+                          "checks that the harness works)")
     run.add_argument("--launcher", choices=["auto", "local", "srun", "mpirun"], default="auto")
     run.add_argument("--nodes", type=_positive, metavar="N", help="nodes (local: virtual nodes)")
     run.add_argument("--ranks-per-node", type=_positive, metavar="R",
@@ -144,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
                                           "value resolved (defaults filled, units normalized).")
     profiles.add_argument("action", nargs="?", choices=["show"])
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH")
+    profiles.add_argument("--names", action="store_true", help="only the built-in names, one per line")
     profiles.set_defaults(func=cmd_profiles)
 
     plan = sub.add_parser(
@@ -248,6 +252,10 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_profiles(args) -> int:
+    if args.names:
+        from .profile import builtin_names
+        print("\n".join(builtin_names()))
+        return EXIT_OK
     if args.action is None:
         print(format_profile_list())
         print("\nshow one: acceptance profiles show NAME   (or a path to your own .toml)")
@@ -387,7 +395,12 @@ def cmd_compare(args) -> int:
 # ---- run -------------------------------------------------------------------
 
 def cmd_run(args) -> int:
-    profile = load_profile(args.profile)
+    if args.profile == "auto":
+        from .autoprofile import choose
+        profile, why = choose()
+        print(f"acceptance: {why}", flush=True)
+    else:
+        profile = load_profile(args.profile)
     pytest_args = list(args.pytest_args)
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]

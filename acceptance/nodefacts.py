@@ -433,6 +433,12 @@ def topo_text() -> str:
     return _output(_command(ENV_NVIDIA_SMI, "nvidia-smi") + ["topo", "-m"])
 
 
+def gpu_names() -> list[str]:
+    """This node's GPU models as nvidia-smi names them ("NVIDIA H100 80GB HBM3"); Unavailable without it."""
+    out = _output(_command(ENV_NVIDIA_SMI, "nvidia-smi") + ["--query-gpu=name", "--format=csv,noheader"])
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
 def topology_affinity() -> Affinity:
     text = topo_text()
     try:

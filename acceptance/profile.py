@@ -380,6 +380,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),
         "nic_rails": StrIntMap({}, help="NIC name -> rail, e.g. mlx5_0 = 0"),
     },
+    "detect": {
+        "gpu_model": Str(None, help='what nvidia-smi calls this profile\'s GPUs (a part of the name, e.g. "H100"); '
+                                    '`--profile auto` picks the built-in whose gpu_model and preflight.port_rate '
+                                    'match the nodes'),
+    },
     "preflight": {
         "memlock_min": Size("64MiB", allow_unlimited=True,
                             help='minimum locked-memory limit (ulimit -l), or "unlimited"'),

@@ -19,7 +19,12 @@ if ! "$PY" -c "import acceptance" 2>/dev/null; then
 fi
 
 OUTPUT="${ACCEPTANCE_OUTPUT:-$CHECKOUT/reports}"
-PROFILE="${ACCEPTANCE_PROFILE:-local}"
+# A job judges a real fabric: it needs the profile of its hardware, never local's harness-only bounds by default.
+PROFILE="${ACCEPTANCE_PROFILE:-}"
+if [ -z "$PROFILE" ]; then
+    echo "acceptance: no profile: set ACCEPTANCE_PROFILE to a built-in ($("$PY" -m acceptance profiles --names | paste -sd, -)), a TOML file, or auto (the built-in matching these nodes' GPUs and RDMA port rate)" >&2
+    exit 2
+fi
 # pytest arguments: a marker expression and anything extra (word-split on purpose).
 PYTEST_ARGS=()
 [ -n "${ACCEPTANCE_MARKERS:-}" ] && PYTEST_ARGS+=(-m "$ACCEPTANCE_MARKERS")

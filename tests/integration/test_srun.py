@@ -78,7 +78,7 @@ def test_acceptance_sbatch_job(slurm, tmp_path):
     p = subprocess.run(["sbatch", "--wait", "-N", "2", "--ntasks-per-node=2", "-o", str(tmp_path / "job.out"),
                         str(ROOT / "slurm" / "acceptance.sbatch")],
                        cwd=ROOT, env=_env(slurm, ACCEPTANCE_SRUN_MPI="pmi2", ACCEPTANCE_OUTPUT=str(out),
-                                          ACCEPTANCE_MARKERS="preflight or memreg"),
+                                          ACCEPTANCE_MARKERS="preflight or memreg", ACCEPTANCE_PROFILE="local"),
                        capture_output=True, text=True, timeout=300)
     log = (tmp_path / "job.out").read_text()
     assert p.returncode == 0, p.stdout + p.stderr + log
@@ -90,6 +90,19 @@ def test_acceptance_sbatch_job(slurm, tmp_path):
     assert meta["launcher"] == "srun" and meta["complete"] is True
     assert meta["topology"]["nodes"] == {"node1": [0, 1], "node2": [2, 3]}
     assert (folder / "report.html").exists()
+
+
+def test_sbatch_job_without_a_profile_refuses_to_run(slurm, tmp_path):
+    """No ACCEPTANCE_PROFILE: exit 2 before any rank starts, listing the built-ins and auto."""
+    p = subprocess.run(["sbatch", "--wait", "-N", "1", "--ntasks-per-node=1", "-o", str(tmp_path / "job.out"),
+                        str(ROOT / "slurm" / "acceptance.sbatch")],
+                       cwd=ROOT, env=_env(slurm, ACCEPTANCE_SRUN_MPI="pmi2", ACCEPTANCE_OUTPUT=str(tmp_path)),
+                       capture_output=True, text=True, timeout=120)
+    log = (tmp_path / "job.out").read_text()
+    assert p.returncode == 2, p.stdout + p.stderr + log
+    assert "acceptance: no profile: set ACCEPTANCE_PROFILE to a built-in (a100-hdr200,emulated," in log, log
+    assert "or auto (the built-in matching these nodes' GPUs and RDMA port rate)" in log
+    assert not list(tmp_path.glob("2*"))  # no run folder
 
 
 def test_lost_node_under_srun_is_named(slurm, tmp_path):

@@ -1,0 +1,63 @@
+"""`--profile auto`: the built-in whose GPU model and RDMA port rate match the node."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import fakesysfs
+
+from acceptance import autoprofile
+from acceptance.autoprofile import Hardware
+from acceptance.profile import ProfileError
+
+H100 = ["NVIDIA H100 80GB HBM3"] * 8
+
+
+@pytest.mark.parametrize("gpus, gbps, name", [
+    (H100, 400.0, "h100-ndr400"),
+    (["NVIDIA H200"] * 8, 400.0, "h200-ndr400"),
+    (["NVIDIA A100-SXM4-80GB"] * 8, 200.0, "a100-hdr200"),
+])
+def test_the_matching_built_in_is_chosen_and_said(gpus, gbps, name):
+    profile, why = autoprofile.choose(Hardware(gpus, "", gbps, ""))
+    assert profile.name == name
+    assert why == f"profile auto: {name} (this node: 8x {gpus[0]}, RDMA ports at {gbps:g} Gbit/s)"
+
+
+@pytest.mark.parametrize("hw, said", [
+    (Hardware(H100, "", 200.0, ""), "8x NVIDIA H100 80GB HBM3, RDMA ports at 200 Gbit/s"),
+    (Hardware([], "nvidia-smi not found on PATH", None, "no /sys/class/infiniband"),
+     "no GPU (nvidia-smi not found on PATH), no RDMA port (no /sys/class/infiniband)"),
+])
+def test_no_match_says_what_the_node_has_and_what_each_built_in_needs(hw, said):
+    with pytest.raises(ProfileError) as info:
+        autoprofile.choose(hw)
+    text = str(info.value)
+    assert text.startswith(f"--profile auto: no built-in profile matches this node ({said}); built-ins with "
+                           "hardware: a100-hdr200 (A100, 200 Gbit/s ports); h100-ndr400 (H100, 400 Gbit/s ports); "
+                           "h200-ndr400 (H200, 400 Gbit/s ports)"), text
+
+
+def test_this_node_reads_nvidia_smi_and_the_port_rates(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0)
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + "".join(f"echo '{name}'\n" for name in H100[:2]))
+    smi.chmod(0o755)
+    monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(root))
+    monkeypatch.setenv("ACCEPTANCE_NVIDIA_SMI", str(smi))
+    hw = autoprofile.this_node()
+    assert hw.gpus == H100[:2] and hw.port_gbps == 400.0
+    assert autoprofile.choose(hw)[0].name == "h100-ndr400"
+
+
+def test_run_with_auto_on_a_node_without_gpus_exits_2(tmp_path):
+    p = subprocess.run([str(Path(sys.executable).parent / "acceptance"), "run", "--profile", "auto"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120,
+                       env={"PATH": "/usr/bin:/bin", "ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "none"),
+                            "ACCEPTANCE_NVIDIA_SMI": "/nonexistent/nvidia-smi"})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "acceptance: profile error: --profile auto: no built-in profile matches this node (no GPU" in p.stderr
+    assert not (tmp_path / "reports").exists()
