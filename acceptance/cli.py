@@ -119,6 +119,8 @@ def _parser() -> argparse.ArgumentParser:
                     "profile. Exit 1 when a finding fails.")
     report.add_argument("run_dir", metavar="RUN_DIR")
     report.add_argument("--baseline", metavar="RUN_DIR", help="a good earlier run: regressions become findings")
+    report.add_argument("--force", action="store_true",
+                        help="with --baseline: compare even when the runs' profiles, engines or layouts differ")
     report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: RUN_DIR/report.html)")
     report.add_argument("--drain", action="store_true", help="execute the scontrol drain lines (default: print them)")
     report.add_argument("--prometheus", metavar="FILE",
@@ -136,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("run_dir", metavar="RUN_DIR")
     compare.add_argument("baseline_dir", metavar="BASELINE_DIR")
     compare.add_argument("--top", type=_positive, default=20, metavar="N", help="rows to show (default 20)")
+    compare.add_argument("--force", action="store_true",
+                         help="compare even runs judged by different profiles, engines or node/rail layouts "
+                              "(otherwise exit 2 naming what differs); the differences are printed first")
     compare.set_defaults(func=cmd_compare)
 
     doctor = sub.add_parser("doctor", help="what this machine offers: MPI, launcher, Slurm, RDMA, GPUs, NCCL")
@@ -348,6 +353,8 @@ def cmd_report(args) -> int:
     from .postrun import analyze_and_report, execute_drains, summary
     folder = _run_dir(args.run_dir)
     baseline = _run_dir(args.baseline) if args.baseline else None
+    if baseline is not None:
+        _comparable(folder, baseline, args.force)
     if args.prometheus:  # checked before the analysis, which can take minutes
         from .prometheus import path_problem
         problem = path_problem(args.prometheus)
@@ -372,9 +379,31 @@ def cmd_report(args) -> int:
     return analysis.exit_code
 
 
+def _comparable(run_dir: Path, baseline_dir: Path, force: bool) -> None:
+    """UsageError naming what differs between two runs, unless forced (then the differences are printed)."""
+    from .comparable import differences
+    from .results import read_json
+    try:
+        found = differences(read_json(run_dir / "run.json"), read_json(baseline_dir / "run.json"))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not found:
+        return
+    lines = "\n".join(f"  {line}" for line in found)
+    if not force:
+        raise UsageError(f"{run_dir} and the baseline {baseline_dir} are not comparable:\n{lines}\n"
+                         "(--force compares them anyway)")
+    print(f"acceptance: comparing anyway (--force), although:\n{lines}")
+
+
 def cmd_compare(args) -> int:
     from .analysis import analyze
-    analysis = analyze(_run_dir(args.run_dir), baseline_dir=_run_dir(args.baseline_dir))
+    run_dir, baseline_dir = _run_dir(args.run_dir), _run_dir(args.baseline_dir)
+    _comparable(run_dir, baseline_dir, args.force)
+    try:
+        analysis = analyze(run_dir, baseline_dir=baseline_dir)
+    except InputError as e:
+        raise UsageError(str(e)) from None
     deltas = analysis.deltas
     if deltas is None or deltas.empty:
         print("no metric in common with the baseline")

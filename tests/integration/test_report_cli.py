@@ -59,6 +59,29 @@ def test_compare_names_the_regressed_link(acceptance_cli, tmp_path):
     assert same.returncode == 0 and " 0 regressions" in same.stdout
 
 
+def test_compare_refuses_runs_judged_differently_unless_forced(acceptance_cli, tmp_path):
+    """Another profile, another engine for a suite, other nodes: exit 2 naming each; --force compares."""
+    base = synthetic.make_run(tmp_path / "base", nodes=6, rails=2, seed=1)
+    now = synthetic.make_run(tmp_path / "now", nodes=7, rails=2, seed=1, profile="local")
+    for folder, engine in ((base, "verbs"), (now, "mpi")):
+        meta = json.loads((folder / "run.json").read_text())
+        meta["engines"] = {"rdma_write": {"engine": engine, "why": "test"}}
+        (folder / "run.json").write_text(json.dumps(meta))
+    p = acceptance_cli("compare", str(now), str(base))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{now} and the baseline {base} are not comparable:" in p.stderr
+    assert "  profile: local here, synthetic in the baseline" in p.stderr
+    assert "  engine of rdma_write: mpi here, verbs in the baseline" in p.stderr
+    assert "  nodes: 7 nodes here, 6 in the baseline; only here: node07" in p.stderr
+    assert "(--force compares them anyway)" in p.stderr and "regressions" not in p.stdout
+    p = acceptance_cli("report", str(now), "--baseline", str(base))
+    assert p.returncode == 2 and "not comparable" in p.stderr
+    forced = acceptance_cli("compare", str(now), str(base), "--force")
+    assert forced.returncode in (0, 1), forced.stdout + forced.stderr
+    assert forced.stdout.startswith("acceptance: comparing anyway (--force), although:\n  profile: local here")
+    assert "metrics compared with" in forced.stdout
+
+
 def test_report_rejects_a_folder_that_is_not_a_run(acceptance_cli, tmp_path):
     p = acceptance_cli("report", str(tmp_path))
     assert p.returncode == 2
