@@ -37,6 +37,9 @@ def summary(analysis: Analysis, report: Path) -> str:
         lines.append("engines: " + "; ".join(f"{name} ({', '.join(suites)})" for name, suites in by_engine.items())
                      + " (why: run.json \"engines\", report environment)")
     lines.append(f"verdict: {analysis.verdict.upper()} ({analysis.verdict_why}; {len(analysis.findings)} findings)")
+    overridden = (analysis.run or {}).get("overrides")
+    if isinstance(overridden, dict) and overridden:
+        lines.append(f"  note: measured with data sources overridden ({', '.join(overridden)}; run.json \"overrides\")")
     skipped = analysis.extra.get("skipped_lines")
     if skipped:
         lines.append(f"  note: the last line of results.jsonl was cut short (a crash mid-write): {skipped} record "

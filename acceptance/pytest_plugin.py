@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
-from . import outcomes
+from . import outcomes, overrides
 from .preflight import software_versions
 from .profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from .naming import natural_key
@@ -252,6 +252,7 @@ class CollectivePlugin:
             "complete": False,
             "exit_code": None,
             "missing_ranks": [],
+            "overrides": overrides.in_effect(),
         })
 
     def log_to_file(self) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..overrides import describe as describe_overrides
 from . import figures
 from .data import (
     collective_labels,
@@ -108,6 +109,7 @@ def summary(analysis, recs: pd.DataFrame, run_dir: Path) -> dict:
         "record_pass": f"{int(counts.get('pass', 0)):,}",
         "record_info": f"{int(counts.get('info', 0)):,}",
         "baseline_id": fmt_text(analysis.baseline_id) if analysis.baseline_id else "",
+        "overrides": describe_overrides(run.get("overrides") or {}) if isinstance(run.get("overrides"), dict) else [],
     }
 
 

@@ -94,8 +94,15 @@ def test_runs_end_to_end_with_stand_in_tools_and_records_both_directions(accepta
         assert args[args.index("-d") + 1] == "mlx5_0" and "-F" in args and "--report_gbits" in args
         assert any(a.startswith("--out_json_file=") for a in args)
     assert len({c[c.index("-p") + 1] for c in calls}) == 4  # one TCP port per test and direction
+    # The stand-ins are said: in run.json, on the terminal, and in the report's banner.
+    overrides = json.loads((folder_of(p) / "run.json").read_text())["overrides"]
+    assert overrides == {"ACCEPTANCE_SYSFS_ROOT": f"{tmp_path / 'sys'}/{{node}}",
+                         "ACCEPTANCE_PERFTEST_DIR": str(tmp_path / "bin"),
+                         "virtual nodes": "2 nodes x 1 ranks on one host (local emulation)"}
+    assert "note: measured with data sources overridden (ACCEPTANCE_SYSFS_ROOT, ACCEPTANCE_PERFTEST_DIR" in p.stdout
     # The report sets perftest's numbers beside the harness's (none here: only perftest ran).
     html = (folder_of(p) / "report.html").read_text()
+    assert "Not this cluster's own data sources" in html and "ib_write_bw / ib_write_lat come from" in html
     section = html[html.index('<section id="crosscheck">'):html.index('<section id="counters">')]
     assert "write bandwidth" in section and "391.6 Gbit/s" in section and "4MiB" in section, section
 
