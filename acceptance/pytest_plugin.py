@@ -271,6 +271,11 @@ class CollectivePlugin:
                 f"run folder: {self.folder.path}"]
 
     # ---- collection ------------------------------------------------------
+    def pytest_collectreport(self, report) -> None:
+        # A suite file that does not import (syntax error, missing module) is a usage error, not a hang.
+        if report.failed:
+            self.forced_exit = EXIT_USAGE
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
         ids = [item.nodeid for item in session.items]
