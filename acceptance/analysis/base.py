@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import pandas as pd
 
 from ..profile import Profile
+from ..judge import floats, is_value
 from ..results import VERDICTS as RECORD_VERDICTS
 
 
@@ -48,20 +48,5 @@ EVIDENCE_MAX = 10
 MIN_GROUP = 3          # fewest values a fleet-relative (outlier) comparison is made on
 MAD_SCALE = 0.6745     # modified z-score: 0.6745 (x - median) / MAD
 
-
-def _codes_of(series: pd.Series, value) -> np.ndarray:
-    """Boolean mask series == value, fast for categoricals."""
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        cats = series.cat.categories
-        if value not in cats:
-            return np.zeros(len(series), dtype=bool)
-        return series.cat.codes.to_numpy() == cats.get_loc(value)
-    return (series == value).to_numpy(dtype=bool, na_value=False)
-
-
-def _floats_of(series: pd.Series) -> np.ndarray:
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        series = series.astype(object)
-    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-
-
+# Column helpers: the judge's (one implementation).
+_codes_of, _floats_of = is_value, floats

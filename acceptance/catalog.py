@@ -1,0 +1,207 @@
+"""Every metric the harness records, declared once, beside its suite's name and engine needs.
+
+A metric's facts live here and nowhere else: its record name(s) and unit, which way is
+better, where its bound is in the profile (and how the profile's unit converts to the
+record's), whether fleet outliers are sought in it, whether burn-in and baseline comparison
+follow it, and how people read its name. acceptance.judge turns a value into threshold and
+verdict from these facts (while recording and again in analysis, the same way); the report,
+Prometheus export and compare pick their metrics here.
+
+Adding a metric with a bound: its entry below (and its key in the profile schema, marked
+bound=True) and the line in its driver that records it through acceptance.judge.record.
+docs/records.md lists them for users.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+US = 1e6       # profile durations are seconds, records microseconds
+GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records GB/s
+
+# How a metric's bound is found (acceptance.judge):
+#   none      informational: no bound; the record keeps the verdict its test wrote
+#   sizemap   the profile key is a table by message size (rdma_write.bandwidth_min)
+#   scalar    one number (rdma_write.latency_p50_max)
+#   zero      must be 0 (errors, mismatches)
+#   memlock   at least the key's size, or "unlimited"
+#   ranks     equal to topology.rails, or to most nodes' count when that is 0
+#   versions  zero mismatches when the key (preflight.same_versions) is on
+#   recorded  the bound the test wrote (the suite decides, e.g. where GPUDirect is required)
+#   counter   by the counter's kind (acceptance.counters.kind_of): errors, discards, pause, CNP
+BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "recorded", "counter")
+
+
+@dataclass(frozen=True)
+class Metric:
+    names: tuple[str, ...]          # the record `metric` names it covers (reg_time and reg_time_user)
+    unit: str                       # the record's unit
+    higher: bool | None             # True: higher is better; False: lower is better; None: must equal
+    bound: str = "none"
+    key: str | None = None          # profile key (dotted); a collective's has {node} and {op}
+    scale: float = 1.0              # profile unit -> record unit
+    label: str = ""                 # how people read it ("write latency p50")
+    outlier: bool = False           # compared with the fleet (point-to-point pairs)
+    trend: bool = False             # followed by burn-in (drift, instability) and baseline comparison
+    line_rate: bool = False         # analysis.line_rate floor applies (point-to-point bandwidth)
+    when: tuple[tuple[str, object], ...] = ()  # a collective's (op, node) this entry's key is for
+
+    def __post_init__(self):
+        if self.bound not in BOUND_KINDS:
+            raise ValueError(f"{self.names}: bound {self.bound!r} is not one of {BOUND_KINDS}")
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str                       # the records' `suite`
+    engine_needs: tuple[str, ...]   # what its engine must offer (acceptance.fabric.engines)
+    metrics: tuple[Metric, ...] = field(default=())
+
+
+def _latencies(prefix: str, label: str, key_prefix: str | None, bounded=("p50", "p99", "p999"), outlier=(),
+               trend=()):
+    """Latency p50, p99, p99.9 and max of one operation; `bounded` percentiles have a profile key,
+    `outlier` and `trend` say which percentiles have those roles."""
+    out = []
+    for p, shown in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
+        has = key_prefix is not None and p in bounded
+        out.append(Metric((f"{prefix}latency_{p}",), "us", False, "scalar" if has else "none",
+                          f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
+                          outlier=p in outlier, trend=p in trend))
+    return tuple(out)
+
+
+# Shared by memreg and the GPU registration of gpudirect: one bound each.
+REG_TIME = Metric(("reg_time", "reg_time_user"), "us", False, "sizemap", "memreg.reg_time_max", US,
+                  "registration time p50")
+DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "memreg.dereg_time_max", US,
+                    "deregistration time p50")
+DATA_ERRORS = Metric(("errors",), "count", False, "zero", label="wrong data")
+
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("preflight", (), (
+        Metric(("memlock",), "bytes", True, "memlock", "preflight.memlock_min", label="memlock limit"),
+        Metric(("ranks",), "count", None, "ranks", "topology.rails", label="ranks per node"),
+        Metric(("version_mismatches", "fabric_version_mismatches"), "count", False, "versions",
+               "preflight.same_versions", label="version mismatches between nodes"),
+        Metric(("rdma_devices",), "count", None, "scalar", "preflight.rdma_devices", label="RDMA devices"),
+        Metric(("ports_down",), "count", False, "zero", label="ports not ACTIVE"),
+        Metric(("port_rate",), "Gbit/s", True, "scalar", "preflight.port_rate", label="port rate"),
+        Metric(("port_mtu",), "bytes", True, "scalar", "preflight.mtu", label="port MTU"),
+        Metric(("link_layer_mismatches",), "count", False, "zero", label="ports on another link layer"),
+        Metric(("hugepages",), "bytes", True, "scalar", "preflight.hugepages_min", label="huge pages"),
+        Metric(("gpus",), "count", None, "scalar", "preflight.gpus_per_node", label="GPUs"),
+        Metric(("gpu_nic_far",), "count", False, "zero", label="GPUs far from their NIC"),
+        Metric(("gpudirect_missing",), "count", False, "zero", label="GPU nodes without GPUDirect RDMA"),
+        Metric(("saturated_counters",), "count", False, "zero", label="saturated error counters"),
+    )),
+    Suite("memreg", ("register_times", "registration_growth"), (
+        REG_TIME, DEREG_TIME,
+        Metric(("rss_growth",), "bytes", False, "scalar", "memreg.leak_max", label="memory growth (leak)"),
+        Metric(("memlock_enforced",), "bool", True, label="memlock limit enforced"),
+    )),
+    Suite("rdma_write", ("PairLink",), (
+        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth",
+               outlier=True, trend=True, line_rate=True),
+        *_latencies("", "write", "rdma_write.latency", outlier=("p50", "p99", "p999"), trend=("p50", "p99")),
+        *_latencies("read_", "read", "rdma_write.read_latency", bounded=("p50", "p99")),
+        *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", bounded=("p50", "p99")),
+        *_latencies("pingpong_", "ping-pong", None),
+        DATA_ERRORS,
+    )),
+    Suite("gpudirect", ("PairLink",), (
+        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth"),
+        *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99")),
+        DATA_ERRORS, REG_TIME, DEREG_TIME,
+    )),
+    Suite("collective", ("allreduce", "alltoall"), (
+        *(Metric(("busbw",), "GB/s", True, "sizemap", f"collectives.{'node_' if node else ''}{op}_busbw_min",
+                 GBIT_TO_GBYTE, f"{op} busbw{' inside a node' if node else ''}", trend=True,
+                 when=(("op", op), ("node", node)))
+          for op in ("allreduce", "alltoall") for node in (False, True)),
+        Metric(("algbw",), "GB/s", True, label="algbw"),
+        DATA_ERRORS,
+        # GPUDirect RDMA per node and rail, from NCCL's log: the suite decides where it is required.
+        Metric(("gdrdma",), "bool", True, "recorded", label="GPUDirect RDMA in use"),
+    )),
+    Suite("incast", ("IncastGroup",), (
+        Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness"),
+        Metric(("aggregate_bandwidth",), "Gbit/s", True, "scalar", "incast.aggregate_min",
+               label="incast aggregate bandwidth"),
+        Metric(("bandwidth",), "Gbit/s", True, label="incast sender bandwidth"),
+        *_latencies("loaded_", "loaded", "incast.latency", bounded=("p99",)),
+        DATA_ERRORS,
+    )),
+    Suite("intranode", (), (
+        Metric(("h2d_bandwidth",), "GB/s", True, "scalar", "intranode.h2d_min", GBIT_TO_GBYTE, "host to GPU copy"),
+        Metric(("d2h_bandwidth",), "GB/s", True, "scalar", "intranode.d2h_min", GBIT_TO_GBYTE, "GPU to host copy"),
+        Metric(("p2p_bandwidth",), "GB/s", True, "scalar", "intranode.p2p_min", GBIT_TO_GBYTE, "GPU to GPU copy"),
+        Metric(("p2p_bidir_bandwidth",), "GB/s", True, label="GPU to GPU copy, both ways"),
+        Metric(("gpu_bandwidth_outliers",), "count", False, "zero", label="GPUs below their node's median"),
+    )),
+    Suite("counters", (), (
+        Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise"),
+        Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise"),
+        Metric(("pause",), "1/s", False, "counter", "counters.pause_rate_max", label="pause frames per second"),
+        Metric(("cnp",), "1/s", False, "counter", "counters.cnp_rate_max", label="congestion notifications per second"),
+    )),
+    # ib_write_bw / ib_write_lat beside the harness's own numbers: information only.
+    Suite("perftest", (), (
+        Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average"),
+        *_latencies("", "ib_write_lat", None),
+        Metric(("latency_avg",), "us", False, label="ib_write_lat average"),
+    )),
+)}
+
+
+def suite(name: str) -> Suite:
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise KeyError(f"suite {name!r} is not in the catalog (acceptance.catalog.SUITES)") from None
+
+
+def metrics(suite_name: str, name: str) -> list[Metric]:
+    """The entries of a suite that cover record metric `name` (several for a collective's busbw)."""
+    found = SUITES.get(suite_name)
+    return [m for m in (found.metrics if found else ()) if name in m.names]
+
+
+def metric(suite_name: str, name: str, **when) -> Metric | None:
+    """The one entry for (suite, record metric) and, for collectives, op= and node=."""
+    for m in metrics(suite_name, name):
+        if all(dict(m.when).get(k) == v for k, v in when.items() if k in dict(m.when)):
+            return m
+    return None
+
+
+def direction(suite_name: str, name: str) -> bool | None:
+    found = metrics(suite_name, name)
+    return found[0].higher if found else None
+
+
+def label(suite_name: str, name: str) -> str:
+    found = metrics(suite_name, name)
+    return found[0].label if found and found[0].label else name
+
+
+def with_role(role: str) -> list[tuple[str, str]]:
+    """(suite, record metric) of every metric with a role: "outlier" or "trend"."""
+    return [(s.name, n) for s in SUITES.values() for m in s.metrics if getattr(m, role) for n in m.names]
+
+
+def bound_keys() -> dict[str, list[tuple[str, Metric]]]:
+    """Profile key -> the (suite, metric) entries that use it; collectives' keys spelled out."""
+    out: dict[str, list[tuple[str, Metric]]] = {}
+    seen: set[int] = set()
+    for s in SUITES.values():
+        for m in s.metrics:
+            if m.key is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            out.setdefault(m.key, []).append((s.name, m))
+    return out

@@ -1,0 +1,74 @@
+"""The metric catalog: every bound key of the profile schema bounds exactly one catalog metric, and
+back; the one judge gives the same threshold and verdict for one value as for a frame of records."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from acceptance import catalog, judge
+from acceptance.profile import SCHEMA, load_profile
+
+
+def schema_bound_keys() -> set[str]:
+    return {f"{section}.{key}" for section, fields in SCHEMA.items() for key, f in fields.items() if f.is_bound}
+
+
+def test_every_bound_key_bounds_exactly_one_catalog_metric_and_back():
+    keys = catalog.bound_keys()
+    assert set(keys) == schema_bound_keys()
+    for key, users in keys.items():
+        assert len(users) == 1, (key, users)
+
+
+def test_every_suite_names_its_metrics_once():
+    for suite in catalog.SUITES.values():
+        names = [n for m in suite.metrics for n in m.names if not m.when]
+        assert len(names) == len(set(names)), suite.name
+        for m in suite.metrics:
+            assert m.unit and m.label, (suite.name, m.names)
+            assert (m.key is None) == (m.bound in ("none", "zero", "recorded")), (suite.name, m.names)
+
+
+def test_roles_come_from_the_catalog():
+    assert set(catalog.with_role("trend")) == {("rdma_write", "bandwidth"), ("rdma_write", "latency_p50"),
+                                              ("rdma_write", "latency_p99"), ("collective", "busbw")}
+    assert {n for s, n in catalog.with_role("outlier")} == {"bandwidth", "latency_p50", "latency_p99", "latency_p999"}
+    assert catalog.direction("rdma_write", "bandwidth") is True and catalog.direction("memreg", "reg_time_user") is False
+
+
+@pytest.mark.parametrize("suite, name, value, size, when", [
+    ("rdma_write", "bandwidth", 0.3, 65536, {}),
+    ("rdma_write", "bandwidth", 0.6, 65536, {}),
+    ("rdma_write", "latency_p50", 2000.0, 8, {}),
+    ("memreg", "reg_time_user", 10.0, 4096, {}),
+    ("collective", "busbw", 0.001, 1 << 20, {"op": "alltoall", "node": True}),
+    ("incast", "loaded_latency_p99", 5.0, 8, {}),
+    ("rdma_write", "pingpong_latency_p50", 5.0, 8, {}),
+])
+def test_one_value_and_a_frame_are_judged_alike(suite, name, value, size, when):
+    profile = load_profile("local")
+    threshold, verdict = judge.one(suite, name, value, profile, size, **when)
+    frame = pd.DataFrame({"suite": [suite], "metric": [name], "value": [value], "size": [size],
+                          "unit": [catalog.metric(suite, name, **when).unit], "detail": [None], "iteration": [0],
+                          "threshold": [np.nan], "op": [when.get("op")],
+                          "scope": ["node" if when.get("node") else "world"]})
+    thresholds, codes = judge.judge_records(frame, profile)
+    assert judge.VERDICTS[codes[0]] == verdict
+    assert (threshold is None and np.isnan(thresholds[0])) or thresholds[0] == pytest.approx(threshold)
+
+
+def test_the_line_rate_floor_applies_while_recording_too(tmp_path):
+    profile_file = tmp_path / "p.toml"
+    profile_file.write_text('extends = "local"\n[analysis]\nline_rate = "400Gbit/s"\n')
+    profile = load_profile(profile_file)
+    assert judge.one("rdma_write", "bandwidth", 300.0, profile, 8 << 20) == (pytest.approx(360.0), "fail")
+    assert judge.one("rdma_write", "bandwidth", 300.0, profile, 4 << 20) == (pytest.approx(0.5), "pass")
+
+
+def test_record_uses_the_catalog_unit():
+    got = []
+    verdict = judge.record(lambda *a, **k: got.append((a, k)), load_profile("local"), "rdma_write", "bandwidth",
+                           0.1, size=65536, rail=0)
+    (args, kwargs), = got
+    assert verdict == "fail" and args == ("bandwidth", 0.1, "Gbit/s")
+    assert kwargs["threshold"] == pytest.approx(0.5) and kwargs["verdict"] == "fail" and kwargs["size"] == 65536
