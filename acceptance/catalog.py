@@ -116,6 +116,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("gpudirect", ("PairLink",), (
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth"),
         *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99")),
+        *_latencies("pingpong_", "GPU ping-pong", None),
         DATA_ERRORS, REG_TIME, DEREG_TIME,
     )),
     Suite("collective", ("allreduce", "alltoall"), (

@@ -204,10 +204,17 @@ def one(suite: str, name: str, value: float | None, profile: Profile, size: int 
     return bound, VERDICTS[int(code[0])]
 
 
+def against(value: float | None, bound: float | None, higher: bool | None) -> str:
+    """The verdict of one value against a bound a driver already holds (the same comparison)."""
+    code = compare(np.array([np.nan if value is None else float(value)]),
+                   np.array([np.nan if bound is None else float(bound)]), higher)
+    return VERDICTS[int(code[0])]
+
+
 def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: float | None,
-           size: int | None = None, when: dict | None = None, **fields) -> str:
-    """Record `value` with its catalog unit and the judged threshold and verdict; returns the verdict."""
+           size: int | None = None, when: dict | None = None, **fields) -> tuple[float | None, str]:
+    """Record `value` with its catalog unit and the judged threshold and verdict; returns both."""
     m = catalog.metric(suite, name, **(when or {}))
     threshold, verdict = one(suite, name, value, profile, size, **(when or {}))
     record_fn(name, value, m.unit, size=size, threshold=threshold, verdict=verdict, **fields)
-    return verdict
+    return threshold, verdict

@@ -1,6 +1,7 @@
 # Every suite runs collectively: one pytest session per MPI rank, outcomes agreed at rank 0.
 import pytest
 
+from acceptance import catalog
 from acceptance.fabric.engines import agree
 from acceptance.portwatch import PortWatch
 from acceptance.pytest_plugin import recorder_of
@@ -12,14 +13,14 @@ pytest_plugins = ["acceptance.pytest_plugin"]
 def engine(request, topology, profile, run_folder):
     """The engine that measures this suite: run.engine, or for `auto` the best one every rank can use.
 
-    A suite file names what it needs in ENGINE_NEEDS; the choice, why, and the device each rank
+    What a suite's engine must offer is in the catalog (acceptance.catalog); the choice, why, and the device each rank
     measures through are written to run.json ("engines") by rank 0; a suite without a usable
     engine skips with the reason, and one whose engine fails to set up on any rank errors on all.
     """
     module = request.module
     suite = getattr(module, "SUITE", None) or module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-    chosen, why, name = agree(profile.get("run.engine"), getattr(module, "ENGINE_NEEDS", ()),
-                              topology.world, topology.node)
+    chosen, why, name = agree(profile.get("run.engine"), catalog.suite(suite).engine_needs, topology.world,
+                              topology.node)
     error = None
     if chosen is not None:
         try:

@@ -11,7 +11,6 @@ from acceptance.measure.collective import sweep_collective
 from acceptance.pytest_plugin import topology_of
 
 pytestmark = pytest.mark.collective
-ENGINE_NEEDS = ("allreduce", "alltoall")  # what the engine must offer (acceptance.fabric.engines)
 SUITE = "collective"
 
 

@@ -18,7 +18,6 @@ from acceptance.measure.sweep import sizes
 from acceptance.measure.units import us
 
 pytestmark = [pytest.mark.gpudirect, pytest.mark.rail]
-ENGINE_NEEDS = ("PairLink",)  # what the engine must offer (acceptance.fabric.engines)
 SUITE = "gpudirect"
 
 
@@ -50,14 +49,14 @@ def _needs_verbs(engine):
 
 def test_gpu_write_bandwidth(gpu, engine, topology, rail, profile, record, progress):
     _needs_verbs(engine)
-    problems = write_bandwidth(engine, topology, rail, profile, record, progress, memory="cuda", bounds="gpudirect")
+    problems = write_bandwidth(engine, topology, rail, profile, record, progress, memory="cuda", suite="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
 def test_gpu_write_latency(gpu, engine, topology, rail, profile, record, progress):
     _needs_verbs(engine)
     problems = op_latency(engine, topology, rail, profile, record, progress, "write", memory="cuda",
-                          bounds="gpudirect")
+                          suite="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 

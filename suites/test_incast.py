@@ -11,7 +11,6 @@ import pytest
 from acceptance.measure.incast import incast
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p, pytest.mark.congestion]
-ENGINE_NEEDS = ("IncastGroup",)  # what the engine must offer (acceptance.fabric.engines)
 SUITE = "incast"
 
 

@@ -11,7 +11,7 @@ import pytest
 from acceptance.measure.memreg import leak, registration
 
 pytestmark = pytest.mark.memreg
-ENGINE_NEEDS = ("register_times", "registration_growth")  # what the engine must offer (acceptance.fabric.engines)
+SUITE = "memreg"  # its metrics and engine needs: acceptance.catalog
 
 
 def test_registration_time(engine, profile, record):

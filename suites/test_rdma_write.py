@@ -10,7 +10,6 @@ import pytest
 from acceptance.measure.p2p import op_latency, write_bandwidth, write_latency
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
-ENGINE_NEEDS = ("PairLink",)  # what the engine must offer (acceptance.fabric.engines)
 SUITE = "rdma_write"
 
 

@@ -1,7 +1,7 @@
 """Which engine measures a suite: the profile's run.engine, or for `auto` the best one usable.
 
 `auto` prefers the verbs engine (the NICs themselves) and falls back to mpi; a
-suite names what it needs (ENGINE_NEEDS, e.g. "PairLink"), and an engine without
+suite needs something (its engine_needs in acceptance.catalog, e.g. "PairLink"), and an engine without
 it is passed over (the verbs engine has no collectives: they run on mpi). The
 choice is agreed over the whole job, so every rank measures with the same engine
 and a node without RDMA devices makes the job fall back (named in the reason)

@@ -11,10 +11,10 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from ..profile import Profile, bound_at
+from .. import judge
+from ..profile import Profile
 from .sweep import sweep_from_profile
 from .units import busbw, gbyte_per_s
-from .verdict import judge
 
 OPS = ("allreduce", "alltoall")
 
@@ -24,8 +24,7 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
     """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm."""
     run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
     sweep = sweep_from_profile(profile)
-    prefix = "node_" if scope == "node" else ""
-    bounds = profile.get(f"collectives.{prefix}{op}_busbw_min")
+    when = {"op": op, "node": scope == "node"}  # which of the catalog's busbw bounds applies
     n, root = comm.Get_size(), comm.Get_rank() == 0
     ranks = comm.allgather(MPI.COMM_WORLD.Get_rank())
     problems = []
@@ -42,13 +41,9 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
         mean_ns = float(res.times_ns.mean())
         alg = gbyte_per_s(res.nbytes, mean_ns)
         bus = busbw(op, alg, n)
-        bound_gbit = bound_at(bounds, res.nbytes)
-        bound = None if bound_gbit is None else bound_gbit / 8  # profile rates are Gbit/s; busbw is GB/s
-        verdict = judge(bus, bound, higher_is_better=True)
-        record("algbw", alg, "GB/s", **common)
-        record("busbw", bus, "GB/s", threshold=bound, verdict=verdict, **common)
-        record("errors", res.wrong, "count", threshold=0, verdict="fail" if res.wrong else "pass",
-               detail=res.first_wrong, **common)
+        judge.record(record, profile, "collective", "algbw", alg, **common)
+        bound, verdict = judge.record(record, profile, "collective", "busbw", bus, when=when, **common)
+        judge.record(record, profile, "collective", "errors", res.wrong, detail=res.first_wrong, **common)
         if verdict == "fail":
             problems.append(f"{where}, size {res.nbytes} B: busbw {bus:.3f} GB/s < bound {bound:g} GB/s")
         if res.wrong:

@@ -17,13 +17,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .. import judge
 from ..portwatch import PortWatch
 from ..profile import Profile
 from ..topology import Topology
 from .p2p import LATENCY_METRICS
 from .stats import percentiles
 from .units import gbit_per_s, us
-from .verdict import judge
 
 
 def groups_of(n: int, senders: int) -> list[list[int]]:
@@ -51,8 +51,6 @@ def incast(engine, topology: Topology, rail: int, profile: Profile, record: Call
     window = profile.get("sweep.window")
     duration = profile.get("incast.duration")
     probe_size, probe_iters = profile.get("latency.size"), profile.get("latency.iters")
-    fairness_min, aggregate_min = profile.get("incast.fairness_min"), profile.get("incast.aggregate_min")
-    p99_max = profile.get("incast.latency_p99_max")
     watch = PortWatch.for_rail(topology, profile, rail)
     ranks = [members[i][0] for i in group]
     nodes = [members[i][1] for i in group]
@@ -77,28 +75,26 @@ def incast(engine, topology: Topology, rail: int, profile: Profile, record: Call
                 elapsed = int(got.times_ns.sum())
                 moved = size * window * len(got.times_ns)
                 bw = gbit_per_s(moved, elapsed)
-                record("bandwidth", bw, "Gbit/s", nodes=[nodes[me], nodes[receiver]],
-                       ranks=[ranks[me], ranks[receiver]], samples=len(got.times_ns),
-                       detail=f"1 of {k} senders", **common)
+                judge.record(record, profile, "incast", "bandwidth", bw, nodes=[nodes[me], nodes[receiver]],
+                             ranks=[ranks[me], ranks[receiver]], samples=len(got.times_ns),
+                             detail=f"1 of {k} senders", **common)
                 mine = (moved, elapsed, bw)
             every = gcomm.gather(mine, root=receiver)
             if me == receiver:
                 at = dict(nodes=[nodes[receiver]], ranks=[ranks[receiver]], **common)
                 sent = [every[s] for s in senders]
                 total = gbit_per_s(sum(m for m, _, _ in sent), max(t for _, t, _ in sent))
-                verdict = judge(total, aggregate_min, higher_is_better=True)
-                record("aggregate_bandwidth", total, "Gbit/s", samples=k, threshold=aggregate_min,
-                       verdict=verdict, detail=f"{k} sender{'s' if k != 1 else ''}", **at)
+                aggregate_min, verdict = judge.record(record, profile, "incast", "aggregate_bandwidth", total,
+                                                      samples=k, detail=f"{k} sender{'s' if k != 1 else ''}", **at)
                 if verdict == "fail":
                     problems.append(f"{where}: aggregate {total:.3f} Gbit/s < bound {aggregate_min:g} Gbit/s")
                 if k >= 2:
                     rates = {nodes[s]: every[s][2] for s in senders}
                     fair = min(rates.values()) / max(rates.values()) if max(rates.values()) > 0 else 0.0
-                    verdict = judge(fair, fairness_min, higher_is_better=True)
                     slow, fast = min(rates, key=rates.get), max(rates, key=rates.get)
-                    record("fairness", fair, "ratio", samples=k, threshold=fairness_min, verdict=verdict,
-                           detail=f"slowest {slow} {rates[slow]:.3f}, fastest {fast} {rates[fast]:.3f} Gbit/s",
-                           **at)
+                    fairness_min, verdict = judge.record(
+                        record, profile, "incast", "fairness", fair, samples=k,
+                        detail=f"slowest {slow} {rates[slow]:.3f}, fastest {fast} {rates[fast]:.3f} Gbit/s", **at)
                     if verdict == "fail":
                         problems.append(f"{where}: fairness {fair:.2f} < bound {fairness_min:g} (slowest {slow} "
                                         f"{rates[slow]:.3f} Gbit/s, fastest {fast} {rates[fast]:.3f} Gbit/s)")
@@ -107,18 +103,16 @@ def incast(engine, topology: Topology, rail: int, profile: Profile, record: Call
                            ranks=[ranks[receiver], ranks[senders[0]]])
                 for field, metric in LATENCY_METRICS:
                     value = getattr(stats, field)
-                    bound = p99_max * 1e6 if metric == "latency_p99" and p99_max is not None else None
-                    verdict = judge(value, bound, higher_is_better=False)
-                    record(f"loaded_{metric}", value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
-                           detail=stats.note(field) if field != "max" else None, **lat)
+                    bound, verdict = judge.record(record, profile, "incast", f"loaded_{metric}", value,
+                                                  samples=stats.samples,
+                                                  detail=stats.note(field) if field != "max" else None, **lat)
                     if verdict == "fail":
                         problems.append(f"{where}: put latency p99 under load {value:.2f} us > bound {bound:g} us "
                                         f"({stats.samples} samples)")
                 for s, mismatch in got.mismatches:
-                    record("errors", 0 if mismatch is None else mismatch.wrong_bytes, "count",
-                           nodes=[nodes[s], nodes[receiver]], ranks=[ranks[s], ranks[receiver]], samples=1,
-                           threshold=0, verdict="fail" if mismatch else "pass",
-                           detail=str(mismatch) if mismatch else None, **common)
+                    judge.record(record, profile, "incast", "errors", 0 if mismatch is None else mismatch.wrong_bytes,
+                                 nodes=[nodes[s], nodes[receiver]], ranks=[ranks[s], ranks[receiver]], samples=1,
+                                 detail=str(mismatch) if mismatch else None, **common)
                     if mismatch:
                         problems.append(f"{where}: data from {nodes[s]} corrupted: {mismatch}")
             progress()

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fabric.memory import MemoryUnavailable, array_module
-from .verdict import judge
+from .. import judge
 
 SUITE = "intranode"
 UNIT = "GB/s"
@@ -57,7 +57,6 @@ KINDS = ("h2d", "d2h", "p2p")               # gated kinds, each with its own out
 METRIC = {"h2d": "h2d_bandwidth", "d2h": "d2h_bandwidth", "p2p": "p2p_bandwidth",
           "p2p_bidir": "p2p_bidir_bandwidth"}
 LABEL = {"h2d": "H2D", "d2h": "D2H", "p2p": "P2P", "p2p_bidir": "P2P bidirectional"}
-BOUND_KEY = {"h2d": "intranode.h2d_min", "d2h": "intranode.d2h_min", "p2p": "intranode.p2p_min"}
 OUTLIER_METRIC = "gpu_bandwidth_outliers"
 MIN_GROUP = 3               # fewest values of one kind on a node that an outlier test is made on
 PEER_ACCESS_ALREADY_ENABLED = 704   # cudaErrorPeerAccessAlreadyEnabled
@@ -94,11 +93,10 @@ class Settings:
 
 
 def settings_from_profile(profile) -> Settings:
-    """[intranode] of a profile; its rates are Gbit/s, records are GB/s (hence / 8)."""
+    """[intranode] of a profile; each kind's floor in record units, as the catalog converts it."""
     bounds = {}
-    for kind, key in BOUND_KEY.items():
-        gbit = profile.get(key)
-        bounds[kind] = None if gbit is None else gbit / 8
+    for kind in ("h2d", "d2h", "p2p"):
+        bounds[kind], _ = judge.one("intranode", METRIC[kind], None, profile)
     return Settings(size=profile.get("intranode.size"), iters=profile.get("intranode.iters"),
                     warmup=profile.get("intranode.warmup"),
                     outlier_fraction=profile.get("intranode.outlier_fraction"), bounds=bounds)
@@ -203,7 +201,7 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
     for m in measurements:
         value = m.value
         bound = settings.bounds.get(m.kind)
-        verdict = judge(value, bound, higher_is_better=True)
+        verdict = judge.against(value, bound, higher=True)
         record(METRIC[m.kind], value, UNIT, rail=m.gpu, samples=m.samples, threshold=bound,
                verdict=verdict, detail=m.detail(), **common)
         if bound is not None and value < bound:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..profile import Profile, bound_at
+from .. import judge
+from ..profile import Profile
 from .stats import percentiles
 from .sweep import sizes
 from .units import us
-from .verdict import judge
 
 # (engine "how", metric suffix): memory the transport allocates, and memory we allocated.
 KINDS = (("allocate", ""), ("create", "_user"))
@@ -23,11 +23,9 @@ def registration(engine, profile: Profile, record: Callable) -> list[str]:
             reg, dereg = engine.register_times(size, repeats, how)
             for metric, times in (("reg_time", reg), ("dereg_time", dereg)):
                 stats = percentiles(us(times))
-                bound_s = bound_at(profile.get(f"memreg.{metric}_max"), size)
-                bound = None if bound_s is None else bound_s * 1e6
-                verdict = judge(stats.p50, bound, higher_is_better=False)
-                record(metric + suffix, stats.p50, "us", size=size, engine=engine.NAME, samples=stats.samples,
-                       threshold=bound, verdict=verdict, detail=f"p50; max {stats.max:.1f} us")
+                bound, verdict = judge.record(record, profile, "memreg", metric + suffix, stats.p50, size=size,
+                                              engine=engine.NAME, samples=stats.samples,
+                                              detail=f"p50; max {stats.max:.1f} us")
                 if verdict == "fail":
                     problems.append(f"{metric + suffix} p50 {stats.p50:.1f} us for {size} B "
                                     f"({how}) > bound {bound:g} us")
@@ -38,9 +36,8 @@ def leak(engine, profile: Profile, record: Callable) -> list[str]:
     """Resident memory growth over many register/deregister cycles."""
     size, cycles, limit = (profile.get(k) for k in ("memreg.leak_size", "memreg.leak_cycles", "memreg.leak_max"))
     growth = engine.registration_growth(size, cycles)
-    verdict = judge(growth, limit, higher_is_better=False)
-    record("rss_growth", growth, "bytes", size=size, engine=engine.NAME, samples=cycles, threshold=limit,
-           verdict=verdict, detail=f"{cycles} register/deregister cycles of {size} B")
+    _, verdict = judge.record(record, profile, "memreg", "rss_growth", growth, size=size, engine=engine.NAME,
+                              samples=cycles, detail=f"{cycles} register/deregister cycles of {size} B")
     if verdict == "fail":
         return [f"resident memory grew {growth} B over {cycles} register/deregister cycles of {size} B "
                 f"(bound {limit} B): registration leaks"]

@@ -11,13 +11,13 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from ..profile import Profile, bound_at
+from .. import judge
+from ..profile import Profile
 from ..schedule import schedule
 from ..topology import Topology
 from .stats import percentiles
 from .sweep import sweep_from_profile
 from .units import gbit_per_s, us
-from .verdict import judge
 
 LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "latency_p999"), ("max", "latency_max"))
 
@@ -92,18 +92,17 @@ class RailPairs:
 
 def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
                     progress: Callable[[], None] | None = None, memory: str = "host",
-                    bounds: str = "rdma_write") -> list[str]:
+                    suite: str = "rdma_write") -> list[str]:
     """Bandwidth sweep of windowed puts in both directions of every pair; data verified after each size.
 
-    memory "cuda" writes GPU memory to GPU memory (GPUDirect RDMA); `bounds` is the profile
-    section whose bandwidth_min applies.
+    memory "cuda" writes GPU memory to GPU memory (GPUDirect RDMA); `suite` is the catalog suite
+    whose metrics (and so whose bounds) the records are.
     """
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
     sweep = sweep_from_profile(profile)
     window = profile.get("sweep.window")
-    bounds = profile.get(f"{bounds}.bandwidth_min")
     budget = profile.get("sweep.max_time_per_size")
     problems = []
 
@@ -119,17 +118,14 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
                 if t.times_ns is not None:
                     iters = len(t.times_ns)  # fewer when the time budget ran out
                     value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
-                    bound = bound_at(bounds, size)
-                    verdict = judge(value, bound, higher_is_better=True)
-                    record("bandwidth", value, "Gbit/s", samples=iters, threshold=bound, verdict=verdict,
-                           **common)
+                    bound, verdict = judge.record(record, profile, suite, "bandwidth", value, samples=iters,
+                                                  **common)
                     if verdict == "fail":
                         problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
                                         f"< bound {bound:g} Gbit/s")
                 else:
-                    record("errors", 0 if t.mismatch is None else t.mismatch.wrong_bytes, "count",
-                           samples=1, threshold=0, verdict="fail" if t.mismatch else "pass",
-                           detail=str(t.mismatch) if t.mismatch else None, **common)
+                    judge.record(record, profile, suite, "errors", 0 if t.mismatch is None else t.mismatch.wrong_bytes,
+                                 samples=1, detail=str(t.mismatch) if t.mismatch else None, **common)
                     if t.mismatch:
                         problems.append(f"{where}, size {size} B: data corrupted: {t.mismatch}")
 
@@ -143,15 +139,13 @@ def write_latency(engine, topology: Topology, rail: int, profile: Profile, recor
     return op_latency(engine, topology, rail, profile, record, progress, "write")
 
 
-# op -> (metric prefix, what the engine does, profile key prefix of its bounds)
-LATENCY_OPS = {"write": ("", "write", "rdma_write.latency"),
-               "read": ("read_", "read", "rdma_write.read_latency"),
-               "atomic": ("atomic_", "atomic fetch-and-add", "rdma_write.atomic_latency")}
+# op -> (metric prefix, what the engine does)
+LATENCY_OPS = {"write": ("", "write"), "read": ("read_", "read"), "atomic": ("atomic_", "atomic fetch-and-add")}
 
 
 def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
                progress: Callable[[], None] | None, op: str, memory: str = "host",
-               bounds: str = "rdma_write") -> list[str]:
+               suite: str = "rdma_write") -> list[str]:
     """Latency percentiles of one operation (write, read or atomic) in both directions of every pair.
 
     An atomic sample is one 8-byte fetch-and-add; afterwards the target checks that its
@@ -160,11 +154,9 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
-    prefix, what, key = LATENCY_OPS[op]
-    key = key.replace("rdma_write.", f"{bounds}.", 1)
+    prefix, what = LATENCY_OPS[op]
     size = 8 if op == "atomic" else profile.get("latency.size")
     iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
-    bounds = {metric: _optional(profile, f"{key}_{field}_max") for field, metric in LATENCY_METRICS[:3]}
     problems = []
 
     def measure(link, low, high):
@@ -182,9 +174,9 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
                 got = link.atomic_latency(iters, warmup, origin)
                 times, pingpong, mismatch = got.times_ns, None, got.mismatch
                 if times is None:  # the target: it checked the counter
-                    record("errors", 0 if mismatch is None else mismatch.wrong_bytes, "count",
-                           samples=1, threshold=0, verdict="fail" if mismatch else "pass",
-                           detail=str(mismatch) if mismatch else "atomic counter exact", **common)
+                    judge.record(record, profile, suite, "errors",
+                                 0 if mismatch is None else mismatch.wrong_bytes, samples=1,
+                                 detail=str(mismatch) if mismatch else "atomic counter exact", **common)
                     if mismatch:
                         problems.append(f"{where}: {mismatch}")
             if times is None:
@@ -192,27 +184,19 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
             stats = percentiles(us(times))
             for field, metric in LATENCY_METRICS:
                 value = getattr(stats, field)
-                bound_s = bounds.get(metric)
-                bound = None if bound_s is None else bound_s * 1e6
-                verdict = judge(value, bound, higher_is_better=False)
-                record(prefix + metric, value, "us", samples=stats.samples, threshold=bound, verdict=verdict,
-                       detail=stats.note(field) if field != "max" else None, **common)
+                bound, verdict = judge.record(record, profile, suite, prefix + metric, value,
+                                              samples=stats.samples,
+                                              detail=stats.note(field) if field != "max" else None, **common)
                 if verdict == "fail":
                     problems.append(f"{where}: {what} latency {field} {value:.2f} us > bound {bound:g} us "
                                     f"({stats.samples} samples)")
             if pingpong is not None:
                 pp = percentiles(us(pingpong))
                 for field, metric in LATENCY_METRICS:
-                    record(f"pingpong_{metric}", getattr(pp, field), "us", samples=pp.samples,
-                           detail=pp.note(field) if field != "max" else None, **common)
+                    judge.record(record, profile, suite, f"pingpong_{metric}", getattr(pp, field),
+                                 samples=pp.samples, detail=pp.note(field) if field != "max" else None, **common)
 
     rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure)
     return problems
 
 
-def _optional(profile: Profile, key: str):
-    """A bound the profile may not define for this operation (e.g. no p99.9 bound for atomics)."""
-    try:
-        return profile.get(key)
-    except KeyError:
-        return None

@@ -5,6 +5,8 @@ from collections import Counter
 from itertools import permutations
 from pathlib import Path
 
+from acceptance import catalog
+
 
 def folder_of(p) -> Path:
     return Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
@@ -19,6 +21,10 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     assert p.returncode == 0, p.stdout + p.stderr
     recs = records(folder_of(p))
     assert {r["suite"] for r in recs} == {"preflight", "memreg", "rdma_write", "collective", "incast"}
+    # Every record is a catalog metric, in the catalog's unit.
+    for r in recs:
+        entry = catalog.metrics(r["suite"], r["metric"])
+        assert entry and r["unit"] == entry[0].unit, r
     # Every measurement carries a threshold and a verdict (informational metrics aside).
     # Every gated measurement carries a threshold and a verdict (a sender's share of an incast is not gated).
     gated = [r for r in recs if r["metric"] in ("bandwidth", "latency_p50", "latency_p99", "busbw",

@@ -67,8 +67,8 @@ def test_the_line_rate_floor_applies_while_recording_too(tmp_path):
 
 def test_record_uses_the_catalog_unit():
     got = []
-    verdict = judge.record(lambda *a, **k: got.append((a, k)), load_profile("local"), "rdma_write", "bandwidth",
-                           0.1, size=65536, rail=0)
+    threshold, verdict = judge.record(lambda *a, **k: got.append((a, k)), load_profile("local"), "rdma_write",
+                                      "bandwidth", 0.1, size=65536, rail=0)
     (args, kwargs), = got
-    assert verdict == "fail" and args == ("bandwidth", 0.1, "Gbit/s")
+    assert (threshold, verdict) == (pytest.approx(0.5), "fail") and args == ("bandwidth", 0.1, "Gbit/s")
     assert kwargs["threshold"] == pytest.approx(0.5) and kwargs["verdict"] == "fail" and kwargs["size"] == 65536
