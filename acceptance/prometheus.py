@@ -54,6 +54,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import catalog
+
 PREFIX = "acceptance_"
 FINDINGS_MAX = 1000     # findings are few; a run with more is broken everywhere, and the counts say so
 SEVERITIES = ("fail", "warn")
@@ -163,7 +165,7 @@ def _p2p(records: pd.DataFrame, metric: str, size: float | None, names_codes) ->
         size = np.nanmax(sizes[mask]) if size is None else np.nanmin(sizes[mask])
     mask &= sizes == size
     idx = np.flatnonzero(mask)
-    table = BANDWIDTH_BYTES if metric == "bandwidth" else SECONDS
+    table = BANDWIDTH_BYTES if catalog.direction("rdma_write", metric) else SECONDS  # higher-is-better: a rate
     value = _floats(records["value"])[idx] * _scale(records["unit"].take(idx), table)
     p = pd.DataFrame({"rail": rail[idx].astype(np.int64), "s": s[idx], "d": d[idx], "value": value,
                       "iteration": records["iteration"].to_numpy()[idx]})
@@ -191,8 +193,9 @@ def _size_label(size) -> str | None:
 def _p2p_families(records: pd.DataFrame, latency_size, fams: dict) -> None:
     codes = _node_codes(records)
     names = codes[0]
-    for metric, size, key in (("bandwidth", None, "write_bandwidth_bytes_per_second"),
-                              ("latency_p99", latency_size, "write_latency_p99_seconds")):
+    for metric, size, key in ((catalog.metric("rdma_write", "bandwidth").name, None, "write_bandwidth_bytes_per_second"),
+                              (catalog.metric("rdma_write", "latency_p99").name, latency_size,
+                               "write_latency_p99_seconds")):
         p = _p2p(records, metric, size, codes)
         if p.empty:
             continue
@@ -206,7 +209,7 @@ def _p2p_families(records: pd.DataFrame, latency_size, fams: dict) -> None:
 
 
 def _collectives(records: pd.DataFrame, fam: _Family) -> None:
-    mask = _is(records["suite"], "collective") & _is(records["metric"], "busbw")
+    mask = _is(records["suite"], "collective") & _is(records["metric"], catalog.metric("collective", "busbw").name)
     if not mask.any():
         return
     idx = np.flatnonzero(mask)

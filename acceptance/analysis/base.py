@@ -23,6 +23,14 @@ class Analysis:
     extra: dict = field(default_factory=dict)
 
     @property
+    def burnin(self) -> list[dict]:
+        """The fleet over burn-in iterations, per trend metric (analysis.trends.burnin_series)."""
+        if "burnin" not in self.extra:
+            from .trends import burnin_series
+            self.extra["burnin"] = burnin_series(self.records, self.profile)
+        return self.extra["burnin"]
+
+    @property
     def verdict(self) -> str:
         """The run's verdict: "pass", "fail" or "incomplete" (analysis.verdict)."""
         from .verdict import run_verdict

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..profile import Profile
+from .. import catalog
+from ..profile import Profile, format_size
+from .load import _derive
 from .base import _codes_of, _floats_of
 from .evaluate import TREND_METRICS, _KEYS, _direction
 from .localize import _localize
@@ -182,3 +184,63 @@ def _regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.Da
     tol = profile.get("analysis.regression_tolerance")
     r = r.assign(expected=r["baseline"], worse=-r["change"], median=r["baseline"], grade=r["change"] < -2 * tol)
     return _series_findings(r, "regression", measured, names, profile)
+
+
+# ---------------------------------------------------------------------------------------
+# The fleet over iterations, for the report
+# ---------------------------------------------------------------------------------------
+
+def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
+    """Each trend metric over burn-in iterations as the report plots it: per iteration the median
+    and the worst value (by the catalog's direction), point-to-point bandwidth and collective busbw at
+    the largest size measured, one series per collective and communicator kind (world, rail, node);
+    with the first and last medians, the change (negative: worse) and whether it is worse than
+    analysis.drift_tolerance. Empty with a single iteration."""
+    if ev is None or not len(ev) or "iteration" not in ev.columns or ev["iteration"].nunique() <= 1:
+        return []
+    df = ev
+    if "src" not in df.columns or "dst" not in df.columns:
+        nodes = df["nodes"]
+        df = df.assign(src=nodes.str[0], dst=nodes.str[1].where(nodes.str.len() == 2, None))
+    if "op" not in df.columns or "scope" not in df.columns:
+        df = _derive(df.copy())
+    tolerance = profile.get("analysis.drift_tolerance")
+    out = []
+    for suite, name in catalog.with_role("trend"):
+        sel = _codes_of(df["suite"], suite) & _codes_of(df["metric"], name) & ~np.isnan(_floats_of(df["value"]))
+        sub = df.loc[sel]
+        if sub.empty:
+            continue
+        higher = catalog.direction(suite, name) is not False
+        if suite == "collective":
+            kind = sub["scope"].astype(object).fillna("world").astype(str).str.replace(r"\d+$", "", regex=True)
+            groups = [((op, scope), g) for (op, scope), g in sub.assign(kind=kind).groupby(["op", "kind"], sort=True)]
+        else:
+            groups = [(None, sub)]
+        for key, g in groups:
+            sizes = _floats_of(g["size"])
+            if name in ("bandwidth", "busbw") and not np.isnan(sizes).all():
+                largest = np.nanmax(sizes)
+                g, size = g[sizes == largest], largest
+            else:
+                size = None
+            if g["iteration"].nunique() <= 1:
+                continue
+            title = catalog.label(suite, name) if key is None else f"{key[0]} busbw ({key[1]})"
+            if size is not None:
+                title += f" at {format_size(int(size))}"
+            values = _floats_of(g["value"])
+            stats = pd.Series(values).groupby(g["iteration"].to_numpy()).agg(["median", "min", "max"]).sort_index()
+            at = int(np.nanargmax(values) if not higher else np.nanargmin(values))
+            worst = g.iloc[at]
+            first, last = float(stats["median"].iloc[0]), float(stats["median"].iloc[-1])
+            change = (last - first) / first if first else float("nan")
+            change = change if higher else -change
+            out.append({"title": title, "suite": suite, "metric": name, "unit": str(g["unit"].iloc[0]),
+                        "higher": higher, "iteration": stats.index.to_numpy(), "median": stats["median"].to_numpy(),
+                        "worst": stats["min" if higher else "max"].to_numpy(), "first": first, "last": last,
+                        "change": change, "worse": bool(change == change and change < -tolerance),
+                        "worst_value": float(values[at]), "worst_iteration": int(worst["iteration"]),
+                        "worst_src": worst["src"], "worst_dst": worst["dst"], "worst_rail": worst["rail"],
+                        "worst_scope": None if key is None else key[1], "per_link": bool(g["dst"].notna().any())})
+    return out

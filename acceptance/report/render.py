@@ -41,7 +41,7 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
             "heatmaps": sections.heatmaps(recs, run),
             "sweeps": sections.sweeps(recs),
             "collectives": sections.collectives(recs),
-            "burnin": sections.burnin(recs, _setting(analysis.profile, "analysis.drift_tolerance", 0.10)),
+            "burnin": sections.burnin(analysis),
             "deltas": sections.deltas(analysis),
             "counters": sections.counters(recs),
             "incast": sections.incast(recs),
@@ -54,14 +54,6 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
         ctx["profile_text"] = f"(profile could not be formatted: {e})"
     ctx["generated"] = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     return ctx
-
-
-def _setting(profile, key: str, default):
-    try:
-        value = profile.get(key)
-    except (AttributeError, KeyError):
-        return default
-    return default if value is None else value
 
 
 def render(analysis, run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import catalog
 from ..overrides import describe as describe_overrides
 from . import figures
 from .data import (
@@ -31,13 +32,12 @@ MAX_ROWS = 50          # rows of a capped table
 MAX_FINDINGS = 100     # findings shown
 MAX_EVIDENCE = 25      # evidence lines per finding
 SEVERITY_ORDER = {"fail": 0, "warn": 1}
-LATENCY_ORDER = ["latency_p50", "latency_p99", "latency_p999", "latency_max",
-                 "pingpong_latency_p50", "pingpong_latency_p99", "pingpong_latency_p999",
-                 "pingpong_latency_max"]
-LATENCY_LABELS = {"latency_p50": "p50", "latency_p99": "p99", "latency_p999": "p99.9",
-                  "latency_max": "max", "pingpong_latency_p50": "ping-pong p50",
-                  "pingpong_latency_p99": "ping-pong p99", "pingpong_latency_p999": "ping-pong p99.9",
-                  "pingpong_latency_max": "ping-pong max"}
+# Point-to-point latency metrics the report plots, in the catalog's order, and their short labels.
+LATENCY_ORDER = [n for m in catalog.suite("rdma_write").metrics for n in m.names
+                 if n.startswith(("latency_", "pingpong_latency_"))]
+LATENCY_LABELS = {n: catalog.label("rdma_write", n).removeprefix("write latency ").replace(" latency", "")
+                  for n in LATENCY_ORDER}
+WRITE_BANDWIDTH = catalog.metric("rdma_write", "bandwidth").name
 
 
 def _more(total: int, shown: int, where: str) -> str:
@@ -239,7 +239,7 @@ def topology_nodes(run: dict) -> list[str]:
 def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
     rd = recs[(recs["suite"] == "rdma_write") & recs["src"].notna() & recs["dst"].notna()
               & recs["value"].notna()]
-    bw = rd[rd["metric"] == "bandwidth"]
+    bw = rd[rd["metric"] == WRITE_BANDWIDTH]
     lat = rd[rd["metric"] == "latency_p99"]
     if bw.empty and lat.empty:
         return {"available": False, "rails": [], "nodes": 0,
@@ -290,7 +290,7 @@ def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
 def sweeps(recs: pd.DataFrame) -> dict:
     rd = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
     figs, notes = [], []
-    bw = rd[(rd["metric"] == "bandwidth") & rd["size"].notna()]
+    bw = rd[(rd["metric"] == WRITE_BANDWIDTH) & rd["size"].notna()]
     if not bw.empty:
         unit = fmt_text(bw["unit"].iloc[0])
         stats = bw.groupby(["rail", "size"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
@@ -376,56 +376,32 @@ def collectives(recs: pd.DataFrame) -> dict:
 
 # --- 6. burn-in ------------------------------------------------------------------
 
-def burnin(recs: pd.DataFrame, tolerance: float = 0.10) -> dict:
-    """tolerance: a median that ends this much worse than it started is flagged (analysis.drift_tolerance)."""
-    iterations = recs["iteration"].dropna().unique()
+def burnin(analysis) -> dict:
+    """The series analysis computed (analysis.burnin): median and worst per iteration, with the change."""
+    iterations = analysis.records["iteration"].dropna().unique() if len(analysis.records) else []
     if len(iterations) <= 1:
         return {"figure": None, "rows": [],
                 "note": "One iteration only: no burn-in time series (run with --iterations K or --duration SEC)."}
-    candidates = []
-    rd = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
-    bw = rd[rd["metric"] == "bandwidth"]
-    if not bw.empty:
-        candidates.append(("write bandwidth at " + fmt_size(bw["size"].max()), bw[bw["size"] == bw["size"].max()], True))
-    for metric in ("latency_p50", "latency_p99"):
-        sub = rd[rd["metric"] == metric]
-        if not sub.empty:
-            candidates.append((f"write latency {LATENCY_LABELS[metric]}", sub, False))
-    coll = recs[(recs["suite"] == "collective") & (recs["metric"] == "busbw") & recs["value"].notna()]
-    if not coll.empty:
-        coll = collective_labels(coll)
-        scope_order = {"world": 0, "rail": 1, "node": 2}
-        for (op, scope), sub in sorted(coll.groupby(["op", "scope"], sort=False),
-                                       key=lambda t: (t[0][0], scope_order.get(t[0][1], 9), t[0][1])):
-            largest = sub["size"].max()
-            candidates.append((f"{op} busbw ({scope}) at {fmt_size(largest)}", sub[sub["size"] == largest], True))
     panels, rows = [], []
-    for title, sub, higher in candidates:
-        if sub["iteration"].nunique() <= 1:
-            continue
-        unit = fmt_text(sub["unit"].iloc[0])
-        g = sub.groupby("iteration")["value"]
-        stats = g.agg(["median", "min", "max"]).sort_index()
-        worst_col = "min" if higher else "max"
-        worst_idx = sub["value"].idxmin() if higher else sub["value"].idxmax()
-        w = sub.loc[worst_idx]
-        if not is_missing(w["dst"]):
-            where = _where(w["src"], w["dst"], w["rail"])
+    for series in analysis.burnin:
+        unit = fmt_text(series["unit"])
+        if series["per_link"]:
+            where = _where(series["worst_src"], series["worst_dst"], series["worst_rail"])
+        elif series["worst_scope"] == "rail":
+            where = f"rail {fmt_int(series['worst_rail'])}"
+        elif series["worst_scope"] == "node":
+            where = fmt_text(series["worst_src"])
         else:
-            where = fmt_text(w["comm"]) if "comm" in w.index else _where(w["src"], None, w["rail"])
-        panels.append({"title": title, "unit": unit, "iteration": stats.index.to_numpy(),
-                       "median": stats["median"].to_numpy(), "worst": stats[worst_col].to_numpy(),
-                       "worst_label": "worst link" if sub["dst"].notna().any() else "worst communicator"})
-        first, last = float(stats["median"].iloc[0]), float(stats["median"].iloc[-1])
-        change = (last - first) / first if first else np.nan
-        if not higher and not np.isnan(change):
-            change = -change
-        rows.append({"metric": title, "iterations": f"{len(stats):,}",
-                     "first": fmt_num(first, unit), "last": fmt_num(last, unit),
-                     "change": "–" if np.isnan(change) else f"{change:+.1%}",
-                     "worse": bool(not np.isnan(change) and change < -tolerance),
-                     "worst": fmt_num(w["value"], unit), "worst_where": where,
-                     "worst_iteration": fmt_int(w["iteration"])})
+            where = fmt_text(series["worst_scope"] or series["worst_src"])
+        panels.append({"title": series["title"], "unit": unit, "iteration": series["iteration"],
+                       "median": series["median"], "worst": series["worst"],
+                       "worst_label": "worst link" if series["per_link"] else "worst communicator"})
+        change = series["change"]
+        rows.append({"metric": series["title"], "iterations": f"{len(series['iteration']):,}",
+                     "first": fmt_num(series["first"], unit), "last": fmt_num(series["last"], unit),
+                     "change": "–" if change != change else f"{change:+.1%}", "worse": series["worse"],
+                     "worst": fmt_num(series["worst_value"], unit), "worst_where": where,
+                     "worst_iteration": fmt_int(series["worst_iteration"])})
     if not panels:
         return {"figure": None, "rows": [], "note": "No metric was measured in more than one iteration."}
     return {"figure": figures.burnin(panels, alt="median and worst link per iteration"), "rows": rows,
@@ -549,7 +525,7 @@ def crosscheck(recs: pd.DataFrame) -> dict:
     own = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
     rows = []
     for (rail, metric), g in pt.groupby(["rail", "metric"], dropna=False, observed=True):
-        if metric not in ("bandwidth", "latency_p50"):
+        if metric not in (WRITE_BANDWIDTH, "latency_p50"):
             continue
         size = g["size"].median()
         mine = own[(own["metric"] == metric) & (own["rail"] == rail) & (own["size"] == size)]
@@ -557,7 +533,7 @@ def crosscheck(recs: pd.DataFrame) -> dict:
         unit = fmt_text(g["unit"].iloc[0])
         engine = ", ".join(sorted(map(str, mine["engine"].dropna().unique()))) if len(mine) else "–"
         ratio = "–" if not ours or not theirs else f"{ours / theirs:.2f}"
-        rows.append({"rail": fmt_int(rail), "metric": "write bandwidth" if metric == "bandwidth" else "write latency p50",
+        rows.append({"rail": fmt_int(rail), "metric": catalog.label("rdma_write", metric),
                      "size": fmt_size(size), "perftest": fmt_num(theirs, unit), "harness": fmt_num(ours, unit),
                      "engine": engine, "ratio": ratio, "pairs": f"{len(g):,}"})
     return {"rows": rows, "note": "Latency: perftest reports half a ping-pong round trip; the mpi engine's put "
