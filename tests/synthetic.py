@@ -193,7 +193,7 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
 
 
 def _collectives(names, rails, it, rng):
-    from acceptance.measure.units import BUSBW_FACTOR
+    from acceptance.fabric.collective_data import SPECS
     out = []
     n = len(names)
     scopes = [("world", None, names, list(range(n * rails)))]
@@ -204,7 +204,7 @@ def _collectives(names, rails, it, rng):
             kind = "rail" if scope.startswith("rail") else scope
             for size in COLLECTIVE_SIZES:
                 bus = BUSBW[kind] * size / (size + 262144) * (1 + rng.uniform(-BW_NOISE, BW_NOISE))
-                alg = bus / BUSBW_FACTOR[op](len(ranks))
+                alg = bus / SPECS[op].busbw_factor(len(ranks))
                 test = f"suites/test_collectives.py::test_{op}[{scope}]"
                 common = {"nodes": nodes, "ranks": ranks, "size": size, "rail": rail, "iteration": it, "samples": 50,
                               "engine": "nccl", "time": _time(it, 100)}

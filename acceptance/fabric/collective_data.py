@@ -3,33 +3,24 @@
 Inputs are small integer-valued float64s, so every reduction is exact and the check has zero
 tolerance; element j of an all-to-all block from src to dst encodes (src, dst, j) exactly.
 Byte counts are nccl-tests': `size` bytes per rank for all-reduce, `size` in total per rank
-(its own block included) for all-to-all.
+(its own block included) for all-to-all. One Spec per collective (SPECS) is all an engine and the
+driver need: adding a collective is its Spec, its catalog entry and its engine calls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
-def allreduce_count(size: int) -> int:
-    """float64 elements per rank: `size` bytes, at least one."""
-    return max(size // 8, 1)
-
-
-def allreduce_send(xp, count: int, rank: int):
+def _allreduce_send(xp, count: int, rank: int, nranks: int):
     """Small integers (1..13) x (rank + 1): every partial sum is exact in float64."""
     return ((xp.arange(count, dtype=xp.float64) % 13) + 1.0) * (rank + 1)
 
 
-def allreduce_expected(xp, count: int, nranks: int):
-    """The exact sum over ranks of allreduce_send."""
+def _allreduce_expected(xp, count: int, rank: int, nranks: int):
+    """The exact sum over ranks of the inputs."""
     return ((xp.arange(count, dtype=xp.float64) % 13) + 1.0) * (nranks * (nranks + 1) // 2)
-
-
-def alltoall_block(size: int, nranks: int) -> int:
-    """float64 elements per peer block: each rank sends `size` bytes in total, itself included
-    (nccl-tests counts alltoall so; nccl-tests also rounds to 16 B, mpi.alltoall does not, nor this)."""
-    return max(size // (8 * nranks), 1)
 
 
 def _alltoall_blocks(xp, block: int, src, dst):
@@ -38,12 +29,36 @@ def _alltoall_blocks(xp, block: int, src, dst):
     return xp.concatenate([s * 2.0**33 + d * 2.0**20 + index for s, d in zip(src, dst)])
 
 
-def alltoall_send(xp, block: int, rank: int, nranks: int):
+def _alltoall_send(xp, block: int, rank: int, nranks: int):
     return _alltoall_blocks(xp, block, [rank] * nranks, range(nranks))
 
 
-def alltoall_expected(xp, block: int, rank: int, nranks: int):
+def _alltoall_expected(xp, block: int, rank: int, nranks: int):
     return _alltoall_blocks(xp, block, range(nranks), [rank] * nranks)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One collective as nccl-tests defines it (src/<coll>.cu): how many float64 elements a `size`
+    is, the bytes it counts as moved per rank, each rank's input and exact expected output (any
+    array module: numpy for mpi, cupy for nccl), and the bus-bandwidth factor that makes busbw
+    comparable with a link's bandwidth whatever the rank count (doc/PERFORMANCE.md)."""
+
+    name: str
+    elements: Callable[[int, int], int]            # (size, nranks) -> elements (allreduce: the vector; alltoall: a block)
+    nbytes: Callable[[int, int], int]              # (elements, nranks) -> bytes per rank
+    send: Callable[..., object]                    # (xp, elements, rank, nranks) -> this rank's input
+    expected: Callable[..., object]                # (xp, elements, rank, nranks) -> what this rank must get
+    busbw_factor: Callable[[int], float]           # nranks -> busbw / algbw
+
+
+ALLREDUCE = Spec("allreduce", elements=lambda size, n: max(size // 8, 1), nbytes=lambda count, n: count * 8,
+                 send=_allreduce_send, expected=_allreduce_expected, busbw_factor=lambda n: 2 * (n - 1) / n)
+# Each rank sends `size` bytes in total, itself included (nccl-tests counts alltoall so; it also rounds
+# to 16 B, which neither engine does).
+ALLTOALL = Spec("alltoall", elements=lambda size, n: max(size // (8 * n), 1), nbytes=lambda block, n: block * 8 * n,
+                send=_alltoall_send, expected=_alltoall_expected, busbw_factor=lambda n: (n - 1) / n)
+SPECS = {spec.name: spec for spec in (ALLREDUCE, ALLTOALL)}
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..measure import timed, timed_capped
-from .collective_data import (
-    Wrong,
-    allreduce_count,
-    allreduce_expected,
-    allreduce_send,
-    alltoall_block,
-    alltoall_expected,
-    alltoall_send,
-    compare,
-)
+from .collective_data import ALLREDUCE, ALLTOALL, Wrong, compare
 from .memory import (
     Mismatch,
     allocate,
@@ -381,26 +372,26 @@ def _slowest(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
 
 def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     """Sum of float64 vectors of `size` bytes; inputs are small integers, so the sum is exact."""
-    count = allreduce_count(size)
     rank, n = comm.Get_rank(), comm.Get_size()
-    send = allreduce_send(np, count, rank)
+    count = ALLREDUCE.elements(size, n)
+    send = ALLREDUCE.send(np, count, rank, n)
     recv = np.empty(count, dtype=np.float64)
     Allreduce = comm.Allreduce
     spec_s, spec_r = [send, MPI.DOUBLE], [recv, MPI.DOUBLE]
     times = timed(lambda: Allreduce(spec_s, spec_r, op=MPI.SUM), iters, warmup)
-    return _checked(comm, count * 8, times, recv, allreduce_expected(np, count, n))
+    return _checked(comm, ALLREDUCE.nbytes(count, n), times, recv, ALLREDUCE.expected(np, count, rank, n))
 
 
 def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests counts it."""
     rank, n = comm.Get_rank(), comm.Get_size()
-    block = alltoall_block(size, n)
-    send = alltoall_send(np, block, rank, n)
+    block = ALLTOALL.elements(size, n)
+    send = ALLTOALL.send(np, block, rank, n)
     recv = np.empty_like(send)
     Alltoall = comm.Alltoall
     spec_s, spec_r = [send, block, MPI.DOUBLE], [recv, block, MPI.DOUBLE]
     times = timed(lambda: Alltoall(spec_s, spec_r), iters, warmup)
-    return _checked(comm, block * 8 * n, times, recv, alltoall_expected(np, block, rank, n))
+    return _checked(comm, ALLTOALL.nbytes(block, n), times, recv, ALLTOALL.expected(np, block, rank, n))
 
 
 def _checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, got: np.ndarray,

@@ -51,16 +51,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..doctor import CUPY_HINT, nccl_version_string
-from .collective_data import (  # noqa: F401
-    Wrong,
-    allreduce_count,
-    allreduce_expected,
-    allreduce_send,
-    alltoall_block,
-    alltoall_expected,
-    alltoall_send,
-    compare,
-)
+from .collective_data import ALLREDUCE, ALLTOALL, compare
 from .mpi import Collective, _slowest, checked  # noqa: F401
 
 NAME = "nccl"
@@ -601,11 +592,11 @@ def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     from cupy.cuda import nccl
 
     rank, n = comm.Get_rank(), comm.Get_size()
-    count = allreduce_count(size)
+    count = ALLREDUCE.elements(size, n)
     nc = communicator(comm)
     stream = _stream(cupy)
     with cupy.cuda.Device(_device(cupy)):
-        send = allreduce_send(cupy, count, rank)
+        send = ALLREDUCE.send(cupy, count, rank, n)
         recv = cupy.empty(count, dtype=cupy.float64)
         cupy.cuda.Device().synchronize()  # inputs are built on the default stream
         sp, rp, sptr, dtype, op_sum = send.data.ptr, recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64, nccl.NCCL_SUM
@@ -614,8 +605,8 @@ def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
             nc.allReduce(sp, rp, count, dtype, op_sum, sptr)
 
         times = _event_times(cupy, op, iters, warmup, stream)
-        wrong = compare(cupy, recv, allreduce_expected(cupy, count, n))
-    return checked(comm, count * 8, times, wrong)
+        wrong = compare(cupy, recv, ALLREDUCE.expected(cupy, count, rank, n))
+    return checked(comm, ALLREDUCE.nbytes(count, n), times, wrong)
 
 
 def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
@@ -625,11 +616,11 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     from cupy.cuda import nccl
 
     rank, n = comm.Get_rank(), comm.Get_size()
-    block = alltoall_block(size, n)
+    block = ALLTOALL.elements(size, n)
     nc = communicator(comm)
     stream = _stream(cupy)
     with cupy.cuda.Device(_device(cupy)):
-        send = alltoall_send(cupy, block, rank, n)
+        send = ALLTOALL.send(cupy, block, rank, n)
         recv = cupy.empty_like(send)
         cupy.cuda.Device().synchronize()
         step = block * 8
@@ -644,5 +635,5 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
             group_end()
 
         times = _event_times(cupy, op, iters, warmup, stream)
-        wrong = compare(cupy, recv, alltoall_expected(cupy, block, rank, n))
-    return checked(comm, block * 8 * n, times, wrong)
+        wrong = compare(cupy, recv, ALLTOALL.expected(cupy, block, rank, n))
+    return checked(comm, ALLTOALL.nbytes(block, n), times, wrong)

@@ -5,10 +5,10 @@ Plain numpy: the measurement driver imports this without pytest or mpi4py.
 from .stats import PERCENTILES, Percentiles, nearest_rank, percentiles, samples_needed
 from .sweep import Sweep, sizes, sweep_from_profile
 from .timing import timed, timed_capped, timed_total
-from .units import BUSBW_FACTOR, busbw, gbit_per_s, gbyte_per_s, us
+from .units import busbw, gbit_per_s, gbyte_per_s, us
 
 __all__ = [
-    "BUSBW_FACTOR", "PERCENTILES", "Percentiles", "Sweep", "busbw", "gbit_per_s", "gbyte_per_s",
+    "PERCENTILES", "Percentiles", "Sweep", "busbw", "gbit_per_s", "gbyte_per_s",
     "nearest_rank", "percentiles", "samples_needed", "sizes", "sweep_from_profile",
     "timed", "timed_capped", "timed_total", "us",
 ]

@@ -1,7 +1,6 @@
 """Bandwidth units and bus bandwidth, as the reference tools print them (methodology §1, §2)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 
 
 def gbit_per_s(nbytes: float, ns: float) -> float:
@@ -14,26 +13,14 @@ def gbyte_per_s(nbytes: float, ns: float) -> float:
     return nbytes / ns
 
 
-# nccl-tests src/<coll>.cu *GetBw and doc/PERFORMANCE.md: busbw = algbw * factor(n), which
-# makes results comparable with the per-rank link bandwidth whatever the rank count.
-BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "reduce": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
-
-
 def busbw(op: str, algbw: float, nranks: int) -> float:
-    """nccl-tests bus bandwidth; same unit as algbw."""
-    if op not in BUSBW_FACTOR:
-        raise ValueError(f"unknown collective {op!r} (known: {', '.join(BUSBW_FACTOR)})")
+    """nccl-tests bus bandwidth of collective `op` (its Spec's factor); same unit as algbw."""
+    from ..fabric.collective_data import SPECS
+    if op not in SPECS:
+        raise ValueError(f"unknown collective {op!r} (known: {', '.join(SPECS)})")
     if nranks < 1:
         raise ValueError(f"nranks must be >= 1, got {nranks}")
-    return algbw * BUSBW_FACTOR[op](nranks)
+    return algbw * SPECS[op].busbw_factor(nranks)
 
 
 def us(ns):

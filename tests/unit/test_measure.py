@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from acceptance.measure import (
-    BUSBW_FACTOR,
     PERCENTILES,
     Sweep,
     busbw,
@@ -325,21 +324,14 @@ def test_rates():
 def test_busbw():
     assert busbw("allreduce", 1.0, 8) == 1.75
     assert busbw("alltoall", 1.0, 8) == 0.875
-    assert busbw("allgather", 2.0, 4) == 1.5
-    assert busbw("reducescatter", 2.0, 4) == 1.5
     assert busbw("allreduce", 10.0, 1) == 0
     assert busbw("alltoall", 10.0, 1) == 0
-    for op in ("broadcast", "reduce", "sendrecv"):
-        assert busbw(op, 3.0, 16) == 3.0
-    assert set(BUSBW_FACTOR) == {"allreduce", "alltoall", "allgather", "reducescatter",
-                                 "broadcast", "reduce", "sendrecv"}
 
 
 def test_busbw_errors():
-    with pytest.raises((KeyError, ValueError)) as e:
+    with pytest.raises(ValueError) as e:
         busbw("all_reduce_typo", 1.0, 8)
-    for op in BUSBW_FACTOR:
-        assert op in str(e.value)
+    assert "known: allreduce, alltoall" in str(e.value)
     with pytest.raises(ValueError):
         busbw("allreduce", 1.0, 0)
 

@@ -17,6 +17,7 @@ import pytest
 from mpi4py import MPI
 
 from acceptance.fabric import mpi, nccl
+from acceptance.fabric.collective_data import ALLREDUCE, ALLTOALL, Wrong
 from acceptance.fabric.engines import BUILT, PREFERENCE, select
 from acceptance.measure.gpudirect_paths import rails_for, record_gdr
 from acceptance.results import REQUIRED_KEYS, Recorder, make_record
@@ -220,40 +221,40 @@ def test_numpy_data_and_expected_results_equal_the_mpi_engines(monkeypatch, rank
     comm = _CapturingComm(rank, n)
 
     mpi.allreduce(comm, size, 1, 0)
-    count = nccl.allreduce_count(size)
-    assert count * 8 == seen["nbytes"]
-    assert np.array_equal(nccl.allreduce_send(np, count, rank), comm.sent)
-    assert np.array_equal(nccl.allreduce_expected(np, count, n), seen["expected"])
+    count = ALLREDUCE.elements(size, n)
+    assert ALLREDUCE.nbytes(count, n) == count * 8 == seen["nbytes"]
+    assert np.array_equal(ALLREDUCE.send(np, count, rank, n), comm.sent)
+    assert np.array_equal(ALLREDUCE.expected(np, count, rank, n), seen["expected"])
 
     mpi.alltoall(comm, size, 1, 0)
-    block = nccl.alltoall_block(size, n)
-    assert block * 8 * n == seen["nbytes"]
-    assert np.array_equal(nccl.alltoall_send(np, block, rank, n), comm.sent)
-    assert np.array_equal(nccl.alltoall_expected(np, block, rank, n), seen["expected"])
+    block = ALLTOALL.elements(size, n)
+    assert ALLTOALL.nbytes(block, n) == block * 8 * n == seen["nbytes"]
+    assert np.array_equal(ALLTOALL.send(np, block, rank, n), comm.sent)
+    assert np.array_equal(ALLTOALL.expected(np, block, rank, n), seen["expected"])
 
 
 def test_alltoall_blocks_are_what_each_peer_sends():
     n, block = 4, 5
-    sent = [nccl.alltoall_send(np, block, r, n).reshape(n, block) for r in range(n)]
+    sent = [ALLTOALL.send(np, block, r, n).reshape(n, block) for r in range(n)]
     for r in range(n):  # what rank r receives from src is src's block for r
         got = np.concatenate([sent[src][r] for src in range(n)])
-        assert np.array_equal(got, nccl.alltoall_expected(np, block, r, n))
+        assert np.array_equal(got, ALLTOALL.expected(np, block, r, n))
 
 
 def test_allreduce_expected_is_the_sum_of_every_ranks_input():
     n, count = 6, 100
-    total = sum(nccl.allreduce_send(np, count, r) for r in range(n))
-    assert np.array_equal(total, nccl.allreduce_expected(np, count, n))
+    total = sum(ALLREDUCE.send(np, count, r, n) for r in range(n))
+    assert np.array_equal(total, ALLREDUCE.expected(np, count, 0, n))
 
 
 def test_an_injected_wrong_element_is_caught_with_its_index():
-    expected = nccl.allreduce_expected(np, 512, 4)
+    expected = ALLREDUCE.expected(np, 512, 0, 4)
     got = expected.copy()
-    assert nccl.compare(np, got, expected) == nccl.Wrong(0, None, None, None)
+    assert nccl.compare(np, got, expected) == Wrong(0, None, None, None)
     got[137] += 1.0
     got[400] = -1.0
     wrong = nccl.compare(np, got, expected)
-    assert wrong == nccl.Wrong(2, 137, float(expected[137]), float(expected[137]) + 1.0)
+    assert wrong == Wrong(2, 137, float(expected[137]), float(expected[137]) + 1.0)
     res = nccl.checked(MPI.COMM_SELF, 4096, np.array([5, 7, 6], dtype=np.int64), wrong)
     assert res.wrong == 2 and res.nbytes == 4096
     assert res.first_wrong == "rank 0 element 137: expected 80.0, got 81.0"
@@ -263,7 +264,7 @@ def test_an_injected_wrong_element_is_caught_with_its_index():
 
 
 def test_a_one_ulp_difference_is_wrong_zero_tolerance():
-    expected = nccl.alltoall_expected(np, 8, 1, 2)
+    expected = ALLTOALL.expected(np, 8, 1, 2)
     got = expected.copy()
     got[3] = np.nextafter(got[3], np.inf)
     assert nccl.compare(np, got, expected).count == 1
