@@ -14,6 +14,7 @@ docs/records.md lists them for users.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 US = 1e6       # profile durations are seconds, records microseconds
@@ -45,6 +46,9 @@ class Metric:
     trend: bool = False             # followed by burn-in (drift, instability) and baseline comparison
     line_rate: bool = False         # analysis.line_rate floor applies (point-to-point bandwidth)
     when: tuple[tuple[str, object], ...] = ()  # a collective's (op, node) this entry's key is for
+    # The profile key the metric owns: setting(acceptance.profile) builds its Field (type, default, help).
+    # None where the key is a general setting defined in acceptance.profile (topology.rails).
+    setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.bound not in BOUND_KINDS:
@@ -63,66 +67,91 @@ class Suite:
 
 
 def _latencies(prefix: str, label: str, key_prefix: str | None, bounded=("p50", "p99", "p999"), outlier=(),
-               trend=()):
-    """Latency p50, p99, p99.9 and max of one operation; `bounded` percentiles have a profile key,
-    `outlier` and `trend` say which percentiles have those roles."""
+               trend=(), what: str = ""):
+    """Latency p50, p99, p99.9 and max of one operation; `bounded` percentiles have a profile key
+    (a duration, unset by default), `outlier` and `trend` say which percentiles have those roles."""
     out = []
     for p, shown in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
         has = key_prefix is not None and p in bounded
         out.append(Metric((f"{prefix}latency_{p}",), "us", False, "scalar" if has else "none",
                           f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
-                          outlier=p in outlier, trend=p in trend))
+                          outlier=p in outlier, trend=p in trend,
+                          setting=_duration(f"{what or label + ' latency'} {shown} bound") if has else None))
     return tuple(out)
+
+
+def _duration(help: str):
+    return lambda f: f.Duration(None, help=help)
+
+
+def _busbw_setting(op: str, node: bool):
+    name = {"allreduce": "all-reduce", "alltoall": "all-to-all"}[op]
+    where = "inside one node" if node else "by size, world and rail communicators"
+    return lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}")
 
 
 # Shared by memreg and the GPU registration of gpudirect: one bound each.
 REG_TIME = Metric(("reg_time", "reg_time_user"), "us", False, "sizemap", "memreg.reg_time_max", US,
-                  "registration time p50")
+                  "registration time p50",
+                  setting=lambda f: f.SizeMap(f.Duration("0s"), help="p50 registration time bound by size"))
 DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "memreg.dereg_time_max", US,
-                    "deregistration time p50")
+                    "deregistration time p50",
+                    setting=lambda f: f.SizeMap(f.Duration("0s"), help="p50 deregistration time bound by size"))
 DATA_ERRORS = Metric(("errors",), "count", False, "zero", label="wrong data")
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("preflight", (), (
-        Metric(("memlock",), "bytes", True, "memlock", "preflight.memlock_min", label="memlock limit"),
+        Metric(("memlock",), "bytes", True, "memlock", "preflight.memlock_min", label="memlock limit",
+               setting=lambda f: f.Size("64MiB", allow_unlimited=True, help='minimum locked-memory limit (ulimit -l), or "unlimited"')),
         Metric(("ranks",), "count", None, "ranks", "topology.rails", label="ranks per node"),
         Metric(("version_mismatches", "fabric_version_mismatches"), "count", False, "versions",
                "preflight.same_versions", label="version mismatches between nodes"),
-        Metric(("rdma_devices",), "count", None, "scalar", "preflight.rdma_devices", label="RDMA devices"),
+        Metric(("rdma_devices",), "count", None, "scalar", "preflight.rdma_devices", label="RDMA devices",
+               setting=lambda f: f.Int(None, help="RDMA devices (e.g. mlx5_*) every node must have; unset = not checked")),
         Metric(("ports_down",), "count", False, "zero", label="ports not ACTIVE"),
-        Metric(("port_rate",), "Gbit/s", True, "scalar", "preflight.port_rate", label="port rate"),
-        Metric(("port_mtu",), "bytes", True, "scalar", "preflight.mtu", label="port MTU"),
+        Metric(("port_rate",), "Gbit/s", True, "scalar", "preflight.port_rate", label="port rate",
+               setting=lambda f: f.Rate(None, help='lowest acceptable active port rate, e.g. "400Gbit/s" (sysfs ports/*/rate)')),
+        Metric(("port_mtu",), "bytes", True, "scalar", "preflight.mtu", label="port MTU",
+               setting=lambda f: f.Int(None, min=256, help="lowest acceptable active MTU in bytes (InfiniBand path MTU, RoCE netdev MTU)")),
         Metric(("link_layer_mismatches",), "count", False, "zero", label="ports on another link layer"),
-        Metric(("hugepages",), "bytes", True, "scalar", "preflight.hugepages_min", label="huge pages"),
-        Metric(("gpus",), "count", None, "scalar", "preflight.gpus_per_node", label="GPUs"),
+        Metric(("hugepages",), "bytes", True, "scalar", "preflight.hugepages_min", label="huge pages",
+               setting=lambda f: f.Size("0B", help="memory in huge pages every node must have reserved; 0 = not checked")),
+        Metric(("gpus",), "count", None, "scalar", "preflight.gpus_per_node", label="GPUs",
+               setting=lambda f: f.Int(None, help="GPUs every node must have; unset = not checked")),
         Metric(("gpu_nic_far",), "count", False, "zero", label="GPUs far from their NIC"),
         Metric(("gpudirect_missing",), "count", False, "zero", label="GPU nodes without GPUDirect RDMA"),
         Metric(("saturated_counters",), "count", False, "zero", label="saturated error counters"),
     )),
     Suite("memreg", ("register_times", "registration_growth"), (
         REG_TIME, DEREG_TIME,
-        Metric(("rss_growth",), "bytes", False, "scalar", "memreg.leak_max", label="memory growth (leak)"),
+        Metric(("rss_growth",), "bytes", False, "scalar", "memreg.leak_max", label="memory growth (leak)",
+               setting=lambda f: f.Size("16MiB", help="resident memory growth over the leak cycles that counts as a leak")),
         Metric(("memlock_enforced",), "bool", True, label="memlock limit enforced"),
     )),
     Suite("rdma_write", ("PairLink",), (
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth",
-               outlier=True, trend=True, line_rate=True),
-        *_latencies("", "write", "rdma_write.latency", outlier=("p50", "p99", "p999"), trend=("p50", "p99")),
-        *_latencies("read_", "read", "rdma_write.read_latency", bounded=("p50", "p99")),
-        *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", bounded=("p50", "p99")),
+               outlier=True, trend=True, line_rate=True,
+               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
+        *_latencies("", "write", "rdma_write.latency", outlier=("p50", "p99", "p999"), trend=("p50", "p99"),
+                    what="write latency (verbs: half a round trip, as ib_write_lat; mpi: a Put + Flush round trip)"),
+        *_latencies("read_", "read", "rdma_write.read_latency", bounded=("p50", "p99"), what="RDMA read latency"),
+        *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", bounded=("p50", "p99"),
+                    what="8-byte atomic fetch-and-add latency"),
         *_latencies("pingpong_", "ping-pong", None),
         DATA_ERRORS,
     )),
     Suite("gpudirect", ("PairLink",), (
-        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth"),
-        *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99")),
+        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth",
+               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),
+        *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99"),
+                    what="GPU-to-GPU RDMA write latency (post to completion)"),
         *_latencies("pingpong_", "GPU ping-pong", None),
         DATA_ERRORS, REG_TIME, DEREG_TIME,
     )),
     Suite("collective", ("allreduce", "alltoall"), (
         *(Metric(("busbw",), "GB/s", True, "sizemap", f"collectives.{'node_' if node else ''}{op}_busbw_min",
                  GBIT_TO_GBYTE, f"{op} busbw{' inside a node' if node else ''}", trend=True,
-                 when=(("op", op), ("node", node)))
+                 when=(("op", op), ("node", node)), setting=_busbw_setting(op, node))
           for op in ("allreduce", "alltoall") for node in (False, True)),
         Metric(("algbw",), "GB/s", True, label="algbw"),
         DATA_ERRORS,
@@ -130,25 +159,35 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         Metric(("gdrdma",), "bool", True, "recorded", label="GPUDirect RDMA in use"),
     )),
     Suite("incast", ("IncastGroup",), (
-        Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness"),
+        Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness",
+               setting=lambda f: f.Float(None, help="slowest / fastest sender bandwidth of one incast; unset = recorded only")),
         Metric(("aggregate_bandwidth",), "Gbit/s", True, "scalar", "incast.aggregate_min",
-               label="incast aggregate bandwidth"),
+               label="incast aggregate bandwidth",
+               setting=lambda f: f.Rate(None, help="bandwidth all senders together must deliver to the receiver")),
         Metric(("bandwidth",), "Gbit/s", True, label="incast sender bandwidth"),
-        *_latencies("loaded_", "loaded", "incast.latency", bounded=("p99",)),
+        *_latencies("loaded_", "loaded", "incast.latency", bounded=("p99",),
+                    what="receiver's put latency, while the other senders load it,"),
         DATA_ERRORS,
     )),
     Suite("intranode", (), (
-        Metric(("h2d_bandwidth",), "GB/s", True, "scalar", "intranode.h2d_min", GBIT_TO_GBYTE, "host to GPU copy"),
-        Metric(("d2h_bandwidth",), "GB/s", True, "scalar", "intranode.d2h_min", GBIT_TO_GBYTE, "GPU to host copy"),
-        Metric(("p2p_bandwidth",), "GB/s", True, "scalar", "intranode.p2p_min", GBIT_TO_GBYTE, "GPU to GPU copy"),
+        Metric(("h2d_bandwidth",), "GB/s", True, "scalar", "intranode.h2d_min", GBIT_TO_GBYTE, "host to GPU copy",
+               setting=lambda f: f.Rate(None, unit="GB/s", help="pinned host -> GPU copy bandwidth every GPU must reach; unset = not checked")),
+        Metric(("d2h_bandwidth",), "GB/s", True, "scalar", "intranode.d2h_min", GBIT_TO_GBYTE, "GPU to host copy",
+               setting=lambda f: f.Rate(None, unit="GB/s", help="GPU -> pinned host copy bandwidth every GPU must reach; unset = not checked")),
+        Metric(("p2p_bandwidth",), "GB/s", True, "scalar", "intranode.p2p_min", GBIT_TO_GBYTE, "GPU to GPU copy",
+               setting=lambda f: f.Rate(None, unit="GB/s", help="GPU -> GPU peer copy bandwidth every ordered pair must reach; unset = not checked")),
         Metric(("p2p_bidir_bandwidth",), "GB/s", True, label="GPU to GPU copy, both ways"),
         Metric(("gpu_bandwidth_outliers",), "count", False, "zero", label="GPUs below their node's median"),
     )),
     Suite("counters", (), (
-        Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise"),
-        Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise"),
-        Metric(("pause",), "1/s", False, "counter", "counters.pause_rate_max", label="pause frames per second"),
-        Metric(("cnp",), "1/s", False, "counter", "counters.cnp_rate_max", label="congestion notifications per second"),
+        Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise",
+               setting=lambda f: f.Int(0, help="rise an error counter (symbol_error, link_downed, CRC, ...) may show in one window")),
+        Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise",
+               setting=lambda f: f.Int(0, help="rise of a discard counter above which a port warns")),
+        Metric(("pause",), "1/s", False, "counter", "counters.pause_rate_max", label="pause frames per second",
+               setting=lambda f: f.Float(None, help="pause frames per second (per counter) above which a port warns; unset = recorded only")),
+        Metric(("cnp",), "1/s", False, "counter", "counters.cnp_rate_max", label="congestion notifications per second",
+               setting=lambda f: f.Float(None, help="CNP / ECN-marked packets per second above which a port warns; unset = recorded only")),
     )),
     # ib_write_bw / ib_write_lat beside the harness's own numbers: information only.
     Suite("perftest", (), (
@@ -193,6 +232,16 @@ def label(suite_name: str, name: str) -> str:
 def with_role(role: str) -> list[tuple[str, str]]:
     """(suite, record metric) of every metric with a role: "outlier" or "trend"."""
     return [(s.name, n) for s in SUITES.values() for m in s.metrics if getattr(m, role) for n in m.names]
+
+
+def settings() -> dict[str, Callable[[object], object]]:
+    """Profile key -> the builder of its Field, for every key a metric owns (acceptance.profile adds them)."""
+    out: dict[str, Callable[[object], object]] = {}
+    for s in SUITES.values():
+        for m in s.metrics:
+            if m.setting is not None:
+                out.setdefault(m.key, m.setting)
+    return out
 
 
 def bound_keys() -> dict[str, list[tuple[str, Metric]]]:

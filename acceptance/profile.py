@@ -355,6 +355,19 @@ class SizeMap(Field):
         return f"{{ {items} }}" if items else "{}"
 
 
+def _add_bounds() -> None:
+    """Every metric's bound key, as its catalog entry declares it (type, default, help)."""
+    import sys
+
+    from . import catalog
+    module = sys.modules[__name__]
+    for key, build in catalog.settings().items():
+        section, name = key.split(".", 1)
+        field = build(module)
+        field.is_bound = True
+        SCHEMA.setdefault(section, {})[name] = field
+
+
 def bound_at(size_map: list, size: int):
     """The bound of a SizeMap value that applies to `size`, or None when no entry covers it."""
     bound = None
@@ -368,13 +381,8 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
 
 
-def bound(f: Field) -> Field:
-    """Marks a key as a metric's bound: acceptance.catalog names the one metric it bounds."""
-    f.is_bound = True
-    return f
-
-
-# Section -> key -> Field. Adding a setting is adding one line here; a bound is also a catalog entry.
+# Section -> key -> Field. Adding a setting is adding one line here; a metric's bound is declared with
+# its metric in acceptance.catalog and added below (_add_bounds).
 SCHEMA: dict[str, dict[str, Field]] = {
     "run": {
         "engine": Str("auto", choices=("auto", "mpi", "verbs", "nccl"),
@@ -384,7 +392,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "ranks_per_node": Int(2, min=1, help="MPI ranks per (virtual) node"),
     },
     "topology": {
-        "rails": bound(Int(0, help="expected rails per node; 0 = one per rank on the node")),
+        "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),
         "nic_rails": StrIntMap({}, help="NIC name -> rail, e.g. mlx5_0 = 0"),
     },
     "detect": {
@@ -393,15 +401,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                     'match the nodes'),
     },
     "preflight": {
-        "memlock_min": bound(Size("64MiB", allow_unlimited=True,
-                            help='minimum locked-memory limit (ulimit -l), or "unlimited"')),
-        "same_versions": bound(Bool(True, help="software (Python, MPI) and fabric (firmware, kernel, driver, rdma-core) versions must match across nodes")),
-        "rdma_devices": bound(Int(None, help="RDMA devices (e.g. mlx5_*) every node must have; unset = not checked")),
-        "port_rate": bound(Rate(None, help='lowest acceptable active port rate, e.g. "400Gbit/s" (sysfs ports/*/rate)')),
-        "mtu": bound(Int(None, min=256, help="lowest acceptable active MTU in bytes (InfiniBand path MTU, RoCE netdev MTU)")),
+        "same_versions": Bool(True, help="software (Python, MPI) and fabric (firmware, kernel, driver, rdma-core) versions must match across nodes"),
         "link_layer": Str(None, choices=("InfiniBand", "Ethernet"), help="link layer every port must have"),
-        "hugepages_min": bound(Size("0B", help="memory in huge pages every node must have reserved; 0 = not checked")),
-        "gpus_per_node": bound(Int(None, help="GPUs every node must have; unset = not checked")),
         "gpu_nic_max_distance": Str("PXB", choices=("PIX", "PXB", "PHB", "NODE", "SYS"),
                                     help="farthest nvidia-smi topo -m distance allowed between a rail's GPU and NIC"),
         "gpudirect": Bool(True, help="GPU nodes must have nvidia_peermem loaded or dma-buf support"),
@@ -429,25 +430,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "repeats": Int(10, min=1, help="timed register/deregister pairs per size"),
         "leak_cycles": Int(200, min=1, help="register/deregister cycles of the leak check"),
         "leak_size": Size("4MiB", help="region size of the leak check"),
-        "leak_max": bound(Size("16MiB", help="resident memory growth over the leak cycles that counts as a leak")),
-        "reg_time_max": bound(SizeMap(Duration("0s"), help="p50 registration time bound by size")),
-        "dereg_time_max": bound(SizeMap(Duration("0s"), help="p50 deregistration time bound by size")),
     },
     "rdma_write": {
         "pattern": Str("all-pairs", help='node pairs per rail: "all-pairs" or "sample:K" (K partners per node)'),
-        "bandwidth_min": bound(SizeMap(Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
-        "latency_p50_max": bound(Duration(None, help="put+flush latency p50 bound at latency.size")),
-        "latency_p99_max": bound(Duration(None, help="put+flush latency p99 bound")),
-        "latency_p999_max": bound(Duration(None, help="put+flush latency p99.9 bound")),
-        "read_latency_p50_max": bound(Duration(None, help="RDMA read latency p50 bound at latency.size")),
-        "read_latency_p99_max": bound(Duration(None, help="RDMA read latency p99 bound")),
-        "atomic_latency_p50_max": bound(Duration(None, help="8-byte atomic fetch-and-add latency p50 bound")),
-        "atomic_latency_p99_max": bound(Duration(None, help="8-byte atomic fetch-and-add latency p99 bound")),
     },
     "gpudirect": {
-        "bandwidth_min": bound(SizeMap(Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),
-        "latency_p50_max": bound(Duration(None, help="GPU-to-GPU RDMA write latency p50 bound (post to completion)")),
-        "latency_p99_max": bound(Duration(None, help="GPU-to-GPU RDMA write latency p99 bound")),
     },
     "verbs": {
         "port": Int(1, min=1, help="port of each rail's RDMA device"),
@@ -469,31 +456,17 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "senders": Int(4, min=1, help="senders writing to one receiver at once (K), at most the rail's nodes - 1"),
         "size": Size("1MiB", help="message size of the incast writes"),
         "duration": Duration("2s", help="how long each incast round loads its receiver"),
-        "fairness_min": bound(Float(None, help="slowest / fastest sender bandwidth of one incast; unset = recorded only")),
-        "aggregate_min": bound(Rate(None, help="bandwidth all senders together must deliver to the receiver")),
-        "latency_p99_max": bound(Duration(None, help="receiver's put latency p99 while the other senders load it")),
     },
     "counters": {
         "enabled": Bool(True, help="snapshot every RDMA port before and after each suite (nodes without ports record nothing)"),
-        "errors_max": bound(Int(0, help="rise an error counter (symbol_error, link_downed, CRC, ...) may show in one window")),
-        "discards_max": bound(Int(0, help="rise of a discard counter above which a port warns")),
-        "pause_rate_max": bound(Float(None, help="pause frames per second (per counter) above which a port warns; unset = recorded only")),
-        "cnp_rate_max": bound(Float(None, help="CNP / ECN-marked packets per second above which a port warns; unset = recorded only")),
     },
     "collectives": {
-        "allreduce_busbw_min": bound(SizeMap(Rate("0GB/s", unit="GB/s"), help="all-reduce busbw bound by size, world and rail communicators")),
-        "alltoall_busbw_min": bound(SizeMap(Rate("0GB/s", unit="GB/s"), help="all-to-all busbw bound by size, world and rail communicators")),
-        "node_allreduce_busbw_min": bound(SizeMap(Rate("0GB/s", unit="GB/s"), help="all-reduce busbw bound inside one node")),
-        "node_alltoall_busbw_min": bound(SizeMap(Rate("0GB/s", unit="GB/s"), help="all-to-all busbw bound inside one node")),
     },
     "intranode": {
         "size": Size("256MiB", help="bytes of each host <-> device and GPU -> GPU copy"),
         "iters": Int(20, min=1, help="timed copies per GPU direction and per GPU pair; the value is from the median"),
         "warmup": Int(3, help="untimed copies before the timed ones"),
         "outlier_fraction": Float(0.75, help="a GPU or pair below this x its node's median (per H2D, D2H, P2P) is an outlier"),
-        "h2d_min": bound(Rate(None, unit="GB/s", help="pinned host -> GPU copy bandwidth every GPU must reach; unset = not checked")),
-        "d2h_min": bound(Rate(None, unit="GB/s", help="GPU -> pinned host copy bandwidth every GPU must reach; unset = not checked")),
-        "p2p_min": bound(Rate(None, unit="GB/s", help="GPU -> GPU peer copy bandwidth every ordered pair must reach; unset = not checked")),
     },
     "analysis": {
         "line_rate": Rate(None, help="port line rate; when set, writes are also held to line_rate_fraction of it"),
@@ -509,6 +482,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "regression_tolerance": Float(0.05, help="baseline: a change for the worse beyond this fraction is a regression"),
     },
 }
+_add_bounds()
 
 # Keys outside any section. `name` and `extends` are not inherited through `extends`.
 TOP_LEVEL: dict[str, Field] = {
