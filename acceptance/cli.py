@@ -638,7 +638,7 @@ def _task_range(part: str) -> range:
 
 
 def _final_code(folder: RunFolder, rc: int) -> int:
-    """The run's exit code per DESIGN.md, trusting run.json over the launcher's status."""
+    """The run's exit code (docs/pytest-under-mpi.md), trusting run.json over the launcher's status."""
     try:
         run = folder.read_run()
     except (OSError, ValueError):

@@ -4,7 +4,7 @@ Each fact function returns data or raises `Unavailable` with the concrete reason
 so a check can skip with it. `collect()` reads everything a preflight needs at
 once and never raises: a fact it cannot read is stored as its `Unavailable`.
 
-Sources (see reference/pyverbs.md sections 3, 11 and 12):
+Sources (docs/rdma.md §2, §5, §6):
 - RDMA devices and ports: <root>/class/infiniband/<dev>/ports/<n>/{state,phys_state,rate,link_layer},
   the netdev under <dev>/device/net/, firmware in <dev>/fw_ver, the driver from the
   <dev>/device/driver link and its version from <root>/module/<driver>/version.

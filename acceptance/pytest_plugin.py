@@ -9,7 +9,7 @@ write logs/rank-<r>.log. A rank that misses a sync point is named in a HANG
 report and the job ends with exit code 3 instead of hanging.
 
 Load with `-p acceptance.pytest_plugin` (suites/conftest.py does it).
-See reference/pytest-under-mpi.md for the design and its prior art.
+docs/pytest-under-mpi.md describes the design for users.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from .topology import Topology, TopologyError, local_identity
 from .watchdog import Phase, Watchdog
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-# pytest's exit codes -> the harness's contract (DESIGN.md: 0 pass, 1 fail, 2 usage, 3 incomplete).
+# pytest's exit codes -> the harness's contract (docs/pytest-under-mpi.md: 0 pass, 1 fail, 2 usage, 3 incomplete).
 _EXIT_MAP = {0: EXIT_OK, 1: EXIT_FAILED, 2: EXIT_INCOMPLETE, 3: EXIT_INCOMPLETE,
              4: EXIT_USAGE, 5: EXIT_USAGE}
 # Ranks other than 0 wait this much longer than rank 0 before deciding rank 0 is gone.

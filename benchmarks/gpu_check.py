@@ -10,7 +10,7 @@ Checks, in order, each printed as one line:
 2. alloc      cupy allocation: a device array whose sum is known; the harness's own
               device buffer (acceptance.fabric.memory.allocate(..., "cuda")) filled with
               the verification pattern and verified on the GPU.
-3. dmabuf     page-aligned device memory for dma-buf (pyverbs.md §5): cudaMalloc through
+3. dmabuf     page-aligned device memory for dma-buf (docs/rdma.md §4): cudaMalloc through
               cupy.cuda.Memory (not the pool, which sub-allocates), size rounded up to
               2 MiB, pointer checked against the 4 KiB host page; then the export attempt:
               cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124) and

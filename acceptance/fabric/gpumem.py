@@ -1,6 +1,6 @@
 """GPU memory a NIC can reach directly (GPUDirect RDMA): page-aligned cupy allocations, dma-buf export.
 
-Rules (CUDA driver API, cuMemGetHandleForAddressRange; pyverbs.md §5): the range must come
+Rules (CUDA driver API, cuMemGetHandleForAddressRange; docs/rdma.md §4): the range must come
 from cuMemAlloc and start and end on host-page boundaries, so a buffer is its own
 cupy.cuda.Memory (cudaMalloc, not a pool sub-allocation) rounded up to 2 MiB. Registered
 with dma-buf, the region's IOVA is the dma-buf offset (0 here), not the CUDA pointer; with

@@ -1,7 +1,7 @@
 """perftest's ib_write_bw / ib_write_lat as a cross-check of the harness's own numbers.
 
 The same pairs and rails the harness measures, measured again by the tools people
-know (methodology §2): each pair runs a perftest server on one node and a client on
+know (docs/methodology.md §2): each pair runs a perftest server on one node and a client on
 the other, the client's report is parsed, and the numbers are recorded beside the
 harness's own (suite "perftest", engine "perftest", verdict "info").
 
@@ -211,7 +211,7 @@ def lat_command(role: str, device: str, ib_port: int, size: int, *, iters: int,
                 extra: Sequence[str] = (), tool: str = TOOLS["lat"]) -> list[str]:
     """ib_write_lat argv for one side: iteration mode (-n), since -D reports no percentiles.
 
-    Both sides write and both measure; p99.9 means something from -n 1e5 on (methodology §2).
+    Both sides write and both measure; p99.9 means something from -n 1e5 on (docs/methodology.md §2).
     """
     if iters < 5:
         raise ValueError(f"perftest needs at least 5 iterations, got {iters}")
@@ -909,7 +909,7 @@ def records_for(bw: BwResult | None, lat: LatResult | None, common: Mapping[str,
 
 
 def _tail_note(m: int, p: float) -> str:
-    """Why a perftest percentile of m samples is weak, as the harness words it (methodology §5:
+    """Why a perftest percentile of m samples is weak, as the harness words it (docs/methodology.md §5:
     n >= 100 / (1 - p)); perftest's index is ceil(p * m) of the m kept, so from m < 1 / (1 - p)
     on it is the largest kept sample, t_max."""
     need = round(100 / (1 - p))

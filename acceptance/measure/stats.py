@@ -1,6 +1,6 @@
 """Percentiles of latency samples, by nearest rank as nccl-tests defines it.
 
-One definition for the whole harness (methodology §5): nccl-tests' -I mode uses
+One definition for the whole harness (docs/methodology.md §5): nccl-tests' -I mode uses
 index = min(n-1, ceil(n*p/100) - 1) on the sorted samples, with no interpolation,
 so a reported percentile is always a value that was actually measured.
 """
@@ -39,7 +39,7 @@ def nearest_rank(values, p: float) -> float:
 
 
 def samples_needed(p: float) -> int:
-    """Rule of thumb n >= 100/(1-p) (methodology §5): about 100 samples beyond the quantile."""
+    """Rule of thumb n >= 100/(1-p) (docs/methodology.md §5): about 100 samples beyond the quantile."""
     q = _exact(p)
     if q == 100:
         raise ValueError("p100 is the maximum: no sample count makes it a quantile estimate")

@@ -1,4 +1,4 @@
-"""Bandwidth units and bus bandwidth, as the reference tools print them (methodology §1, §2)."""
+"""Bandwidth units and bus bandwidth, as the reference tools print them (docs/methodology.md §1, §2)."""
 from __future__ import annotations
 
 

@@ -76,3 +76,29 @@ def test_record_uses_the_catalog_unit():
     (args, kwargs), = got
     assert (threshold, verdict) == (pytest.approx(0.5), "fail") and args == ("bandwidth", 0.1, "Gbit/s")
     assert kwargs["threshold"] == pytest.approx(0.5) and kwargs["verdict"] == "fail" and kwargs["size"] == 65536
+
+
+def test_the_records_doc_lists_every_catalog_metric():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text()
+    for suite in catalog.SUITES.values():
+        for m in suite.metrics:
+            assert f"| {suite.name} | {', '.join(f'`{n}`' for n in m.names)} |" in text, (suite.name, m.names)
+
+
+def test_the_docs_the_readme_links_exist():
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    links = set(re.findall(r"\]\((docs/[a-z-]+\.md)\)", readme))
+    assert len(links) >= 6
+    for link in links:
+        assert (root / link).is_file(), link
+    cited = set()
+    for path in (root / "acceptance").rglob("*.py"):
+        cited |= set(re.findall(r"docs/[a-z-]+\.md", path.read_text()))
+    for path in (root / "acceptance" / "profiles").glob("*.toml"):
+        cited |= set(re.findall(r"docs/[a-z-]+\.md", path.read_text()))
+    for link in cited:
+        assert (root / link).is_file(), link

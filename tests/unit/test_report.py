@@ -1,7 +1,7 @@
 """The HTML report: content, escaping, self-containment, empty sections, scale.
 
 Analysis objects are built here directly, with record frames shaped as
-acceptance.analysis produces them (DESIGN.md record keys plus src, dst, op, scope).
+acceptance.analysis produces them (docs/records.md record keys plus src, dst, op, scope).
 """
 from __future__ import annotations
 
