@@ -511,6 +511,8 @@ def _post_run(folder: RunFolder, drain: bool) -> int:
         print(f"acceptance: analysis or report failed (a harness error; results are in {folder.results}; "
               f"retry with `acceptance report {folder.path}`)", file=sys.stderr)
         return EXIT_INCOMPLETE
+    if not (analysis.run or {}).get("complete", True):
+        print()  # an aborted launcher leaves pytest's progress line unfinished
     print(summary(analysis, report))
     if drain:
         execute_drains(analysis.drains)

@@ -66,6 +66,16 @@ def test_run_hang_exits_3(acceptance_cli):
     assert "run INCOMPLETE" in p.stderr
     meta = json.loads((run_folder_from(p.stdout) / "run.json").read_text())
     assert meta["missing_ranks"] == [3]
+    # What was measured before the hang still gets its report, and its verdict is never a pass.
+    assert re.search(r"^verdict: INCOMPLETE \(HANG: rank \[3@node2\] did not reach", p.stdout, re.M), p.stdout
+    assert (meta["verdict"], meta["exit_code"]) == ("incomplete", 3)
+
+
+def test_a_hang_timeout_of_zero_or_less_is_refused(acceptance_cli):
+    for value in ("-5", "0", "0s"):
+        p = acceptance_cli("run", f"--hang-timeout={value}")
+        assert p.returncode == 2, (value, p.stdout + p.stderr)
+        assert "argument --hang-timeout: expected a positive duration" in p.stderr
 
 
 def test_malformed_profile_exits_2_before_launching(acceptance_cli, tmp_path):

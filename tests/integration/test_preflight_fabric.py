@@ -154,3 +154,22 @@ def test_a_required_fabric_without_its_data_fails_naming_the_nodes(mpi_pytest, c
     for metric in ("port_rate", "port_mtu"):
         got = [(r["nodes"], r["value"], r["verdict"]) for r in recs if r["metric"] == metric]
         assert got == [(["node1"], None, "fail"), (["node2"], None, "fail")], (metric, got)
+
+
+def test_a_node_without_rdma_devices_is_a_finding_and_a_drain_line(mpi_pytest, cluster):
+    """node2 lists no RDMA device: its failing preflight records stay failures through analysis,
+    naming node2 in findings.json and drain.txt."""
+    import shutil
+
+    from acceptance.analysis import analyze, write_outputs
+    env, profile, roots = cluster
+    shutil.rmtree(roots["node2"] / "class" / "infiniband")
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "--profile", str(profile), env=env)
+    assert run.rc == 1, run.out
+    analysis = analyze(run.folder)
+    write_outputs(run.folder, analysis)
+    failing = [f for f in analysis.findings if f["severity"] == "fail"]
+    assert not [f for f in failing if f["node"] == "node1"], failing
+    assert {"rdma_devices", "ports_down", "port_rate"} <= {f["metric"] for f in failing if f["node"] == "node2"}
+    assert analysis.verdict == "fail" and analysis.exit_code == 1
+    assert (run.folder / "drain.txt").read_text().startswith("scontrol update NodeName=node2 State=DRAIN")

@@ -527,3 +527,18 @@ def test_fast_generator_shape(tmp_path):
     assert list(keys) == ["test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks", "engine",
                           "memory", "iteration", "time", "samples", "threshold", "verdict"]
     assert where(analyze(run).findings) == [("nic", "node07", 1, None)]
+
+
+def test_a_crash_in_analysis_or_report_exits_3_with_the_traceback(tmp_path, monkeypatch, capsys):
+    """A harness bug after the suites: never "a check failed" (1), and never a pass."""
+    from acceptance import cli, postrun
+    from acceptance.results import RunFolder
+
+    def broken(*_a, **_k):
+        raise ZeroDivisionError("a bug in the report")
+
+    monkeypatch.setattr(postrun, "analyze_and_report", broken)
+    assert cli._post_run(RunFolder(tmp_path), drain=False) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError: a bug in the report" in err
+    assert "analysis or report failed (a harness error" in err
