@@ -55,17 +55,7 @@ def test_error_counters_rising_during_any_suite_fail_it(acceptance_cli, tmp_path
 
 
 def test_rising_error_counter_during_incast_fails_and_is_localized(acceptance_cli, tmp_path):
-    trees = tmp_path / "sys"
-    for node, bad in (("node1", "ens1"), ("node2", "ensbad")):
-        for i, netdev in enumerate(("ens0", bad)):
-            fakesysfs.ib_device(trees / node, f"mlx5_{i}", bdf=f"0000:{0x18 + i:02x}:00.0", link_layer="Ethernet",
-                                rate="400 Gb/sec (4X)", netdev=netdev)
-    (tmp_path / "state").mkdir()
-    script = tmp_path / "ethtool"
-    script.write_text(ETHTOOL.replace("{state}", str(tmp_path / "state")))
-    script.chmod(0o755)
-    env = {"ACCEPTANCE_SYSFS_ROOT": f"{trees}/{{node}}", "ACCEPTANCE_ETHTOOL": str(script)}
-    p = acceptance_cli("run", "--", "-m", "congestion", env=env)
+    p = acceptance_cli("run", "--", "-m", "congestion", env=_bad_cable_nodes(tmp_path))
     assert p.returncode == 1, p.stdout + p.stderr
     # The incast round's own window fails the test, naming the node, device and port.
     assert re.search(r"node2 mlx5_1 port 1: rx_crc_errors_phy rose by \d+ during the window", p.stdout), p.stdout
