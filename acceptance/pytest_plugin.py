@@ -6,7 +6,9 @@ outcome is written back into the report on every rank, so pytest's own runner
 decides identically everywhere (run the call phase or not, -x, exit code).
 Rank 0 alone prints the terminal report and writes junit.xml; other ranks
 write logs/rank-<r>.log. A rank that misses a sync point is named in a HANG
-report and the job ends with exit code 3 instead of hanging.
+report and the job ends with exit code 3 instead of hanging. The deadline is
+the job's: any rank's progress() renews it for every rank (acceptance.pulse),
+so a HANG means no rank made progress for the whole timeout.
 
 Load with `-p acceptance.pytest_plugin` (suites/conftest.py does it).
 docs/pytest-under-mpi.md describes the design for users.
@@ -14,6 +16,7 @@ docs/pytest-under-mpi.md describes the design for users.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import hashlib
 import os
@@ -27,7 +30,7 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
-from . import outcomes, overrides
+from . import outcomes, overrides, pulse
 from .preflight import software_versions
 from .profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from .naming import natural_key
@@ -48,6 +51,9 @@ ROOT_LATE_S = 1.0
 CENSUS_MIN_S = 300.0
 # How long rank 0 waits for the missing ranks to say where they are stuck.
 NOTE_WAIT_S = 1.0
+# After the exit code is agreed: junit.xml, NCCL teardown and MPI_Finalize get this long (and the
+# hang timeout), then the rank exits 3 saying which step overran.
+END_GRACE_S = 30.0
 # Lines of a failure text quoted in a HANG report.
 HANG_TEXT_LINES = 12
 MARKERS = {
@@ -142,12 +148,13 @@ def run_folder(request) -> RunFolder:
 
 @pytest.fixture
 def progress(request):
-    """progress(): this rank is still making progress; the hang deadline restarts from now.
+    """progress(): this rank is still making progress; the job's hang deadline restarts from now.
 
     A long test that loops (rounds of pairs, sizes of a sweep) calls it once per
-    step, so the hang timeout bounds one step instead of the whole test.
+    step, so the hang timeout bounds one step instead of the whole test, for every
+    rank: ranks idle meanwhile (at the sync point, in pulse.wait) wait on.
     """
-    return _plugin(request).watchdog.rearm
+    return _plugin(request).progress
 
 
 @pytest.fixture
@@ -169,6 +176,11 @@ class CollectivePlugin:
         self.rank = self.world.Get_rank()
         self.size = self.world.Get_size()
         self.sync = Agreement(self.world)
+        # The watchdog thread may call MPI (name who arrived, ask where ranks are, abort) only
+        # where the library allows calls from any thread; otherwise it keeps out of MPI.
+        self.thread_mpi = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+        self.pulse = pulse.Pulse(self.sync.comm, self._job_progress)
+        pulse.install(self.pulse)
         self.labels: dict[int, str] = {r: str(r) for r in range(self.size)}
         self.topology: Topology | None = None
         self.profile: Profile | None = None
@@ -198,12 +210,16 @@ class CollectivePlugin:
         self.default_timeout = self.config.getoption("hang_timeout") or self.profile.get("run.hang_timeout")
         census_timeout = max(self.default_timeout, CENSUS_MIN_S)
         self.watchdog = self._make_watchdog()
-        self.watchdog.arm("session", "census", census_timeout)
+        self._arm("session", "census", census_timeout)
         me = {"host": MPI.Get_processor_name(), "versions": software_versions()}
         run_dir = None
         if self.rank == 0:
-            folder = self._make_folder()
-            run_dir = str(folder.path)
+            # Before the census: a hang at start-up still leaves run.json and junit.xml behind.
+            self.folder = self._make_folder()
+            run_dir = str(self.folder.path)
+            if not self.folder.run_json.exists():  # (a later burn-in iteration keeps the run's)
+                self.folder.write_run({"run_id": self.folder.run_id, "start": utc_now(), "end": None,
+                                       "command": self._command(), "complete": False, "exit_code": None})
         census = self._agree({"me": me, "run_dir": run_dir},
                              lambda got: {"run_dir": got[0]["run_dir"],
                                           "ranks": [got[r]["me"] for r in sorted(got)]},
@@ -233,9 +249,7 @@ class CollectivePlugin:
         software: dict[str, dict] = {}
         for info, c in zip(self.topology.ranks, census):
             software.setdefault(info.node, c["versions"])
-        command = os.environ.get("ACCEPTANCE_COMMAND") or shlex.join(
-            ["pytest", *self.config.invocation_params.args])
-        if self.iteration > 0 and self.folder.run_json.exists():
+        if self.iteration > 0 and self.folder.read_run().get("iterations"):
             # A later burn-in iteration: the run started with iteration 0.
             self.folder.update_run(iterations=self.iteration + 1, complete=False, end=None, exit_code=None)
             return
@@ -244,7 +258,7 @@ class CollectivePlugin:
             "iterations": 1,
             "start": utc_now(),
             "end": None,
-            "command": command,
+            "command": self._command(),
             "launcher": _launcher(),
             "profile": self.profile.to_json(),
             "topology": self.topology.to_json(),
@@ -254,6 +268,9 @@ class CollectivePlugin:
             "missing_ranks": [],
             "overrides": overrides.in_effect(),
         })
+
+    def _command(self) -> str:
+        return os.environ.get("ACCEPTANCE_COMMAND") or shlex.join(["pytest", *self.config.invocation_params.args])
 
     def log_to_file(self) -> None:
         """Ranks other than 0 keep a full terminal report, but in their own log file."""
@@ -280,7 +297,7 @@ class CollectivePlugin:
         self._items = list(session.items)
         ids = [item.nodeid for item in session.items]
         digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
-        self.watchdog.arm("session", "collection", self.default_timeout)
+        self._arm("session", "collection", self.default_timeout)
         groups = self._agree((digest, len(ids)), _group_by_digest, "session", "collection")
         if len(groups) == 1:
             self.watchdog.disarm()
@@ -322,17 +339,17 @@ class CollectivePlugin:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item):
-        self.watchdog.arm(item.nodeid, "setup", self._timeout(item))
+        self._arm(item.nodeid, "setup", self._timeout(item))
         return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item):
-        self.watchdog.arm(item.nodeid, "call", self._timeout(item))
+        self._arm(item.nodeid, "call", self._timeout(item))
         return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item, nextitem):
-        self.watchdog.arm(item.nodeid, "teardown", self._timeout(item))
+        self._arm(item.nodeid, "teardown", self._timeout(item))
         return (yield)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -379,9 +396,9 @@ class CollectivePlugin:
     # ---- the end ---------------------------------------------------------
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus):
-        # Outermost: by now rank 0 has printed the summary and written junit.xml.
+        # Outermost: inside, rank 0 prints the summary and writes junit.xml, under the deadline too.
+        self._arm("session", "sessionfinish", self.default_timeout)
         result = yield
-        self.watchdog.arm("session", "sessionfinish", self.default_timeout)
         mine = self.forced_exit if self.forced_exit is not None else _EXIT_MAP.get(int(session.exitstatus), EXIT_INCOMPLETE)
         code = self._agree(mine, lambda got: max(got.values()), "session", "sessionfinish")
         self.watchdog.disarm()
@@ -397,33 +414,57 @@ class CollectivePlugin:
         if self._logfile is not None:
             self._logfile.close()
         # Every rank agreed on the exit code: finalize now so `python -m mpi4py`
-        # does not turn a non-zero exit (failed tests) into an MPI_Abort.
-        if MPI.Is_initialized() and not MPI.Is_finalized():
-            MPI.Finalize()
+        # does not turn a non-zero exit (failed tests) into an MPI_Abort. NCCL's
+        # communicators go first (they use MPI's), and neither may hang the job's end.
+        with _bounded(f"rank {self.labels[self.rank]}: NCCL teardown and MPI_Finalize",
+                      self.default_timeout + END_GRACE_S, self._stderr):
+            nccl = sys.modules.get("acceptance.fabric.nccl")
+            if nccl is not None:
+                nccl.destroy_all()
+            if MPI.Is_initialized() and not MPI.Is_finalized():
+                MPI.Finalize()
 
     # ---- agreement and hangs ----------------------------------------------
+    def _arm(self, nodeid: str, when: str, timeout: float) -> None:
+        self.pulse.set_timeout(timeout)
+        self.watchdog.arm(nodeid, when, timeout)
+
+    def progress(self) -> None:
+        """This rank made progress: its deadline restarts, and (through rank 0) everyone's."""
+        self.watchdog.rearm()
+        self.pulse.beat()
+
+    def _job_progress(self) -> None:
+        self.watchdog.rearm()
+
     def _agree(self, payload, merge, nodeid: str, when: str):
-        """Agree under the armed phase's deadline (every caller arms the watchdog first)."""
+        """Agree under the armed phase's deadline (every caller arms the watchdog first); the
+        deadline moves with the job's progress while this rank waits."""
         phase = self.watchdog.phase
         try:
-            return self.sync.agree(payload, merge, phase.deadline, phase.label, grace=GRACE_S)
+            return self.sync.agree(payload, merge, lambda: (self.watchdog.phase or phase).deadline, phase.label,
+                                   grace=GRACE_S, poll=self.pulse.pump, arrival=self.pulse.seen)
         except Missing as m:
             self._hang(nodeid, when, m.ranks, phase.timeout, m.arrived)
         except RootLost:
             self._root_lost(phase)
 
     def _make_watchdog(self) -> Watchdog:
+        # Rank 0 reports hangs. Another rank's watchdog only leaves its stack in its log (and tells
+        # rank 0 where it is): it cannot tell a stuck job from a job busy elsewhere, and a lost
+        # rank 0 is noticed at the sync point. The faulthandler backstop (exit without Python,
+        # for a GIL never released) comes later there: rank 0 should have reported first.
         if self.rank == 0:
-            stages = [(ROOT_LATE_S, self._root_deadline)]
-        else:
-            stages = [(0.0, self._dump_stack), (GRACE_S, self._root_lost)]
-        return Watchdog(stages, backstop_file=self._stderr, backstop_after=GRACE_S + 30.0)
+            return Watchdog([(ROOT_LATE_S, self._root_deadline)], backstop_file=self._stderr,
+                            backstop_after=lambda t: t + GRACE_S + 30.0)
+        return Watchdog([(0.0, self._dump_stack)], backstop_file=self._stderr,
+                        backstop_after=lambda t: 2 * t + GRACE_S + 60.0)
 
     def _root_deadline(self, phase: Phase) -> None:
         """Rank 0's own main thread did not reach the sync point: report who else is missing too."""
         if self._hang_lock.locked():
             return
-        arrived = self.sync.arrived()
+        arrived = self.sync.arrived() if self.thread_mpi else self.sync.arrived_so_far()
         arrived.pop(0, None)
         missing = sorted(set(range(self.size)) - set(arrived))
         if self.folder is not None:
@@ -433,12 +474,13 @@ class CollectivePlugin:
 
     def _dump_stack(self, phase: Phase, out=None) -> None:
         out = out or self._logfile or self._stderr
-        print(f"[rank {self.labels[self.rank]}] deadline of {phase.label} passed "
-              f"({phase.timeout:g} s); stack of every thread:", file=out, flush=True)
+        print(f"[rank {self.labels[self.rank]}] no progress for {phase.timeout:g} s at {phase.label}; "
+              f"stack of every thread:", file=out, flush=True)
         faulthandler.dump_traceback(file=out, all_threads=True)
         # Tell rank 0 where this rank's main thread is, so the HANG report can
         # set the odd rank out (sleeping, computing) apart from those waiting in MPI.
-        self.sync.send_note(_main_thread_location())
+        if self.thread_mpi:
+            self.sync.send_note(phase.label, _main_thread_location())
 
     def _root_lost(self, phase: Phase) -> None:
         with self._hang_lock:
@@ -462,7 +504,8 @@ class CollectivePlugin:
                 capman.suspend_global_capture(in_=True)
         except Exception:
             pass  # reporting matters more than tidy capture state; we abort next
-        notes = self.sync.collect_notes(NOTE_WAIT_S)
+        mpi_ok = self.thread_mpi or threading.current_thread() is threading.main_thread()
+        notes = self.sync.collect_notes(NOTE_WAIT_S, f"{nodeid} ({when})") if mpi_ok else {}
         if self.rank in missing:
             notes[self.rank] = _main_thread_location()
         for rank in notes:
@@ -480,7 +523,7 @@ class CollectivePlugin:
                                        missing_ranks=missing, hang=report)
             self._say(f"\nacceptance: run folder {self.folder.path if self.folder else '(none)'}; "
                       f"stacks of every rank in logs/rank-<r>.log")
-            self._abort()
+            self._abort(mpi_ok)
 
     def _failures_before(self, arrived: dict) -> list[str]:
         """Ranks that arrived having failed: often why the others wait in a collective for them."""
@@ -497,10 +540,13 @@ class CollectivePlugin:
             lines += ["    " + line for line in text.rstrip().splitlines()[-HANG_TEXT_LINES:]]
         return lines
 
-    def _abort(self) -> None:
+    def _abort(self, mpi_ok: bool = True) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        self.world.Abort(EXIT_INCOMPLETE)
+        if mpi_ok:
+            self.world.Abort(EXIT_INCOMPLETE)
+        # Otherwise (a watchdog thread below MPI_THREAD_MULTIPLE) the exit itself ends the job: the
+        # launcher tears down the other ranks, and any that wait on at a sync point see rank 0 gone.
         # Under srun (PMI) MPI_Abort can return while Slurm tears the step down.
         os._exit(EXIT_INCOMPLETE)
 
@@ -520,6 +566,8 @@ class CollectivePlugin:
         xml = self.config.stash.get(xml_key, None)
         if xml is not None:
             xml.pytest_sessionfinish()
+        elif self.folder is not None and self.config.option.xmlpath:
+            _write_junit_hang(Path(self.config.option.xmlpath), nodeid, when, message)
 
     def _say(self, text: str) -> None:
         print(text, file=self._stderr, flush=True)
@@ -529,6 +577,36 @@ class CollectivePlugin:
         if self.watchdog is not None:
             self.watchdog.disarm()
         pytest.exit(message, returncode=code)
+
+
+def _write_junit_hang(path: Path, nodeid: str, when: str, message: str) -> None:
+    """junit.xml for a hang before pytest's junit writer exists (start-up): one failed case."""
+    from xml.etree import ElementTree as ET
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(suites, "testsuite", name="pytest", errors="0", failures="1", skipped="0", tests="1",
+                          timestamp=utc_now())
+    case = ET.SubElement(suite, "testcase", classname=nodeid, name=when, time="0")
+    ET.SubElement(case, "failure", message=message.splitlines()[0]).text = message
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+@contextlib.contextmanager
+def _bounded(what: str, seconds: float, out):
+    """Run the block; if it has not finished after `seconds`, say so with every thread's stack and
+    exit 3 (a Python thread, with faulthandler behind it for a GIL never released)."""
+    def overran():
+        print(f"acceptance: {what} did not finish within {seconds:g} s; exiting 3", file=out, flush=True)
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        os._exit(EXIT_INCOMPLETE)
+    timer = threading.Timer(seconds, overran)
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(seconds + 30.0, exit=True, file=out)
+    try:
+        yield
+    finally:
+        timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
 
 
 def _group_by_digest(got: dict) -> dict:

@@ -15,9 +15,10 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
+from .pulse import pause
+
 _UP, _DOWN, _NOTE = 7101, 7102, 7103
 _POLL_S = 0.001
-_POLL_MAX_S = 0.02
 
 
 class Missing(Exception):
@@ -34,11 +35,6 @@ class RootLost(Exception):
     """A rank other than 0 got no decision from rank 0 in time."""
 
 
-def _backoff(delay: float) -> float:
-    time.sleep(delay)
-    return min(delay * 2, _POLL_MAX_S)
-
-
 class Agreement:
     def __init__(self, world: MPI.Comm):
         self.comm = world.Dup()
@@ -50,28 +46,32 @@ class Agreement:
         self._arrived: dict[int, Any] = {}
         self._lock = threading.Lock()
 
-    def agree(self, payload: Any, merge: Callable[[dict[int, Any]], Any],
-              deadline: float, label: str, grace: float = 15.0) -> Any:
+    def agree(self, payload: Any, merge: Callable[[dict[int, Any]], Any], deadline: Callable[[], float],
+              label: str, grace: float = 15.0, poll: Callable[[], None] = lambda: None,
+              arrival: Callable[[], None] = lambda: None) -> Any:
         """Return merge({rank: payload}) as computed on rank 0, on every rank.
 
-        `deadline` is a time.monotonic() value. Rank 0 raises Missing after
-        it; other ranks wait `grace` seconds longer (rank 0 normally aborts the
-        job first) and then raise RootLost.
+        deadline() is a time.monotonic() value, asked again on every poll (progress
+        elsewhere in the job moves it). Rank 0 raises Missing after it; other ranks wait
+        `grace` seconds longer (rank 0 normally aborts the job first) and then raise
+        RootLost. poll() runs between polls; arrival() on rank 0 when ranks arrived.
         """
         if self.size == 1:
             return merge({0: payload})
         if self.rank != 0:
             req = self.comm.isend(payload, dest=0, tag=_UP)
-            decision = self._await_decision(deadline + grace, label)
+            decision = self._await_decision(lambda: deadline() + grace, label, poll)
             req.wait()
             return decision
-        self._arrived[0] = payload  # keep what a watchdog already drained
-        self._collect(deadline)
+        with self._lock:
+            self._arrived[0] = payload  # keep what a watchdog already drained
+        self._collect(deadline, poll, arrival)
         if len(self._arrived) < self.size:
             missing = sorted(set(range(self.size)) - set(self._arrived))
             raise Missing(label, missing, dict(self._arrived))
         decision = merge(self._arrived)
-        self._arrived = {}
+        with self._lock:
+            self._arrived = {}
         reqs = [self.comm.isend(decision, dest=r, tag=_DOWN) for r in range(1, self.size)]
         MPI.Request.Waitall(reqs)
         return decision
@@ -89,13 +89,19 @@ class Agreement:
             time.sleep(_POLL_S)
         return dict(self._arrived)
 
-    def send_note(self, note: Any) -> None:
-        """A rank other than 0 tells rank 0 something outside any sync point (e.g. where it is stuck)."""
-        if self.rank != 0:
-            self.comm.isend(note, dest=0, tag=_NOTE)
+    def arrived_so_far(self) -> dict[int, Any]:
+        """Rank 0: what the main thread has received for the sync point in progress, without MPI."""
+        with self._lock:
+            return dict(self._arrived)
 
-    def collect_notes(self, wait: float) -> dict[int, Any]:
-        """Rank 0: the notes that arrive within `wait` seconds, by rank (the latest per rank)."""
+    def send_note(self, label: str, note: Any) -> None:
+        """A rank other than 0 tells rank 0 where it is at the sync point `label`, outside any agreement."""
+        if self.rank != 0:
+            self.comm.isend((label, note), dest=0, tag=_NOTE)
+
+    def collect_notes(self, wait: float, label: str) -> dict[int, Any]:
+        """Rank 0: the notes about `label` that arrive within `wait` seconds, by rank (older
+        notes, about a phase that went on after all, are dropped)."""
         notes: dict[int, Any] = {}
         status = MPI.Status()
         end = time.monotonic() + wait
@@ -104,7 +110,9 @@ class Agreement:
             if msg is None:
                 time.sleep(_POLL_S)
                 continue
-            notes[status.Get_source()] = msg.recv()
+            about, note = msg.recv()
+            if about == label:
+                notes[status.Get_source()] = note
         return notes
 
     def _drain(self) -> bool:
@@ -118,20 +126,24 @@ class Agreement:
                 self._arrived[status.Get_source()] = msg.recv()
                 got = True
 
-    def _collect(self, deadline: float) -> None:
+    def _collect(self, deadline: Callable[[], float], poll: Callable[[], None],
+                 arrival: Callable[[], None]) -> None:
         delay = _POLL_S
         while len(self._arrived) < self.size:
             if self._drain():
+                arrival()
                 delay = _POLL_S
                 continue
-            if time.monotonic() >= deadline:
+            poll()
+            if time.monotonic() >= deadline():
                 return
-            delay = _backoff(delay)
+            delay = pause(delay)
 
-    def _await_decision(self, deadline: float, label: str) -> Any:
+    def _await_decision(self, deadline: Callable[[], float], label: str, poll: Callable[[], None]) -> Any:
         delay = _POLL_S
         while not self.comm.iprobe(source=0, tag=_DOWN):
-            if time.monotonic() >= deadline:
+            poll()
+            if time.monotonic() >= deadline():
                 raise RootLost(f"rank 0 sent no decision for {label}")
-            delay = _backoff(delay)
+            delay = pause(delay)
         return self.comm.recv(source=0, tag=_DOWN)

@@ -32,13 +32,14 @@ Stage = tuple[float, Callable[[Phase], None]]
 
 class Watchdog:
     def __init__(self, stages: list[Stage], backstop_file: TextIO | None = None,
-                 backstop_after: float | None = None):
+                 backstop_after: Callable[[float], float] | None = None):
         self._stages = sorted(stages, key=lambda s: s[0])
         self._cond = threading.Condition()
         self._phase: Phase | None = None
         self._generation = 0
         # If the GIL is held forever (a C call that never releases it) no
-        # Python thread runs; faulthandler's C thread still dumps and exits.
+        # Python thread runs; faulthandler's C thread still dumps and exits,
+        # backstop_after(timeout) seconds after the phase was (re)armed.
         self._backstop_file = backstop_file
         self._backstop_after = backstop_after
         self._thread = threading.Thread(target=self._run, name="acceptance-watchdog", daemon=True)
@@ -51,7 +52,7 @@ class Watchdog:
             self._generation += 1
             self._cond.notify()
         if self._backstop_file is not None and self._backstop_after is not None:
-            faulthandler.dump_traceback_later(timeout + self._backstop_after, exit=True,
+            faulthandler.dump_traceback_later(self._backstop_after(timeout), exit=True,
                                               file=self._backstop_file)
         return phase
 

@@ -523,8 +523,9 @@ def _on_free(comm, keyval, nc) -> None:
 
 
 @atexit.register
-def _destroy_all() -> None:
-    # Python's atexit handlers run before the C-level Py_AtExit hook mpi4py finalizes MPI from.
+def destroy_all() -> None:
+    """Destroy every NCCL communicator of this process; the collective plugin calls it before
+    MPI_Finalize (and atexit, before mpi4py's own finalize, catches any other exit)."""
     while _live:
         _destroy(_live.pop())
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from .. import judge
+from .. import judge, pulse
 from ..profile import Profile
 from ..schedule import schedule
 from ..topology import Topology
@@ -44,6 +44,8 @@ class RailPairs:
         Collective over the rail communicator; a rank with a bye gets no pair that round.
         """
         for pairs in self.rounds:
+            # A rank with a bye (or done early) waits here, asleep, rather than spinning in Split.
+            pulse.wait(self.comm)
             color, key = MPI.UNDEFINED, 0
             for i, (low, high) in enumerate(pairs):
                 if self.index in (low, high):

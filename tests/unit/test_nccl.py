@@ -510,7 +510,7 @@ def test_one_nccl_communicator_per_mpi_communicator_destroyed_with_it(monkeypatc
     assert nccl.communicator(other, make) is not first and made == [1, 1]
     dup.Free()
     assert first.destroyed == 1
-    nccl._destroy_all()
+    nccl.destroy_all()
     assert nccl._live == []
     other.Free()
 

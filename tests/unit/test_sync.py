@@ -27,7 +27,7 @@ def test_agree_size_one_returns_merge_of_own_payload(agreement):
     def merge_fn(got):
         seen.append(dict(got))
         return {"sum": sum(got.values())}
-    got = agreement.agree(41, merge_fn, deadline=time.monotonic() + 1.0, label="t::a (call)")
+    got = agreement.agree(41, merge_fn, deadline=lambda: time.monotonic() + 1.0, label="t::a (call)")
     assert got == {"sum": 41}
     assert seen == [{0: 41}]
 
@@ -35,27 +35,27 @@ def test_agree_size_one_returns_merge_of_own_payload(agreement):
 def test_agree_size_one_with_outcomes_merge(agreement):
     payload = phase_summary("failed", "call", False, "boom")
     got = agreement.agree(payload, lambda g: merge(g, {0: "0@node1"}),
-                          deadline=time.monotonic() + 1.0, label="t::a (call)")
+                          deadline=lambda: time.monotonic() + 1.0, label="t::a (call)")
     assert got == {"outcome": "failed", "ranks": [0],
                    "longrepr": "failed on rank [0@node1] of 1\n---- failed on rank [0@node1] ----\nboom"}
 
 
 def test_agree_size_one_past_deadline_still_agrees(agreement):
     # Nobody else to wait for: a deadline already passed cannot make rank 0 miss itself.
-    got = agreement.agree("x", lambda g: sorted(g.items()), deadline=time.monotonic() - 10, label="late")
+    got = agreement.agree("x", lambda g: sorted(g.items()), deadline=lambda: time.monotonic() - 10, label="late")
     assert got == [(0, "x")]
 
 
 def test_collect_notes_size_one_returns_at_once(agreement):
     start = time.monotonic()
-    assert agreement.collect_notes(5.0) == {}
+    assert agreement.collect_notes(5.0, "t::a (call)") == {}
     assert time.monotonic() - start < 1.0
 
 
 def test_send_note_on_rank_zero_sends_nothing(agreement):
-    agreement.send_note("stuck somewhere")
+    agreement.send_note("t::a (call)", "stuck somewhere")
     assert agreement.comm.iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG) is False
-    assert agreement.collect_notes(0.1) == {}
+    assert agreement.collect_notes(0.1, "t::a (call)") == {}
 
 
 def test_arrived_size_one_is_bounded(agreement):
