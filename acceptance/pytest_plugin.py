@@ -513,6 +513,9 @@ class CollectivePlugin:
                 notes[rank] = "the sync point (arrived in time)"
         where = [f"  {outcomes.describe(ranks, self.labels)} at {place}"
                  for place, ranks in _group(notes).items()]
+        if not mpi_ok:
+            where.append("  (MPI thread level below MPI_THREAD_MULTIPLE: the watchdog thread made no MPI call, so "
+                         "ranks waiting at the sync point are listed too; each rank's stack is in its log)")
         report = "\n".join([message, *where, *self._failures_before(arrived)])
         self._say("\n" + report)
         try:

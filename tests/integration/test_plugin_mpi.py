@@ -119,6 +119,54 @@ def test_progress_fixture_restarts_the_hang_deadline(mpi_pytest):
     assert "1 passed" in run.out
 
 
+@pytest.mark.parametrize("idle", ["sync", "wait"])
+def test_a_test_longer_than_the_deadline_passes_when_every_step_is_inside_it(mpi_pytest, idle):
+    # 6 steps of 1 s on ranks 1 and 3 under --hang-timeout 2; ranks 0 and 2 have nothing to do and
+    # wait at the sync point or inside the test: the job's progress keeps their deadline.
+    run = mpi_pytest("suite_hang.py", "--hang-timeout", "2", "-k", "busy_elsewhere",
+                     env={"HANG_MODE": "elsewhere", "HANG_IDLE": idle})
+    assert run.rc == 0, run.out
+    assert "1 passed" in run.out and "HANG" not in run.out
+
+
+@pytest.mark.parametrize("idle", ["sync", "wait"])
+def test_a_rank_stuck_in_one_step_is_named_while_the_others_idle(mpi_pytest, idle):
+    timeout = 3
+    run = mpi_pytest("suite_hang.py", "--hang-timeout", str(timeout), "-k", "busy_elsewhere",
+                     env={"HANG_MODE": "elsewhere", "HANG_IDLE": idle, "HANG_RANK": "3", "STEPS": "2"})
+    assert run.rc == 3, run.out
+    assert run.seconds < 2 + timeout + 30
+    missing = "3@node2" if idle == "sync" else "0@node1, 1@node1, 2@node2, 3@node2"
+    assert re.search(rf"HANG: ranks? \[{missing}\] did not reach \S*test_busy_elsewhere \(call\) within {timeout} s",
+                     run.out), run.out
+    assert re.search(r"rank \[3@node2\] at \S*suite_hang.py:\d+ in test_busy_elsewhere: time.sleep\(300\)",
+                     run.out), run.out
+    assert run.run_json()["complete"] is False
+
+
+def test_below_thread_multiple_the_watchdog_keeps_out_of_mpi_and_still_ends_the_job(mpi_pytest):
+    # Rank 0 is the straggler, so its watchdog thread reports: at MPI_THREAD_SERIALIZED it makes no
+    # MPI call, writes run.json and junit.xml and exits; the launcher ends the other ranks.
+    run = mpi_pytest("suite_hang.py", "--hang-timeout", "3", "-k", "before_the_hang or one_rank_sleeps",
+                     env={"HANG_RANK": "0", "MPI4PY_RC_THREAD_LEVEL": "serialized"})
+    assert run.rc != 0, run.out
+    assert run.seconds < 3 + 30
+    assert re.search(r"HANG: ranks? \[0@node1.*\] did not reach \S*test_one_rank_sleeps \(call\)", run.out), run.out
+    meta = run.run_json()
+    assert meta["complete"] is False and meta["exit_code"] == 3 and 0 in meta["missing_ranks"]
+    assert "HANG" in junit_cases(run.folder)["test_one_rank_sleeps"].find("failure").get("message")
+
+
+def test_a_hang_while_collecting_still_writes_run_json_and_junit(mpi_pytest):
+    run = mpi_pytest("suite_slow_import.py", "--hang-timeout", "3", env={"HANG_RANK": "2"})
+    assert run.rc == 3, run.out
+    assert re.search(r"HANG: rank \[2@node2\] did not reach session \(collection\)", run.out), run.out
+    meta = run.run_json()
+    assert meta["complete"] is False and meta["exit_code"] == 3 and meta["missing_ranks"] == [2]
+    assert (run.folder / "junit.xml").exists()
+    assert "HANG" in (run.folder / "junit.xml").read_text()
+
+
 def test_collection_mismatch_exits_2_with_a_diff(mpi_pytest):
     run = mpi_pytest("suite_collection.py")
     assert run.rc == 2, run.out

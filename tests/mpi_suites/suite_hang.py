@@ -1,12 +1,16 @@
 """Hang watchdog scenarios, chosen by environment: HANG_RANK sleeps in the test; HANG_MODE=barrier
 makes the others wait in a Barrier (all stuck) instead of reaching the sync point; HANG_MODE=raise
 makes HANG_RANK fail before the Barrier the others wait in (the classic MPI test deadlock);
-HANG_MODE=die kills HANG_RANK's process outright."""
+HANG_MODE=die kills HANG_RANK's process outright. HANG_MODE=elsewhere keeps only the odd ranks
+(rank 0 is not one) busy for STEPS steps of 1 s each, calling progress(); the others go straight to
+the sync point, or with HANG_IDLE=wait wait for them inside the test in pulse.wait."""
 import os
 import time
 
 from mpi4py import MPI
 import pytest
+
+from acceptance import pulse
 
 RANK = MPI.COMM_WORLD.Get_rank()
 HANG_RANK = int(os.environ.get("HANG_RANK", "-1"))
@@ -45,3 +49,17 @@ def test_progress_restarts_the_deadline(progress):
     for _ in range(4 if MODE == "progress" else 0):
         time.sleep(1)
         progress()
+
+
+def test_busy_elsewhere(progress):
+    """A test many times longer than the hang timeout, each step inside it, most ranks idle."""
+    if MODE != "elsewhere":
+        return
+    if RANK % 2 == 1:
+        for _ in range(int(os.environ.get("STEPS", "6"))):
+            time.sleep(1)
+            progress()
+        if RANK == HANG_RANK:
+            time.sleep(300)  # stuck inside one step, while every other rank is idle
+    if os.environ.get("HANG_IDLE") == "wait":
+        pulse.wait(MPI.COMM_WORLD)

@@ -45,6 +45,13 @@ def test_probe_mpi_finds_mpich():
     a = probe_mpi()
     assert a.usable and a.name == "mpi"
     assert "MPICH" in a.detail and "mpi4py" in a.detail
+    assert "thread level MPI_THREAD_MULTIPLE: the hang watchdog may call MPI" in a.detail
+
+
+def test_doctor_says_what_a_lower_thread_level_means():
+    from acceptance.doctor import thread_mode
+    assert thread_mode(2).startswith("thread level MPI_THREAD_SERIALIZED (below MPI_THREAD_MULTIPLE")
+    assert "makes no MPI call" in thread_mode(1)
 
 
 def test_probe_verbs_unavailable_with_reason():
