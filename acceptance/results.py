@@ -9,10 +9,13 @@ reports/<run-id>/
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
 import secrets
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable
@@ -155,15 +158,26 @@ class RunFolder:
         return json.loads(self.run_json.read_text())
 
     def write_run(self, data: dict) -> None:
-        """Atomic, so a reader (or a crash) never sees half a run.json."""
-        tmp = self.run_json.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, self.run_json)
+        """Atomic, so a reader (or a crash) never sees half a run.json; each writer has its own
+        temporary file, so two writers never mix theirs."""
+        fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=self.path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+            os.replace(tmp, self.run_json)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def update_run(self, **changes) -> dict:
-        data = self.read_run() if self.run_json.exists() else {}
-        data.update(changes)
-        self.write_run(data)
+        """Read, change and write run.json under a lock: the CLI, rank 0's threads and a rank
+        that found rank 0 gone may all write it."""
+        with open(self.path / ".run.json.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self.read_run() if self.run_json.exists() else {}
+            data.update(changes)
+            self.write_run(data)
         return data
 
     def append_records(self, records: Iterable[dict]) -> int:

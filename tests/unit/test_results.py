@@ -130,7 +130,29 @@ def test_write_run_atomic_and_update_merges(tmp_path):
     merged = f.update_run(a=5, d="x")
     assert merged == {"a": 5, "b": {"c": 2}, "d": "x"}
     assert f.read_run() == merged
-    assert not list(f.path.glob("*.tmp"))
+    assert not list(f.path.glob(".run.json.*[!k]"))  # no temporary file left (the lock file stays)
+
+
+def test_concurrent_updates_from_threads_and_processes_lose_nothing(tmp_path):
+    import subprocess
+    import sys
+    import threading
+    f = RunFolder.create(tmp_path, "r")
+    f.write_run({})
+    script = ("import sys\nfrom acceptance.results import RunFolder\n"
+              "for i in range(40):\n    RunFolder(sys.argv[1]).update_run(**{f'{sys.argv[2]}{i}': i})\n")
+
+    def writer(prefix):
+        for i in range(40):
+            RunFolder(f.path).update_run(**{f"{prefix}{i}": i})
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(f.path), f"p{n}_"]) for n in range(2)]
+    threads = [threading.Thread(target=writer, args=(f"t{n}_",)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    assert len(f.read_run()) == 4 * 40
 
 
 def test_update_run_without_run_json(tmp_path):
