@@ -18,6 +18,7 @@ from pathlib import Path
 from . import __version__
 from .profile import ProfileError, format_profile, format_profile_list, load_profile
 from .results import ENV_ITERATION, InputError, RunFolder
+from .watchdog import END_GRACE_S
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # With srun: each rank's FI_TCP_IFACE becomes this prefix + its local rank (e.g. "rail" -> rail0, rail1).
@@ -25,6 +26,7 @@ ENV_RAIL_IFACE = "ACCEPTANCE_RAIL_IFACE_PREFIX"
 # srun's report of a task that died, e.g. "srun: error: node4: tasks 6-7: Killed".
 SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Exited with exit code \d+)")
 REPO = Path(__file__).resolve().parents[1]
+LAUNCHER_GRACE_S = 30.0  # beyond the ranks' own bound on their end, for the launcher to notice and exit
 
 EPILOG = """\
 exit codes: 0 all checks passed, 1 a check failed, 2 usage or input error,
@@ -451,7 +453,10 @@ def cmd_run(args) -> int:
 
     print(f"acceptance: {what}, profile {profile.name}", flush=True)
     print(f"acceptance: run folder {folder.path}", flush=True)
-    code = _burn_in(cmd, env, folder, args.iterations, args.duration)
+    # Once the ranks agreed on the exit code, each bounds its own end by the hang timeout plus
+    # END_GRACE_S; the launcher gets that and a little more to exit.
+    end_bound = (args.hang_timeout or profile.get("run.hang_timeout")) + END_GRACE_S + LAUNCHER_GRACE_S
+    code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound)
     if code in (EXIT_OK, EXIT_FAILED):
         code = _post_run(folder, args.drain)  # the verdict decides: a pass needs measurements in bounds
     elif code == EXIT_INCOMPLETE and folder.results.exists():
@@ -462,7 +467,7 @@ def cmd_run(args) -> int:
 
 
 def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | None,
-             duration: float | None) -> int:
+             duration: float | None, end_bound: float) -> int:
     """Launch the suites once, or repeatedly for a burn-in; the worst exit code wins."""
     start = time.monotonic()
     codes: list[int] = []
@@ -470,8 +475,8 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
         k = len(codes)
         env[ENV_ITERATION] = str(k)
         lost: list = []
-        rc = _run_child(cmd, env, lost)
-        code = _final_code(folder, rc)
+        rc, overran = _run_child(cmd, env, lost, folder, end_bound)
+        code = _final_code(folder, rc, overran)
         codes.append(code)
         if code == EXIT_INCOMPLETE:
             _record_lost(folder, lost)
@@ -590,8 +595,13 @@ def _suites_path(explicit: str | None) -> Path:
                      f"give --suites PATH")
 
 
-def _run_child(cmd: list[str], env: dict, lost: list | None = None) -> int:
-    """Run the launcher, passing its output through; srun's reports of dead tasks go into `lost`."""
+def _run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFolder | None = None,
+               end_bound: float | None = None) -> tuple[int, str | None]:
+    """Run the launcher, passing its output through; srun's reports of dead tasks go into `lost`.
+
+    Returns (exit status, why it was stopped): once run.json says the ranks ended, the launcher
+    has `end_bound` seconds to exit, then its processes are killed."""
+    ended_before = _run_end(folder)
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
                             errors="replace", bufsize=1)
 
@@ -605,18 +615,45 @@ def _run_child(cmd: list[str], env: dict, lost: list | None = None) -> int:
 
     reader = threading.Thread(target=relay, daemon=True)
     reader.start()
+    ended_at = None
     try:
-        rc = proc.wait()
+        while True:
+            try:
+                rc = proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if end_bound is None:
+                continue
+            if ended_at is None and _run_end(folder) not in (None, ended_before):
+                ended_at = time.monotonic()
+            if ended_at is not None and time.monotonic() - ended_at > end_bound:
+                _stop(proc)
+                reader.join(timeout=10)
+                return proc.returncode, (f"the launcher had not exited {end_bound:g} s after the ranks agreed on "
+                                         f"the exit code (a rank stuck in teardown: junit.xml, NCCL, MPI_Finalize); "
+                                         f"it was killed; see logs/")
         reader.join(timeout=10)
-        return rc
+        return rc, None
     except KeyboardInterrupt:
         # Stop every rank, not just the launcher's foreground process.
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            return proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            return proc.wait()
+        return _stop(proc, signal.SIGINT), None
+
+
+def _stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> int:
+    os.killpg(proc.pid, first)
+    try:
+        return proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def _run_end(folder: RunFolder | None):
+    try:
+        return folder.read_run().get("end") if folder is not None else None
+    except (OSError, ValueError):
+        return None
 
 
 def _record_lost(folder: RunFolder, lost: list) -> None:
@@ -639,8 +676,9 @@ def _task_range(part: str) -> range:
     return range(int(low), int(high or low) + 1)
 
 
-def _final_code(folder: RunFolder, rc: int) -> int:
-    """The run's exit code (docs/pytest-under-mpi.md), trusting run.json over the launcher's status."""
+def _final_code(folder: RunFolder, rc: int, overran: str | None = None) -> int:
+    """The run's exit code (docs/pytest-under-mpi.md): run.json's, unless the launcher disagrees
+    (a rank crashed or hung after the ranks agreed): then the run is incomplete, and says why."""
     try:
         run = folder.read_run()
     except (OSError, ValueError):
@@ -649,7 +687,15 @@ def _final_code(folder: RunFolder, rc: int) -> int:
     if not run.get("complete"):
         return EXIT_INCOMPLETE
     code = run.get("exit_code")
-    return code if code in _WORDS else EXIT_INCOMPLETE
+    if code not in _WORDS:
+        return EXIT_INCOMPLETE
+    if overran is None and rc == code:
+        return code
+    why = overran or (f"the launcher exited {rc} after the ranks agreed on exit {code}: a rank crashed or hung "
+                      f"after the results were in (junit.xml, NCCL teardown, MPI_Finalize); see logs/")
+    folder.update_run(complete=False, exit_code=EXIT_INCOMPLETE, launcher_exit_code=rc, lost=why)
+    print(f"acceptance: {why}", file=sys.stderr)
+    return EXIT_INCOMPLETE
 
 
 if __name__ == "__main__":

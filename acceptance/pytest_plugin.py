@@ -37,7 +37,7 @@ from .naming import natural_key
 from .results import ENV_ITERATION, FAILED_METRIC, Recorder, RunFolder, make_record, new_run_id, utc_now
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
-from .watchdog import Phase, Watchdog
+from .watchdog import END_GRACE_S, Phase, Watchdog
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 # pytest's exit codes -> the harness's contract (docs/pytest-under-mpi.md: 0 pass, 1 fail, 2 usage, 3 incomplete).
@@ -51,9 +51,6 @@ ROOT_LATE_S = 1.0
 CENSUS_MIN_S = 300.0
 # How long rank 0 waits for the missing ranks to say where they are stuck.
 NOTE_WAIT_S = 1.0
-# After the exit code is agreed: junit.xml, NCCL teardown and MPI_Finalize get this long (and the
-# hang timeout), then the rank exits 3 saying which step overran.
-END_GRACE_S = 30.0
 # Lines of a failure text quoted in a HANG report.
 HANG_TEXT_LINES = 12
 MARKERS = {

@@ -173,11 +173,14 @@ class RunFolder:
     def update_run(self, **changes) -> dict:
         """Read, change and write run.json under a lock: the CLI, rank 0's threads and a rank
         that found rank 0 gone may all write it."""
-        with open(self.path / ".run.json.lock", "a") as lock:
+        lock = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)  # the folder itself: no lock file left
+        try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             data = self.read_run() if self.run_json.exists() else {}
             data.update(changes)
             self.write_run(data)
+        finally:
+            os.close(lock)
         return data
 
     def append_records(self, records: Iterable[dict]) -> int:

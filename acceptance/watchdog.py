@@ -29,6 +29,10 @@ class Phase:
 
 Stage = tuple[float, Callable[[Phase], None]]
 
+# After the ranks agreed on the exit code, each rank's end (junit.xml, NCCL teardown, MPI_Finalize)
+# may take the hang timeout plus this long; `acceptance run` gives its launcher a little more.
+END_GRACE_S = 30.0
+
 
 class Watchdog:
     def __init__(self, stages: list[Stage], backstop_file: TextIO | None = None,

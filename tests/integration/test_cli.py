@@ -71,6 +71,33 @@ def test_run_hang_exits_3(acceptance_cli):
     assert (meta["verdict"], meta["exit_code"]) == ("incomplete", 3)
 
 
+def test_a_rank_that_crashes_after_the_results_are_in_makes_the_run_incomplete(acceptance_cli):
+    # Every rank agreed on exit 0, then rank 1 exits 7 at its very end (mpiexec may report it, or the
+    # signal it then stopped the others with): the launcher's status wins.
+    suite = ROOT / "tests" / "mpi_suites" / "suite_crash_at_exit.py"
+    p = acceptance_cli("run", "--suites", str(suite), "--", f"--confcutdir={suite.parent}", env={"CRASH_RANK": "1"})
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert re.search(r"acceptance: the launcher exited (\d+) after the ranks agreed on exit 0: a rank crashed",
+                     p.stderr), p.stderr
+    meta = json.loads((run_folder_from(p.stdout) / "run.json").read_text())
+    assert (meta["complete"], meta["exit_code"]) == (False, 3) and meta["launcher_exit_code"] not in (0, None)
+    assert re.search(r"^verdict: INCOMPLETE \(the launcher exited \d+", p.stdout, re.M), p.stdout
+
+
+def test_a_launcher_that_does_not_exit_after_the_run_ended_is_stopped(tmp_path):
+    from acceptance.cli import _final_code, _run_child
+    from acceptance.results import RunFolder
+    folder = RunFolder.create(tmp_path, "r")
+    folder.write_run({"end": None, "complete": False, "exit_code": None})
+    finish = (f"from acceptance.results import RunFolder; "
+              f"RunFolder({str(folder.path)!r}).update_run(end='now', complete=True, exit_code=0)")
+    launcher = [sys.executable, "-c", f"import time; {finish}; time.sleep(120)"]
+    rc, overran = _run_child(launcher, {"PATH": "/usr/bin:/bin"}, [], folder, end_bound=2)
+    assert rc != 0 and overran.startswith("the launcher had not exited 2 s after the ranks agreed")
+    assert _final_code(folder, rc, overran) == 3
+    assert folder.read_run()["lost"] == overran
+
+
 def test_a_hang_timeout_of_zero_or_less_is_refused(acceptance_cli):
     for value in ("-5", "0", "0s"):
         p = acceptance_cli("run", f"--hang-timeout={value}")

@@ -189,3 +189,15 @@ def test_malformed_profile_exits_2_naming_file_and_key(mpi_pytest, tmp_path):
     run = mpi_pytest("suite_pass.py", "--profile", str(bad))
     assert run.rc == 2, run.out
     assert f"{bad}: run.hang_timeout:" in run.out
+
+
+def test_a_rank_stuck_at_its_end_exits_3_naming_the_step():
+    """The bound around NCCL teardown and MPI_Finalize, in a real process."""
+    import subprocess
+    import sys
+    code = ("import sys, time\nfrom acceptance.pytest_plugin import _bounded\n"
+            "with _bounded('rank 1@node1: NCCL teardown and MPI_Finalize', 1.0, sys.stderr):\n    time.sleep(60)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert "acceptance: rank 1@node1: NCCL teardown and MPI_Finalize did not finish within 1 s; exiting 3" in p.stderr
+    assert 'File "<string>", line 4 in <module>' in p.stderr  # the stack of where it was stuck

@@ -130,7 +130,7 @@ def test_write_run_atomic_and_update_merges(tmp_path):
     merged = f.update_run(a=5, d="x")
     assert merged == {"a": 5, "b": {"c": 2}, "d": "x"}
     assert f.read_run() == merged
-    assert not list(f.path.glob(".run.json.*[!k]"))  # no temporary file left (the lock file stays)
+    assert sorted(p.name for p in f.path.iterdir()) == ["logs", "run.json"]  # no temporary or lock file left
 
 
 def test_concurrent_updates_from_threads_and_processes_lose_nothing(tmp_path):
