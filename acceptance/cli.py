@@ -85,7 +85,9 @@ def _parser() -> argparse.ArgumentParser:
                "  auto    srun inside a Slurm allocation, else local\n"
                "  local   mpiexec on this machine; ranks are grouped into virtual nodes node1..nodeN\n"
                "          (--nodes x --ranks-per-node, default from the profile: 2 x 2)\n"
-               "  srun    srun over the current allocation (set ACCEPTANCE_SRUN_MPI for --mpi=, e.g. pmix)\n"
+               "  srun    srun over the current allocation (set ACCEPTANCE_SRUN_MPI for --mpi=, e.g. pmix):\n"
+               "          the job's --ntasks-per-node if it set one, else --ranks-per-node (default: the\n"
+               "          profile's run.ranks_per_node) ranks on each node of the job\n"
                "  mpirun  the system mpirun with --nodes x --ranks-per-node ranks, real host names\n\n"
                "Anything after -- goes to pytest, e.g. -- -m 'preflight or rail' -x\n" + EPILOG)
     run.add_argument("--profile", metavar="NAME|PATH|auto",
@@ -161,10 +163,13 @@ def _parser() -> argparse.ArgumentParser:
         "plan", help="rounds, pair measurements and estimated duration for a cluster size",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Count what the pairwise RDMA-write suite would measure on N nodes x R rails, "
-                    "and estimate how long it takes. Runs nothing.",
+                    "estimate how long it takes, and check that its longest step fits the hang timeout. "
+                    "Runs nothing.",
         epilog="A round is a set of disjoint node pairs (no node twice), all measured at the same time;\n"
                "each pair is measured in both directions, one after the other. Rounds run one after\n"
                "another, and rails one after another (one pytest test per rail, same schedule on each).\n\n"
+               "The hang timeout bounds a step, not a test: a round of pairs, a size of a collective sweep.\n"
+               "When the longest step cannot fit the profile's run.hang_timeout, plan exits 2 saying which.\n\n"
                "patterns:\n"
                "  all-pairs  every node pair: N-1 rounds for even N, N for odd N (one node idle per round)\n"
                "  sample:K   K rounds of the all-pairs schedule, spread across it, so each node gets K\n"
@@ -276,11 +281,15 @@ def cmd_profiles(args) -> int:
 # ---- plan ------------------------------------------------------------------
 
 def cmd_plan(args) -> int:
-    from .plan import plan_text
+    from .plan import choose_rate, plan_text, step_problem
+    profile = load_profile(args.profile)
     try:
-        print(plan_text(args.nodes, args.rails, args.pattern, load_profile(args.profile), args.rate))
+        print(plan_text(args.nodes, args.rails, args.pattern, profile, args.rate))
+        problem = step_problem(profile, choose_rate(profile, args.rate)[0])
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if problem:
+        raise UsageError(problem)
     return EXIT_OK
 
 
@@ -574,6 +583,10 @@ def _launch_command(launcher: str, nodes: int, per_node: int) -> tuple[list[str]
         mpirun = shutil.which("mpirun") or _mpiexec()
         return [mpirun, "-n", str(n), *python], env, f"{n} ranks ({mpirun})"
     srun = ["srun", "--kill-on-bad-exit=1"]
+    if not os.environ.get("SLURM_NTASKS_PER_NODE") and os.environ.get("SLURM_JOB_NUM_NODES"):
+        # The job did not fix its tasks per node (an exclusive job of whole nodes): one rank per rail.
+        job_nodes = int(os.environ["SLURM_JOB_NUM_NODES"])
+        srun += [f"--nodes={job_nodes}", f"--ntasks={job_nodes * per_node}", f"--ntasks-per-node={per_node}"]
     if os.environ.get("ACCEPTANCE_SRUN_MPI"):
         srun.append(f"--mpi={os.environ['ACCEPTANCE_SRUN_MPI']}")
     if os.environ.get(ENV_RAIL_IFACE):

@@ -32,15 +32,50 @@ def sweep_iterations(sweep: dict, size: int) -> tuple[int, int]:
     return iters, max(1, math.ceil(iters * sweep["warmup_fraction"]))
 
 
-def pair_direction_seconds(sweep: dict, latency: dict, rate_gbits: float) -> float:
-    """One pair in one direction: the bandwidth sweep plus put latency and a send/recv ping-pong."""
+def sweep_direction_seconds(sweep: dict, rate_gbits: float) -> float:
+    """One pair's bandwidth sweep in one direction (each size capped by sweep.max_time_per_size)."""
     total = 0.0
     for size in sweep_sizes(sweep):
         iters, warmup = sweep_iterations(sweep, size)
         n = iters + warmup
-        total += n * sweep["window"] * size * 8 / (rate_gbits * 1e9) + n * ITER_OVERHEAD_S
-    total += (latency["iters"] + latency["warmup"]) * 2 * LATENCY_SAMPLE_S
+        one = n * sweep["window"] * size * 8 / (rate_gbits * 1e9) + n * ITER_OVERHEAD_S
+        total += min(one, sweep["max_time_per_size"]) if sweep.get("max_time_per_size") else one
     return total
+
+
+def latency_direction_seconds(latency: dict) -> float:
+    """One pair's put latency and send/recv ping-pong in one direction."""
+    return (latency["iters"] + latency["warmup"]) * 2 * LATENCY_SAMPLE_S
+
+
+def pair_direction_seconds(sweep: dict, latency: dict, rate_gbits: float) -> float:
+    """One pair in one direction: the bandwidth sweep plus put latency and a send/recv ping-pong."""
+    return sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
+
+
+def longest_step(sweep: dict, latency: dict, rate_gbits: float) -> tuple[float, str]:
+    """(seconds, what): the longest stretch between two progress() calls of the p2p and collective
+    suites, which the hang timeout must cover (docs/pytest-under-mpi.md). A p2p test shows progress
+    after each round (one pair, both directions); a collective sweep after each size."""
+    largest = sweep_sizes(sweep)[-1] if sweep_sizes(sweep) else 0
+    iters, warmup = sweep_iterations(sweep, largest) if largest else (0, 0)
+    collective = (iters + warmup) * 2 * largest * 8 / (rate_gbits * 1e9)  # all-reduce moves ~2x the buffer
+    return max((2 * sweep_direction_seconds(sweep, rate_gbits),
+                "a round of test_write_bandwidth: one pair's sweep, both directions"),
+               (2 * latency_direction_seconds(latency), "a round of test_write_latency: both directions"),
+               (collective, f"one size ({format_size(largest)}) of test_allreduce"))
+
+
+def step_problem(profile: Profile, rate_gbits: float) -> str | None:
+    """Why the profile's hang timeout cannot cover its longest step, or None."""
+    seconds, what = longest_step(profile.get("sweep"), profile.get("latency"), rate_gbits)
+    timeout = profile.get("run.hang_timeout")
+    if seconds < timeout:
+        return None
+    return (f"the longest step ({what}) takes about {format_seconds(seconds)} at {rate_gbits:g} Gbit/s, not "
+            f"within profile {profile.name}'s run.hang_timeout of {format_seconds(timeout)}: every such step "
+            f"would end as a HANG; raise run.hang_timeout or shrink the sweep (sweep.bytes_per_size, "
+            f"sweep.max_iters, sweep.max_time_per_size, latency.iters)")
 
 
 def estimate_seconds(rails: int, rounds: int, sweep: dict, latency: dict, rate_gbits: float) -> float:
@@ -122,5 +157,10 @@ def plan_text(nodes: int, rails: int, pattern: str | None, profile: Profile | st
         ("estimated duration", f"{format_seconds(total)}   ({rails} rails x {rounds} rounds x 2 directions "
                                f"x {format_seconds(per)}; all pairs of a round at once)"),
     ]
+    step, what = longest_step(sweep, latency, gbits)
+    timeout = profile.get("run.hang_timeout")
+    fits = "fits" if step < timeout else "DOES NOT FIT"
+    rows.append(("longest step", f"{format_seconds(step)}   ({what}); run.hang_timeout "
+                                 f"{format_seconds(timeout)}: {fits} (the deadline bounds a step, not a test)"))
     width = max(len(label) for label, _ in rows) + 1
     return "\n".join(f"{label + ':':<{width}} {value}" for label, value in rows)

@@ -1,6 +1,22 @@
 # Shared by the sbatch jobs: find the checkout and its Python, fix what every rank must agree on.
 # Sourced as "$CHECKOUT/slurm/common.sh" (sbatch runs a copy of the job script from its spool).
 
+# Site defaults: KEY=VALUE lines (ACCEPTANCE_PROFILE, ACCEPTANCE_SRUN_MPI, MPI variables, ...) in
+# $ACCEPTANCE_SITE_ENV (default /etc/acceptance/site.env), for what every job on this cluster needs;
+# a variable already set in the job's environment wins. The emulated cluster writes one while up.
+SITE_ENV="${ACCEPTANCE_SITE_ENV:-/etc/acceptance/site.env}"
+if [ -r "$SITE_ENV" ]; then
+    while IFS= read -r line || [ -n "$line" ]; do
+        case "$line" in ''|'#'*) continue ;; esac
+        key="${line%%=*}"
+        if ! [[ "$key" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || [ "$key" = "$line" ]; then
+            echo "acceptance: $SITE_ENV: not KEY=VALUE: $line" >&2
+            exit 2
+        fi
+        [ -z "${!key+set}" ] && export "$key=${line#*=}"
+    done < "$SITE_ENV"
+    echo "acceptance: site defaults from $SITE_ENV"
+fi
 # A hash seed shared by every rank: all ranks must collect the same tests in the same order.
 export PYTHONHASHSEED=0
 # srun's MPI plugin; pmix unless the site (or the emulated cluster: pmi2) says otherwise.

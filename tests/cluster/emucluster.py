@@ -26,6 +26,11 @@ use this cluster while it is up. One partition ``emu`` (default, OverSubscribe=Y
 each node claims CPUs=R, MpiDefault=pmi2. State, logs and pid files live in
 /run/acceptance-emucluster/, removed on down.
 
+While up, /etc/acceptance/site.env holds the sbatch jobs' defaults for this cluster (the
+`emulated` profile, pmi2, each rank's MPI traffic on its rail: SITE_DEFAULTS), so
+``sbatch --wait -N 4 slurm/acceptance.sbatch`` needs no environment; down puts back any
+site.env that was there before.
+
 How ranks use their rail: a job must set, per rank,
 ``MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=rail${SLURM_LOCALID} MPIR_CVAR_NOLOCAL=1``
 so that MPICH (libfabric tcp provider) sends local rank i's traffic over rail i and never
@@ -64,6 +69,17 @@ from localslurm import slurm_conf  # noqa: E402
 STATE = Path("/run/acceptance-emucluster")
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 MARK = "# managed by acceptance emucluster"
+# The sbatch jobs' site defaults (slurm/common.sh): while up, a plain
+# `sbatch --wait -N 4 slurm/acceptance.sbatch` runs with the emulated profile, each rank on its rail.
+SITE_ENV = Path("/etc/acceptance/site.env")
+SITE_DEFAULTS = {
+    "ACCEPTANCE_PROFILE": "emulated",
+    "ACCEPTANCE_SRUN_MPI": "pmi2",
+    "ACCEPTANCE_RAIL_IFACE_PREFIX": "rail",  # FI_TCP_IFACE=rail<local rank>
+    "FI_PROVIDER": "tcp",
+    "MPIR_CVAR_CH4_NETMOD": "ofi",           # ucx would move the bytes through shared memory
+    "MPIR_CVAR_NOLOCAL": "1",
+}
 CTLD_ADDR = "198.18.0.254"
 CTLD_PORT = 16817
 NS_PREFIX = "acc-node"
@@ -251,6 +267,7 @@ class EmuCluster:
             self.meta_file.write_text(json.dumps({"nodes": nodes, "rails": rails, "host": self.host}))
             self._net_up(nodes, rails)
             self._write_conf(nodes, rails)
+            self._write_site_env()
             self._start_munge()
             self._start_slurm(nodes)
             self._wait_idle(nodes, timeout)
@@ -324,6 +341,22 @@ class EmuCluster:
         tmp = SLURM_CONF.with_name(".slurm.conf.emucluster")
         tmp.write_text(text)
         tmp.replace(SLURM_CONF)
+
+    def _write_site_env(self) -> None:
+        if SITE_ENV.exists() and not SITE_ENV.read_text(errors="replace").startswith(MARK):
+            shutil.copy2(SITE_ENV, self.dir / "site.env.orig")
+        SITE_ENV.parent.mkdir(parents=True, exist_ok=True)
+        tmp = SITE_ENV.with_name(".site.env.emucluster")
+        tmp.write_text(f"{MARK} ({self.dir}); restored on `emucluster.py down`\n"
+                       + "".join(f"{k}={v}\n" for k, v in SITE_DEFAULTS.items()))
+        tmp.replace(SITE_ENV)
+
+    def _restore_site_env(self) -> None:
+        backup = self.dir / "site.env.orig"
+        if backup.exists():
+            shutil.copy2(backup, SITE_ENV)
+        elif SITE_ENV.exists() and SITE_ENV.read_text(errors="replace").startswith(MARK):
+            SITE_ENV.unlink()
 
     def _daemon_env(self) -> dict:
         env = client_env()
@@ -420,6 +453,7 @@ class EmuCluster:
             shutil.copy2(backup, SLURM_CONF)
         elif conf_ours:  # no config existed before ours (slurm.conf.none)
             SLURM_CONF.unlink(missing_ok=True)
+        self._restore_site_env()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---------------------------------------------------------------- throttle

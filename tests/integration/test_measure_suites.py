@@ -179,3 +179,26 @@ def test_a_dead_link_fails_its_pairs_and_the_rail_goes_on(mpi_pytest):
     assert all(r["verdict"] == "fail" and r["samples"] == 0 and "not measured" in r["detail"] for r in dead)
     measured = {tuple(r["nodes"]) for r in recs if r["metric"] == "bandwidth" and r["value"] is not None}
     assert measured == {("node1", "node3"), ("node3", "node1")}
+
+
+def test_eight_virtual_nodes_measure_every_pair_and_every_collective(acceptance_cli, tmp_path):
+    """8 nodes x 1 rank: 7 rounds of 4 pairs per test, ranks idle between steps, a deadline far shorter
+    than a test; every one of the 28 pairs is measured both ways and every collective runs."""
+    small = tmp_path / "small.toml"
+    small.write_text('extends = "local"\n[run]\nhang_timeout = "30s"\n'
+                     '[sweep]\nmin_size = "8B"\nmax_size = "64KiB"\nfactor = 8\n[latency]\niters = 2000\nwarmup = 100\n')
+    p = acceptance_cli("run", "--nodes", "8", "--ranks-per-node", "1", "--profile", str(small), "--",
+                       "-m", "p2p or collective", timeout=600)
+    assert p.returncode in (0, 1), p.stdout + p.stderr  # a noisy 2-core box may raise a fleet outlier
+    assert "HANG" not in p.stdout + p.stderr
+    recs = records(folder_of(p))
+    nodes = [f"node{i}" for i in range(1, 9)]
+    for metric in ("bandwidth", "latency_p50"):
+        measured = {tuple(r["nodes"]) for r in recs if r["metric"] == metric and r["suite"] == "rdma_write"
+                    and r["value"] is not None}
+        assert measured == set(permutations(nodes, 2)), metric
+    coll = {(r["test"].split("::")[1], tuple(r["nodes"])) for r in recs
+            if r["suite"] == "collective" and r["metric"] == "busbw"}
+    for op in ("test_allreduce", "test_alltoall"):
+        assert (f"{op}[world]", tuple(nodes)) in coll and (f"{op}[rail0]", tuple(nodes)) in coll
+    assert not [r for r in recs if r["metric"] == "errors" and r["value"] != 0]

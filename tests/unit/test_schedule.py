@@ -1,4 +1,5 @@
 """Node-pair schedules (acceptance.schedule) and the `acceptance plan` estimate."""
+import re
 import subprocess
 import sys
 import time
@@ -8,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.plan import estimate_seconds, format_seconds, pair_direction_seconds, plan_text
+from acceptance.plan import estimate_seconds, format_seconds, pair_direction_seconds, plan_text, step_problem
+from acceptance.profile import load_profile
 from acceptance.schedule import (
     pair_count,
     parse_pattern,
@@ -239,3 +241,26 @@ def test_cli_plan_help_explains_rounds_and_sample():
     proc = subprocess.run([str(ACCEPTANCE), "plan", "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0
     assert "A round is" in proc.stdout and "sample:K" in proc.stdout
+
+
+def test_plan_checks_the_longest_step_against_the_hang_timeout(tmp_path):
+    # 32 nodes x 8 rails of h100-ndr400: a rail takes far longer than the 15 min deadline, a step does not.
+    text = plan_text(32, 8, None, "h100-ndr400")
+    assert re.search(r"longest step: +\d+ s +\(a round of test_write_bandwidth: one pair's sweep, both directions\); "
+                     r"run.hang_timeout 15 min 0 s: fits", text), text
+    tight = tmp_path / "tight.toml"
+    tight.write_text('extends = "h100-ndr400"\n[run]\nhang_timeout = "20s"\n')
+    assert "DOES NOT FIT" in plan_text(32, 8, None, str(tight))
+    assert step_problem(load_profile(str(tight)), 360).startswith(
+        "the longest step (a round of test_write_bandwidth: one pair's sweep, both directions) takes about")
+    assert step_problem(load_profile("h100-ndr400"), 360) is None
+
+
+def test_plan_exits_2_when_a_step_cannot_fit(acceptance_cli, tmp_path):
+    tight = tmp_path / "tight.toml"
+    tight.write_text('extends = "h100-ndr400"\n[run]\nhang_timeout = "20s"\n')
+    p = acceptance_cli("plan", "--nodes", "32", "--rails", "8", "--profile", str(tight))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "DOES NOT FIT" in p.stdout
+    assert "not within profile tight's run.hang_timeout of 20 s" in p.stderr
+    assert acceptance_cli("plan", "--nodes", "32", "--rails", "8", "--profile", "h100-ndr400").returncode == 0
