@@ -485,7 +485,7 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
         env[ENV_ITERATION] = str(k)
         lost: list = []
         rc, overran = _run_child(cmd, env, lost, folder, end_bound)
-        code = _final_code(folder, rc, overran)
+        code = _final_code(folder, rc, overran, lost)
         codes.append(code)
         if code == EXIT_INCOMPLETE:
             _record_lost(folder, lost)
@@ -675,7 +675,7 @@ def _record_lost(folder: RunFolder, lost: list) -> None:
         run = folder.read_run()
     except (OSError, ValueError):
         return
-    if run.get("missing_ranks") or not lost:
+    if run.get("missing_ranks") or run.get("lost") or not lost:
         return
     node, tasks, how = lost[0]
     ranks = sorted(r for part in tasks.split(",") for r in _task_range(part))
@@ -689,9 +689,13 @@ def _task_range(part: str) -> range:
     return range(int(low), int(high or low) + 1)
 
 
-def _final_code(folder: RunFolder, rc: int, overran: str | None = None) -> int:
-    """The run's exit code (docs/pytest-under-mpi.md): run.json's, unless the launcher disagrees
-    (a rank crashed or hung after the ranks agreed): then the run is incomplete, and says why."""
+def _final_code(folder: RunFolder, rc: int, overran: str | None = None, lost: list | None = None) -> int:
+    """The run's exit code (docs/pytest-under-mpi.md): run.json's, unless the launcher tells of a rank
+    that crashed or hung after the ranks agreed: then the run is incomplete, and run.json says why.
+
+    Launchers stop every rank when one exits non-zero (srun --kill-on-bad-exit, Hydra), so after an
+    agreed 1 or 2 their own status is expected to differ; only srun's report of the first tasks to
+    end (`lost`) tells a crash apart there."""
     try:
         run = folder.read_run()
     except (OSError, ValueError):
@@ -702,10 +706,17 @@ def _final_code(folder: RunFolder, rc: int, overran: str | None = None) -> int:
     code = run.get("exit_code")
     if code not in _WORDS:
         return EXIT_INCOMPLETE
-    if overran is None and rc == code:
+    first = lost[0][2] if lost else None
+    if code == EXIT_OK:
+        crashed = rc != EXIT_OK
+    else:
+        crashed = first is not None and first != f"Exited with exit code {code}"
+    if overran is None and not crashed:
         return code
-    why = overran or (f"the launcher exited {rc} after the ranks agreed on exit {code}: a rank crashed or hung "
-                      f"after the results were in (junit.xml, NCCL teardown, MPI_Finalize); see logs/")
+    why = overran or (f"the launcher exited {rc} after the ranks agreed on exit {code}"
+                      + (f" (srun: the first tasks to end: {first})" if first else "")
+                      + ": a rank crashed or hung after the results were in (junit.xml, NCCL teardown, "
+                        "MPI_Finalize); see logs/")
     folder.update_run(complete=False, exit_code=EXIT_INCOMPLETE, launcher_exit_code=rc, lost=why)
     print(f"acceptance: {why}", file=sys.stderr)
     return EXIT_INCOMPLETE

@@ -172,3 +172,18 @@ def test_pytest_suites_directly_under_mpiexec(tmp_path):
     assert meta["topology"]["world_size"] == 4 and meta["launcher"] == "mpiexec"
     # Without emulation all ranks share this host: one node, rails 0..3.
     assert meta["topology"]["rails"] == [0, 1, 2, 3]
+
+
+def test_a_launcher_that_stopped_the_others_after_an_agreed_failure_keeps_the_failure(tmp_path):
+    """srun --kill-on-bad-exit ends the step at the first rank exiting 1: 143 is not a crash then,
+    unless srun says the first task to end did something else."""
+    from acceptance.cli import _final_code
+    from acceptance.results import RunFolder
+    folder = RunFolder.create(tmp_path, "r")
+    folder.write_run({"complete": True, "exit_code": 1})
+    assert _final_code(folder, 143, None, [("node1", "0", "Exited with exit code 1")]) == 1
+    assert _final_code(folder, 1, None, []) == 1
+    assert folder.read_run()["complete"] is True
+    assert _final_code(folder, 143, None, [("node2", "3", "Killed")]) == 3
+    assert folder.read_run()["lost"].startswith("the launcher exited 143 after the ranks agreed on exit 1 "
+                                                "(srun: the first tasks to end: Killed)")
