@@ -464,6 +464,8 @@ class CollectivePlugin:
         arrived = self.sync.arrived() if self.thread_mpi else self.sync.arrived_so_far()
         arrived.pop(0, None)
         missing = sorted(set(range(self.size)) - set(arrived))
+        if self.sync.merging:
+            return  # every rank arrived; the main thread is merging (a slow merge is not a hang)
         if self.folder is not None:
             with open(self.folder.log(0), "a") as log:
                 self._dump_stack(phase, log)

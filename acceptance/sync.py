@@ -45,6 +45,7 @@ class Agreement:
         # still inside a test.
         self._arrived: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self.merging = False  # rank 0: every rank arrived and merge() runs
 
     def agree(self, payload: Any, merge: Callable[[dict[int, Any]], Any], deadline: Callable[[], float],
               label: str, grace: float = 15.0, poll: Callable[[], None] = lambda: None,
@@ -69,7 +70,11 @@ class Agreement:
         if len(self._arrived) < self.size:
             missing = sorted(set(range(self.size)) - set(self._arrived))
             raise Missing(label, missing, dict(self._arrived))
-        decision = merge(self._arrived)
+        self.merging = True
+        try:
+            decision = merge(self._arrived)
+        finally:
+            self.merging = False
         with self._lock:
             self._arrived = {}
         reqs = [self.comm.isend(decision, dest=r, tag=_DOWN) for r in range(1, self.size)]
