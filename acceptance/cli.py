@@ -101,8 +101,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", metavar="DIR", default=None,
                      help="folder that receives the run folder (default: ./reports)")
     run.add_argument("--hang-timeout", type=_seconds, metavar="SECONDS",
-                     help="per-test deadline before a missing rank is reported as HANG, > 0: seconds or a "
-                          "duration like 10min (default: the profile's run.hang_timeout)")
+                     help="how long the job may go without progress on any rank before the ranks that did not "
+                          "reach the sync point are reported as HANG; it bounds one step of a test (a round of "
+                          "pairs, a size of a sweep), not the test; > 0: seconds or a duration like 10min "
+                          "(default: the profile's run.hang_timeout)")
     burn = run.add_mutually_exclusive_group()
     burn.add_argument("--iterations", type=_positive, metavar="K",
                       help="burn-in: run the selected suites K times; records carry `iteration`")

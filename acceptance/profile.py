@@ -387,7 +387,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "run": {
         "engine": Str("auto", choices=("auto", "mpi", "verbs", "nccl"),
                       help="measurement engine; auto picks the best one available"),
-        "hang_timeout": Duration("120s", positive=True, help="per-test collective deadline of the hang watchdog"),
+        "hang_timeout": Duration("120s", positive=True, help="how long the job may go without progress before a HANG; bounds one step of a test"),
         "nodes": Int(2, min=1, help="virtual nodes when emulating a cluster with local ranks"),
         "ranks_per_node": Int(2, min=1, help="MPI ranks per (virtual) node"),
     },

@@ -64,7 +64,7 @@ MARKERS = {
     "counters": "port counters before and after",
     "congestion": "incast, PFC and ECN behaviour",
     "burnin": "long repeated runs",
-    "hang_timeout(seconds)": "per-test deadline of the collective hang watchdog (number or duration like '10min')",
+    "hang_timeout(seconds)": "this test's hang timeout: how long the job may go without progress (number or duration like '10min')",
 }
 PLUGIN_NAME = "acceptance-collective"
 
@@ -78,8 +78,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="thresholds profile: a built-in name (see `acceptance profiles`) "
                          "or a TOML file (default: local)")
     group.addoption("--hang-timeout", metavar="SECONDS", type=positive_seconds, default=None,
-                    help="per-test-phase deadline: a rank that does not reach the next sync point "
-                         "in time is reported as HANG and the job exits 3 "
+                    help="how long the job may go without progress on any rank (progress() or a rank "
+                         "arriving at the sync point): then the ranks that did not reach the sync point "
+                         "are reported as HANG and the job exits 3 "
                          "(default: the profile's run.hang_timeout; marker hang_timeout overrides)")
 
 
