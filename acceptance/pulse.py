@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 _BEAT, _KEEP = 7104, 7105
 MIN_SLEEP_S = 0.001
-MAX_SLEEP_S = 0.05
+MAX_SLEEP_S = 0.02
 # At most this long between beats (and between keepalives): well inside the grace a waiting rank gives rank 0.
 MAX_PERIOD_S = 5.0
 SPIN = os.environ.get("ACCEPTANCE_WAIT", "sleep") == "spin"

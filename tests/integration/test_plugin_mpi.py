@@ -121,9 +121,10 @@ def test_progress_fixture_restarts_the_hang_deadline(mpi_pytest):
 
 @pytest.mark.parametrize("idle", ["sync", "wait"])
 def test_a_test_longer_than_the_deadline_passes_when_every_step_is_inside_it(mpi_pytest, idle):
-    # 6 steps of 1 s on ranks 1 and 3 under --hang-timeout 2; ranks 0 and 2 have nothing to do and
-    # wait at the sync point or inside the test: the job's progress keeps their deadline.
-    run = mpi_pytest("suite_hang.py", "--hang-timeout", "2", "-k", "busy_elsewhere",
+    # 6 steps of 0.5 s on ranks 1 and 3 under --hang-timeout 1.5 (the test takes twice that); ranks 0
+    # and 2 have nothing to do and wait at the sync point or inside the test: the job's progress
+    # keeps their deadline.
+    run = mpi_pytest("suite_hang.py", "--hang-timeout", "1.5", "-k", "busy_elsewhere",
                      env={"HANG_MODE": "elsewhere", "HANG_IDLE": idle})
     assert run.rc == 0, run.out
     assert "1 passed" in run.out and "HANG" not in run.out
@@ -131,11 +132,11 @@ def test_a_test_longer_than_the_deadline_passes_when_every_step_is_inside_it(mpi
 
 @pytest.mark.parametrize("idle", ["sync", "wait"])
 def test_a_rank_stuck_in_one_step_is_named_while_the_others_idle(mpi_pytest, idle):
-    timeout = 3
+    timeout = 2
     run = mpi_pytest("suite_hang.py", "--hang-timeout", str(timeout), "-k", "busy_elsewhere",
                      env={"HANG_MODE": "elsewhere", "HANG_IDLE": idle, "HANG_RANK": "3", "STEPS": "2"})
     assert run.rc == 3, run.out
-    assert run.seconds < 2 + timeout + 30
+    assert run.seconds < 1 + timeout + 30
     missing = "3@node2" if idle == "sync" else "0@node1, 1@node1, 2@node2, 3@node2"
     assert re.search(rf"HANG: ranks? \[{missing}\] did not reach \S*test_busy_elsewhere \(call\) within {timeout} s",
                      run.out), run.out

@@ -2,7 +2,7 @@
 makes the others wait in a Barrier (all stuck) instead of reaching the sync point; HANG_MODE=raise
 makes HANG_RANK fail before the Barrier the others wait in (the classic MPI test deadlock);
 HANG_MODE=die kills HANG_RANK's process outright. HANG_MODE=elsewhere keeps only the odd ranks
-(rank 0 is not one) busy for STEPS steps of 1 s each, calling progress(); the others go straight to
+(rank 0 is not one) busy for STEPS steps of 0.5 s each, calling progress(); the others go straight to
 the sync point, or with HANG_IDLE=wait wait for them inside the test in pulse.wait."""
 import os
 import time
@@ -57,7 +57,7 @@ def test_busy_elsewhere(progress):
         return
     if RANK % 2 == 1:
         for _ in range(int(os.environ.get("STEPS", "6"))):
-            time.sleep(1)
+            time.sleep(0.5)
             progress()
         if RANK == HANG_RANK:
             time.sleep(300)  # stuck inside one step, while every other rank is idle
