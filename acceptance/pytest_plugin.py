@@ -460,13 +460,11 @@ class CollectivePlugin:
 
     def _root_deadline(self, phase: Phase) -> None:
         """Rank 0's own main thread did not reach the sync point: report who else is missing too."""
-        if self._hang_lock.locked():
-            return
+        if self._hang_lock.locked() or self.sync.merging:
+            return  # already reporting; or every rank arrived and the main thread merges (not a hang)
         arrived = self.sync.arrived() if self.thread_mpi else self.sync.arrived_so_far()
         arrived.pop(0, None)
         missing = sorted(set(range(self.size)) - set(arrived))
-        if self.sync.merging:
-            return  # every rank arrived; the main thread is merging (a slow merge is not a hang)
         if self.folder is not None:
             with open(self.folder.log(0), "a") as log:
                 self._dump_stack(phase, log)
