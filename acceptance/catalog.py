@@ -59,11 +59,20 @@ class Metric:
         return self.names[0]
 
 
+    @property
+    def fleet(self) -> bool:
+        """Whether it can be held to a fleet-relative bound (fleet.bounds): a measurement with a
+        direction, not a must-equal count or a flag."""
+        return self.higher is not None and self.bound in ("none", "sizemap", "scalar") \
+            and self.unit not in ("count", "bool")
+
+
 @dataclass(frozen=True)
 class Suite:
     name: str                       # the records' `suite`
     engine_needs: tuple[str, ...]   # what its engine must offer (acceptance.fabric.engines)
     metrics: tuple[Metric, ...] = field(default=())
+    measures: bool = True           # False: facts about nodes and ports (preflight, counters), no fleet bounds
 
 
 def _latencies(prefix: str, label: str, key_prefix: str | None, bounded=("p50", "p99", "p999"), outlier=(),
@@ -100,7 +109,7 @@ DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "
 DATA_ERRORS = Metric(("errors",), "count", False, "zero", label="wrong data")
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
-    Suite("preflight", (), (
+    Suite("preflight", (), measures=False, metrics=(
         Metric(("memlock",), "bytes", True, "memlock", "preflight.memlock_min", label="memlock limit",
                setting=lambda f: f.Size("64MiB", allow_unlimited=True, help='minimum locked-memory limit (ulimit -l), or "unlimited"')),
         Metric(("ranks",), "count", None, "ranks", "topology.rails", label="ranks per node"),
@@ -179,7 +188,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         Metric(("p2p_bidir_bandwidth",), "GB/s", True, label="GPU to GPU copy, both ways"),
         Metric(("gpu_bandwidth_outliers",), "count", False, "zero", label="GPUs below their node's median"),
     )),
-    Suite("counters", (), (
+    Suite("counters", (), measures=False, metrics=(
         Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise",
                setting=lambda f: f.Int(0, help="rise an error counter (symbol_error, link_downed, CRC, ...) may show in one window")),
         Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise",
@@ -232,6 +241,21 @@ def label(suite_name: str, name: str) -> str:
 def with_role(role: str) -> list[tuple[str, str]]:
     """(suite, record metric) of every metric with a role: "outlier" or "trend"."""
     return [(s.name, n) for s in SUITES.values() for m in s.metrics if getattr(m, role) for n in m.names]
+
+
+def fleet_metrics(pattern: str) -> list[tuple[str, str, bool]]:
+    """(suite, record metric, higher is better) of every metric a fleet.bounds key matches
+    ("suite.metric", shell-style wildcards allowed)."""
+    from fnmatch import fnmatchcase
+    out: dict[tuple[str, str], bool] = {}
+    for s in SUITES.values():
+        if not s.measures:
+            continue
+        for m in s.metrics:
+            for n in m.names:
+                if m.fleet and fnmatchcase(f"{s.name}.{n}", pattern):
+                    out.setdefault((s.name, n), bool(m.higher))
+    return [(s, n, h) for (s, n), h in out.items()]
 
 
 def settings() -> dict[str, Callable[[object], object]]:

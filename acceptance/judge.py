@@ -14,6 +14,7 @@ judged here (no bound, or no value); the caller keeps what the test wrote then.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -21,7 +22,7 @@ import pandas as pd
 from . import catalog
 from .catalog import Metric
 from .profile import Profile
-from .results import VERDICTS
+from .results import BOUND_KINDS, VERDICTS
 
 PASS, FAIL, WARN, INFO = (VERDICTS.index(v) for v in ("pass", "fail", "warn", "info"))
 
@@ -57,32 +58,140 @@ def size_bound(size_map, sizes: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(sizes), np.nan, out)
 
 
+ABSOLUTE, LINE_RATE, RECORDED, FLEET, FLEET_TOO_FEW = BOUND_KINDS
+
+
 def bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profile: Profile,
            iterations: np.ndarray | None = None) -> np.ndarray:
     """The bound of each value in record units (NaN: none) for the plain bound kinds."""
+    return absolute_bounds(metric, values, sizes, profile, iterations)[0]
+
+
+def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profile: Profile,
+                    iterations: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(bound of each value in record units, NaN: none; True where the line-rate floor set it)."""
     n = len(values)
+    no_floor = np.zeros(n, dtype=bool)
     if metric.bound == "sizemap":
         b = size_bound(profile.get(metric.key), sizes) * metric.scale
         if metric.line_rate and profile.get("analysis.line_rate"):
             floor = profile.get("analysis.line_rate_fraction") * profile.get("analysis.line_rate")
-            b = np.where(sizes >= profile.get("analysis.line_rate_from_size"), np.fmax(b, floor), b)
-        return b
+            from_size = sizes >= profile.get("analysis.line_rate_from_size")
+            by_floor = from_size & ~(b >= floor)
+            return np.where(from_size, np.fmax(b, floor), b), by_floor
+        return b, no_floor
     if metric.bound == "scalar":
         bound = profile.get(metric.key)
-        return np.full(n, np.nan if bound is None else float(bound) * metric.scale)
+        return np.full(n, np.nan if bound is None else float(bound) * metric.scale), no_floor
     if metric.bound == "zero":
-        return np.zeros(n)
+        return np.zeros(n), no_floor
     if metric.bound == "versions":
-        return np.full(n, 0.0 if profile.get("preflight.same_versions") else np.nan)
+        return np.full(n, 0.0 if profile.get("preflight.same_versions") else np.nan), no_floor
     if metric.bound == "ranks":
         rails = profile.get(metric.key)
         if rails:
-            return np.full(n, float(rails))
+            return np.full(n, float(rails)), no_floor
         # One rail per rank: every node must have as many ranks as most nodes do (per iteration).
         groups = iterations if iterations is not None else np.zeros(n, dtype=np.int64)
         return (pd.Series(values).groupby(groups).transform(lambda x: x.mode().iloc[0] if x.notna().any() else np.nan)
-                .to_numpy(dtype=float))
-    return np.full(n, np.nan)
+                .to_numpy(dtype=float)), no_floor
+    return np.full(n, np.nan), no_floor
+
+
+# ---- fleet-relative bounds -------------------------------------------------------------------
+# A value is held to its population: the measurements of the same run comparable to it (same suite,
+# metric, size, memory, engine, collective op and burn-in iteration, and the same kind of component).
+# The centre is the median of the population's other values, so a component's own measurements never
+# excuse it: of 4 links, 2 slow ones are judged against the median of the 3 others each, which the
+# healthy two dominate. fleet.bounds gives the fraction (higher is better) or multiple (lower is better)
+# of that centre where a value fails; the stricter of it and the absolute bound applies.
+
+NODE_COMMS, RAIL_COMMS, PAIRS, NICS, NODES = ("node communicators", "rail communicators", "all pairs", "NICs",
+                                              "nodes")
+
+
+def fleet_factor(profile: Profile, suite: str, name: str) -> float | None:
+    """The fleet.bounds factor of record metric (suite, name): the first key that matches it."""
+    from fnmatch import fnmatchcase
+    m = catalog.metrics(suite, name)
+    if not m or not m[0].fleet or not catalog.suite(suite).measures:
+        return None
+    for pattern, factor in profile.get("fleet.bounds") or ():
+        if fnmatchcase(f"{suite}.{name}", pattern):
+            return float(factor)
+    return None
+
+
+def _text(df: pd.DataFrame, column: str, idx: np.ndarray) -> np.ndarray:
+    if column not in df.columns:
+        return np.full(len(idx), None, dtype=object)
+    col = df[column].iloc[idx]
+    return col.astype(object).where(col.notna(), None).to_numpy(dtype=object)
+
+
+def populations(df: pd.DataFrame, idx: np.ndarray, profile: Profile) -> np.ndarray:
+    """The kind of population each record idx belongs to (None: it has no peers, e.g. the world
+    communicator): node or rail communicators, point-to-point pairs, per-NIC or per-node values."""
+    suite, scope = _text(df, "suite", idx), _text(df, "scope", idx)
+    src, dst = _text(df, "src", idx), _text(df, "dst", idx)
+    rail = floats(df["rail"].iloc[idx]) if "rail" in df.columns else np.full(len(idx), np.nan)
+    out = np.full(len(idx), None, dtype=object)
+    coll = suite == "collective"
+    out[coll & (scope == "node")] = NODE_COMMS
+    out[coll & pd.Series(scope, dtype=object).str.startswith("rail").fillna(False).to_numpy(dtype=bool)] = RAIL_COMMS
+    has_src, has_dst, on_rail = src != None, dst != None, ~np.isnan(rail)  # noqa: E711 - elementwise
+    pair = ~coll & has_src & has_dst & (src != dst) & on_rail
+    if profile.get("fleet.pairs") == "rail":
+        out[pair] = [f"rail {int(r)} pairs" for r in rail[pair]]
+    else:
+        out[pair] = PAIRS
+    out[~coll & has_src & ~has_dst & on_rail] = NICS
+    out[~coll & has_src & ~has_dst & ~on_rail] = NODES
+    return out
+
+
+def loo_median(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(median of the other values of each value's group, size of its group); NaN values are in no
+    group (their centre is NaN, their size 0), and a group of one has no centre."""
+    centre, size = np.full(len(values), np.nan), np.zeros(len(values), dtype=np.int64)
+    have = np.flatnonzero(~np.isnan(values))
+    if not len(have):
+        return centre, size
+    order = have[np.lexsort((values[have], groups[have]))]
+    g, v = groups[order], values[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    counts = np.diff(np.r_[starts, len(g)])
+    first, n = np.repeat(starts, counts), np.repeat(counts, counts)
+    pos = np.arange(len(g)) - first
+    others = n - 1
+
+    def kth_other(k):  # the k-th smallest value of the group without this one
+        k = np.maximum(k, 0)
+        return v[first + np.minimum(np.where(k < pos, k, k + 1), n - 1)]
+
+    c = (kth_other((others - 1) // 2) + kth_other(others // 2)) / 2
+    centre[order] = np.where(others >= 1, c, np.nan)
+    size[order] = n
+    return centre, size
+
+
+def fleet_bounds(df: pd.DataFrame, idx: np.ndarray, values: np.ndarray, factor: float, higher: bool,
+                 profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(fleet bound, population size, centre, population kind) of the records idx of one metric:
+    factor x the median of the comparable others; NaN where the record has no population or the
+    population is smaller than fleet.min_population."""
+    kind = populations(df, idx, profile)
+    cols = {"kind": kind}
+    for c in ("suite", "metric", "memory", "engine", "op", "unit"):
+        cols[c] = _text(df, c, idx)
+    cols["size"] = floats(df["size"].iloc[idx]) if "size" in df.columns else np.full(len(idx), np.nan)
+    cols["iteration"] = df["iteration"].to_numpy()[idx] if "iteration" in df.columns else np.zeros(len(idx))
+    key = pd.DataFrame(cols).groupby(list(cols), dropna=False, sort=False).ngroup().to_numpy()
+    vals = np.where(kind == None, np.nan, values)  # noqa: E711 - elementwise
+    centre, n = loo_median(vals, key)
+    bound = centre * factor
+    bound[(n < profile.get("fleet.min_population")) | ~(centre > 0)] = np.nan
+    return bound, n, centre, kind
 
 
 def compare(values: np.ndarray, bound: np.ndarray, higher: bool | None) -> np.ndarray:
@@ -141,16 +250,34 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, details: n
 
 # ---- many records (analysis) ------------------------------------------------------------------
 
-def judge_records(df: pd.DataFrame, profile: Profile) -> tuple[np.ndarray, np.ndarray]:
-    """(threshold, verdict code) of every record of `df` (columns suite, metric, value, size, unit,
-    detail, iteration, threshold, op, scope), INFO where nothing could be judged."""
+@dataclass
+class Judged:
+    """The judge's answer for every record of a frame (positions as in the frame)."""
+
+    threshold: np.ndarray      # the bound applied, in record units (NaN: none)
+    verdict: np.ndarray        # verdict codes (positions in results.VERDICTS); INFO: not judged here
+    bound: np.ndarray          # how the bound was derived (results.BOUND_KINDS), None: no bound
+    population: np.ndarray     # fleet bounds: how many comparable measurements (with this one); 0: none
+    centre: np.ndarray         # fleet bounds: the median of the others (NaN: none)
+    factor: np.ndarray         # fleet bounds: the fleet.bounds factor (NaN: none)
+    peers: np.ndarray          # fleet bounds: the population kind ("all pairs", "rail communicators", ...)
+
+    @classmethod
+    def empty(cls, n: int) -> Judged:
+        return cls(np.full(n, np.nan), np.full(n, INFO, dtype=np.int8), np.full(n, None, dtype=object),
+                   np.zeros(n, dtype=np.int64), np.full(n, np.nan), np.full(n, np.nan), np.full(n, None, dtype=object))
+
+
+def judge_records(df: pd.DataFrame, profile: Profile) -> Judged:
+    """Threshold, verdict and bound kind of every record of `df` (columns suite, metric, value, size,
+    unit, detail, iteration, threshold, op, scope; src, dst, rail, memory, engine for fleet bounds),
+    INFO where nothing could be judged."""
     n = len(df)
-    value = floats(df["value"]) if n else np.zeros(0)
-    size = floats(df["size"]) if n else np.zeros(0)
-    threshold = np.full(n, np.nan)
-    verdict = np.full(n, INFO, dtype=np.int8)
+    out = Judged.empty(n)
     if not n:
-        return threshold, verdict
+        return out
+    value = floats(df["value"])
+    size = floats(df["size"])
     for suite in catalog.SUITES.values():
         in_suite = is_value(df["suite"], suite.name)
         if not in_suite.any():
@@ -158,50 +285,87 @@ def judge_records(df: pd.DataFrame, profile: Profile) -> tuple[np.ndarray, np.nd
         if suite.name == "counters":
             idx = np.flatnonzero(in_suite)
             detail = df["detail"].to_numpy()[idx].astype(object) if "detail" in df.columns else np.full(len(idx), None)
-            threshold[idx], verdict[idx] = counter(df["metric"].to_numpy()[idx].astype(object),
-                                                   df["unit"].to_numpy()[idx].astype(object), value[idx], detail,
-                                                   profile)
+            out.threshold[idx], out.verdict[idx] = counter(df["metric"].to_numpy()[idx].astype(object),
+                                                           df["unit"].to_numpy()[idx].astype(object), value[idx],
+                                                           detail, profile)
+            out.bound[idx] = np.where(np.isnan(out.threshold[idx]), None, ABSOLUTE)
             continue
         for m in suite.metrics:
-            mask = in_suite & np.logical_or.reduce([is_value(df["metric"], name) for name in m.names])
-            when = dict(m.when)
-            if when:
-                mask &= is_value(df["op"], when["op"]) & (is_value(df["scope"], "node") == when["node"])
-            if not mask.any():
-                continue
-            idx = np.flatnonzero(mask)
-            v, s = value[idx], size[idx]
-            if m.bound == "memlock":
-                threshold[idx], verdict[idx] = memlock(v, profile, m.key)
-                continue
-            if m.bound == "recorded":  # the bound the suite wrote (null: nothing required)
-                b = floats(df["threshold"])[idx] if "threshold" in df.columns else np.full(len(idx), np.nan)
-            else:
-                its = df["iteration"].to_numpy()[idx] if "iteration" in df.columns else None
-                b = bounds(m, v, s, profile, its)
-            threshold[idx] = b
-            verdict[idx] = compare(v, b, m.higher)
-    return threshold, verdict
+            for name in m.names:
+                mask = in_suite & is_value(df["metric"], name)
+                when = dict(m.when)
+                if when:
+                    mask &= is_value(df["op"], when["op"]) & (is_value(df["scope"], "node") == when["node"])
+                if mask.any():
+                    _judge_metric(df, np.flatnonzero(mask), m, suite.name, name, value, size, profile, out)
+    return out
+
+
+def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profile: Profile, out: Judged) -> None:
+    v, s = value[idx], size[idx]
+    if m.bound == "memlock":
+        out.threshold[idx], out.verdict[idx] = memlock(v, profile, m.key)
+        out.bound[idx] = ABSOLUTE
+        return
+    if m.bound == "recorded":  # the bound the suite wrote (null: nothing required)
+        b = floats(df["threshold"])[idx] if "threshold" in df.columns else np.full(len(idx), np.nan)
+        kind = np.where(np.isnan(b), None, RECORDED)
+    else:
+        its = df["iteration"].to_numpy()[idx] if "iteration" in df.columns else None
+        b, by_floor = absolute_bounds(m, v, s, profile, its)
+        kind = np.where(np.isnan(b), None, np.where(by_floor, LINE_RATE, ABSOLUTE)).astype(object)
+    code = compare(v, b, m.higher)
+    factor = fleet_factor(profile, suite, name)
+    if factor is not None:
+        fb, pop, centre, peers = fleet_bounds(df, idx, v, factor, bool(m.higher), profile)
+        applies = (peers != None) & ~np.isnan(v)  # noqa: E711 - elementwise
+        judged = applies & ~np.isnan(fb)
+        stricter = judged & (np.isnan(b) | ((fb > b) if m.higher else (fb < b)))
+        b = np.where(stricter, fb, b)
+        kind = np.where(stricter, FLEET, kind)
+        code = compare(v, b, m.higher)
+        # Too few to compare with: the record says so and warns (a failing absolute bound still fails).
+        too_few = applies & np.isnan(fb)
+        kind = np.where(too_few, FLEET_TOO_FEW, kind)
+        code = np.where(too_few & (code != FAIL), WARN, code).astype(np.int8)
+        out.population[idx] = np.where(applies, pop, 0)
+        out.centre[idx] = np.where(applies, centre, np.nan)
+        out.factor[idx] = np.where(applies, factor, np.nan)
+        out.peers[idx] = np.where(applies, peers, None)
+    out.threshold[idx], out.verdict[idx], out.bound[idx] = b, code, kind
 
 
 # ---- one value (drivers, while recording) ----------------------------------------------------
 
 def one(suite: str, name: str, value: float | None, profile: Profile, size: int | None = None,
-        **when) -> tuple[float | None, str]:
+        peers: bool = True, **when) -> tuple[float | None, str]:
     """(threshold or None, verdict) of one value of catalog metric (suite, name); for a collective's
     busbw give op= and node=. "info" when the metric has no bound here or the value is missing."""
+    return judge_one(suite, name, value, profile, size, peers, **when)[:2]
+
+
+def judge_one(suite: str, name: str, value: float | None, profile: Profile, size: int | None = None,
+              peers: bool = True, **when) -> tuple[float | None, str, str | None]:
+    """one() and the bound kind (results.BOUND_KINDS). A metric held to a fleet-relative bound (and a
+    value with peers: not the world communicator) is judged once the whole run is in (judge_records):
+    here only its absolute floor can fail it; otherwise its verdict is "info" and its kind "fleet"."""
     m = catalog.metric(suite, name, **when)
     if m is None:
         raise KeyError(f"{suite} {name}: not in the catalog (acceptance.catalog)")
     v = np.array([np.nan if value is None else float(value)])
     s = np.array([np.nan if size is None else float(size)])
+    by_floor = np.zeros(1, dtype=bool)
     if m.bound == "memlock":
         b, code = memlock(v, profile, m.key)
     else:
-        b = bounds(m, v, s, profile)
+        b, by_floor = absolute_bounds(m, v, s, profile)
         code = compare(v, b, m.higher)
     bound = None if np.isnan(b[0]) else float(b[0])
-    return bound, VERDICTS[int(code[0])]
+    kind = None if bound is None else LINE_RATE if by_floor[0] else ABSOLUTE
+    verdict = VERDICTS[int(code[0])]
+    if peers and value is not None and fleet_factor(profile, suite, name) is not None:
+        kind, verdict = FLEET, "fail" if verdict == "fail" else "info"
+    return bound, verdict, kind
 
 
 def against(value: float | None, bound: float | None, higher: bool | None) -> str:
@@ -212,9 +376,12 @@ def against(value: float | None, bound: float | None, higher: bool | None) -> st
 
 
 def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: float | None,
-           size: int | None = None, when: dict | None = None, **fields) -> tuple[float | None, str]:
-    """Record `value` with its catalog unit and the judged threshold and verdict; returns both."""
+           size: int | None = None, when: dict | None = None, peers: bool = True,
+           **fields) -> tuple[float | None, str]:
+    """Record `value` with its catalog unit, the judged threshold, verdict and bound kind; returns
+    (threshold, verdict). `peers` False: the value has nothing in this run to compare it with (the world
+    communicator), so no fleet-relative bound applies to it."""
     m = catalog.metric(suite, name, **(when or {}))
-    threshold, verdict = one(suite, name, value, profile, size, **(when or {}))
-    record_fn(name, value, m.unit, size=size, threshold=threshold, verdict=verdict, **fields)
+    threshold, verdict, kind = judge_one(suite, name, value, profile, size, peers, **(when or {}))
+    record_fn(name, value, m.unit, size=size, threshold=threshold, verdict=verdict, bound=kind, **fields)
     return threshold, verdict

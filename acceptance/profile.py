@@ -355,6 +355,48 @@ class SizeMap(Field):
         return f"{{ {items} }}" if items else "{}"
 
 
+class FactorMap(Field):
+    """Fleet-relative bounds: { "suite.metric" = factor }, a key may be a pattern ("rdma_write.latency_p5*").
+
+    A higher-is-better metric's factor is the fraction (0 < f < 1) of its population's centre below
+    which a value fails; a lower-is-better metric's is the multiple (f > 1) above which it fails.
+    Every key must name at least one catalog metric that can be judged against the fleet, all of one
+    direction. Stored as [[pattern, factor], ...] in the order written.
+    """
+
+    expected, types = 'a table of "suite.metric" = factor, e.g. { "rdma_write.bandwidth" = 0.5 }', (dict,)
+
+    def convert(self, raw):
+        from . import catalog
+        out = []
+        for pattern, factor in raw.items():
+            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+                raise ValueError(f"{pattern}: expected a number > 0, got {_show(factor)}")
+            found = catalog.fleet_metrics(pattern)
+            if not found:
+                known = ", ".join(f"{s}.{m}" for s, m, _ in catalog.fleet_metrics("*"))
+                raise ValueError(f"{pattern}: names no metric that can be judged against the fleet "
+                                 f"(they are: {known})" + _did_you_mean(pattern, [f"{s}.{m}" for s, m, _ in
+                                                                                 catalog.fleet_metrics("*")]))
+            directions = {higher for _, _, higher in found}
+            if len(directions) > 1:
+                raise ValueError(f"{pattern}: matches metrics where higher is better and metrics where lower "
+                                 f"is better ({', '.join(f'{s}.{m}' for s, m, _ in found)}); name them apart")
+            higher = directions.pop()
+            if higher and not factor < 1:
+                raise ValueError(f"{pattern}: higher is better, so its factor is the fraction of the fleet's "
+                                 f"centre below which a value fails: more than 0 and less than 1, got {_show(factor)}")
+            if not higher and not factor > 1:
+                raise ValueError(f"{pattern}: lower is better, so its factor is the multiple of the fleet's "
+                                 f"centre above which a value fails: more than 1, got {_show(factor)}")
+            out.append([pattern, float(factor)])
+        return out
+
+    def to_toml(self, value):
+        items = ", ".join(f"{json.dumps(k)} = {v!r}" for k, v in value)
+        return f"{{ {items} }}" if items else "{}"
+
+
 def _add_bounds() -> None:
     """Every metric's bound key, as its catalog entry declares it (type, default, help)."""
     import sys
@@ -467,6 +509,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "iters": Int(20, min=1, help="timed copies per GPU direction and per GPU pair; the value is from the median"),
         "warmup": Int(3, help="untimed copies before the timed ones"),
         "outlier_fraction": Float(0.75, help="a GPU or pair below this x its node's median (per H2D, D2H, P2P) is an outlier"),
+    },
+    "fleet": {
+        "bounds": FactorMap({}, help='fleet-relative bounds: "suite.metric" = fraction (higher is better) or '
+                                    'multiple (lower is better) of the median of the comparable measurements '
+                                    'of this run (docs/analysis.md)'),
+        "min_population": Int(3, min=2, help="fewest comparable measurements (the value with its peers) a fleet "
+                                             "bound is derived from; fewer: the record warns, never passes"),
+        "pairs": Str("all", choices=("all", "rail"), help='population of a point-to-point value: "all" pairs of '
+                                                          'every rail, or the pairs of its own "rail"'),
     },
     "analysis": {
         "line_rate": Rate(None, help="port line rate; when set, writes are also held to line_rate_fraction of it"),

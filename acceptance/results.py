@@ -22,7 +22,13 @@ from typing import Any, Iterable
 
 REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks",
                  "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
-OPTIONAL_KEYS = ("detail",)
+OPTIONAL_KEYS = ("bound", "detail")
+# How a record's threshold was derived: a number in the profile ("absolute"), the line-rate floor
+# ("line_rate"), the bound the test itself set ("recorded"), or the run's own population of comparable
+# measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
+# only the absolute floor is known). "fleet_too_few": a fleet bound applies, but the population was too
+# small to derive it: the record warns, never passes (acceptance.judge).
+BOUND_KINDS = ("absolute", "line_rate", "recorded", "fleet", "fleet_too_few")
 # A record's verdict, and how bad each is (worst() of several).
 VERDICTS = ("pass", "fail", "warn", "info")
 _SEVERITY = {"info": 0, "pass": 1, "warn": 2, "fail": 3}
@@ -74,10 +80,12 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 nodes: list[str], ranks: list[int], size: int | None = None,
                 rail: int | None = None, engine: str | None = None, memory: str = "host",
                 iteration: int = 0, samples: int = 1, threshold: float | None = None,
-                verdict: str = "info", detail: str | None = None) -> dict[str, Any]:
+                verdict: str = "info", bound: str | None = None, detail: str | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if bound is not None and bound not in BOUND_KINDS:
+        raise RecordError(f"bound must be one of {BOUND_KINDS} or None, got {bound!r}")
     if memory not in MEMORY:
         raise RecordError(f"memory must be one of {MEMORY}, got {memory!r}")
     if value is not None:
@@ -92,6 +100,8 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
         "engine": engine, "memory": memory, "iteration": iteration, "time": utc_now(),
         "samples": samples, "threshold": threshold, "verdict": verdict,
     }
+    if bound is not None:
+        rec["bound"] = bound
     if detail is not None:
         rec["detail"] = detail
     return rec

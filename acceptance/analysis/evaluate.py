@@ -9,6 +9,7 @@ import pandas as pd
 from .. import catalog
 from ..judge import judge_records
 from ..profile import Profile
+from ..results import BOUND_KINDS
 from .base import _INFO, VERDICTS, _floats_of
 from .load import _derive
 
@@ -24,7 +25,10 @@ _KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
 
 
 def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
-    """Every record judged against `profile`: columns threshold (record units) and verdict.
+    """Every record judged against `profile`: columns threshold (record units), verdict, bound (how
+    the threshold was derived: results.BOUND_KINDS), and for fleet-relative bounds population (how many
+    comparable measurements, this one included), centre (the others' median), factor and peers (what
+    the population is: "all pairs", "rail communicators", ...).
 
     A record with a value and a bound is judged here; one without (no bound for its metric
     or size, or a null value from a probe that failed) keeps the threshold and verdict its
@@ -34,7 +38,8 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     if "op" not in out.columns or "scope" not in out.columns:
         out = _derive(out)
     n = len(out)
-    threshold, verdict = judge_records(out, profile)
+    judged = judge_records(out, profile)
+    threshold, verdict = judged.threshold, judged.verdict
     # Fail closed: where nothing was judged here (no bound for the metric, or no value: a probe that
     # failed), the verdict and threshold the test wrote stand; analysis never turns a failure into info.
     written, written_threshold = _written(out, n)
@@ -43,6 +48,13 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     threshold = np.where(unjudged & np.isnan(threshold), written_threshold, threshold)
     out["threshold"] = threshold
     out["verdict"] = pd.Categorical.from_codes(verdict, categories=VERDICTS)
+    written_bound = out["bound"].astype(object).to_numpy() if "bound" in out.columns else np.full(n, None)
+    bound = np.where(unjudged & (judged.bound == None), written_bound, judged.bound)  # noqa: E711
+    out["bound"] = pd.Categorical(bound, categories=list(BOUND_KINDS))
+    out["population"] = judged.population
+    out["centre"] = judged.centre
+    out["factor"] = judged.factor
+    out["peers"] = pd.Categorical(judged.peers)
     out.attrs["evaluated"] = (profile.name, profile.source)
     return out
 

@@ -34,16 +34,16 @@ _CANONICAL = (rb'\{"test": (' + _S + rb', "suite": ' + _S + rb', "metric": ' + _
               + rb'), "unit": (' + _S + rb', "size": ' + _NUM + rb', "rail": ' + _NUM + rb'), "nodes": \[('
               + _LIST[2:-2] + rb')\], "ranks": ' + _LIST + rb', "engine": (' + _SN + rb', "memory": ' + _SN
               + rb', "iteration": ' + _NUM + rb'), "time": (' + _SN + rb'), "samples": (' + _NUM
-              + rb', "threshold": ' + _NUM + rb', "verdict": ' + _SN + rb'(?:, "detail": ' + _SN
+              + rb', "threshold": ' + _NUM + rb', "verdict": ' + _SN + rb'(?:, "bound": ' + _SN + rb')?(?:, "detail": ' + _SN
               + rb')?)\}\r?\n')
 _LINE = re.compile(_CANONICAL + rb'|([^\n]*)\n')
 # segment group -> the key its text starts after, and the record keys it holds
 _SEGMENTS = {0: ("test", ("test", "suite", "metric")), 2: ("unit", ("unit", "size", "rail")),
              4: ("engine", ("engine", "memory", "iteration")),
-             6: ("samples", ("samples", "threshold", "verdict", "detail"))}
+             6: ("samples", ("samples", "threshold", "verdict", "bound", "detail"))}
 _VALUE, _NODES, _TIME, _OTHER = 1, 3, 5, 7
 _CHUNK = 16 << 20
-_STRING_COLUMNS = ("test", "suite", "metric", "unit", "engine", "memory", "verdict", "detail")
+_STRING_COLUMNS = ("test", "suite", "metric", "unit", "engine", "memory", "verdict", "bound", "detail")
 _NUMBER_COLUMNS = ("size", "rail", "iteration", "samples", "threshold")
 
 
@@ -108,6 +108,8 @@ def _canonical_line(obj) -> bytes:
            "iteration": num(obj.get("iteration")), "time": text(obj.get("time")),
            "samples": num(obj.get("samples")), "threshold": num(obj.get("threshold")),
            "verdict": text(obj.get("verdict"))}
+    if obj.get("bound") is not None:
+        rec["bound"] = str(obj["bound"])
     if obj.get("detail") is not None:
         rec["detail"] = str(obj["detail"])
     return json.dumps(rec).encode() + b"\n"
@@ -247,7 +249,7 @@ def _node_lists(raws: list[bytes]):
 def load_records(run_dir) -> pd.DataFrame:
     """results.jsonl of a run folder (or the file itself) as a DataFrame, one row per record.
 
-    Columns: test, suite, metric, unit, engine, memory, verdict, detail (categorical);
+    Columns: test, suite, metric, unit, engine, memory, verdict, bound, detail (categorical);
     value, threshold (float64; null -> NaN); size, rail, samples (nullable Int64);
     iteration (int64, 0 when absent); time (datetime64 UTC, NaT when absent); nodes
     (tuple of node names); src (nodes[0]) and dst (nodes[1] or NaN), categoricals
@@ -310,6 +312,7 @@ def load_records(run_dir) -> pd.DataFrame:
     data["samples"] = _ints(_floats(*fields["samples"]))
     data["threshold"] = _floats(*fields["threshold"])
     data["verdict"] = _categorical(*fields["verdict"])
+    data["bound"] = _categorical(*fields["bound"])
     data["detail"] = _categorical(*fields["detail"])
     node_cats = pd.Index(node_names, dtype=object)
     data["src"] = pd.Categorical.from_codes(f_code[list_codes] if len(tuples) else list_codes, categories=node_cats)

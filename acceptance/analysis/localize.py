@@ -166,8 +166,12 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
     hm = head.reindex(b["owner"])
     at_head = (b["metric"].to_numpy() == hm["metric"].to_numpy()) & (
         (b["size"].to_numpy() == hm["size"].to_numpy()) | (b["size"].isna().to_numpy() & hm["size"].isna().to_numpy()))
+    for c in ("how", "basis"):
+        if c not in b.columns:
+            b[c] = None
     agg = b[at_head].groupby("owner").agg(value=("value", "median"), expected=("expected", "median"),
-                                          median=("median", "median"), worse=("worse", "median"))
+                                          median=("median", "median"), worse=("worse", "median"),
+                                          how=("how", "first"), basis=("basis", "first"))
     grade = b.groupby("owner")["grade"].max()
     count = b.groupby("owner").size()
     worst = b.sort_values(["owner", "grade", "prio", "worse"], ascending=[True, False, True, False], kind="stable")
@@ -177,7 +181,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
     out = []
     for i, who in enumerate(owners):
         lines: list[str] = []
-        value = expected = size = metric = unit = None
+        value = expected = size = metric = unit = how = basis = None
         is_fail = bool(grade.get(i, False)) if kind in ("fleet", "regression") else False
         median_known = True
         if who.scope == "rail" and who.info.get("how") == "relative" and len(planes):
@@ -195,6 +199,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             metric, size, unit = head.loc[i, "metric"], head.loc[i, "size"], head.loc[i, "unit"]
             value, expected = float(agg.loc[i, "value"]), float(agg.loc[i, "expected"])
             median_known = not math.isnan(float(agg.loc[i, "median"]))
+            how, basis = agg.loc[i, "how"], agg.loc[i, "basis"]
         if kind == "instability" and metric is not None:
             expected = profile.get("analysis.cv_max")
         total = len(lines) + int(count.get(i, 0))
@@ -204,7 +209,8 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             if metric is not None else True
         phrase, detail = _how(kind, metric or "", value if value is not None else float("nan"),
                               expected if expected is not None else float("nan"),
-                              unit if isinstance(unit, str) else "", size, higher, median_known)
+                              unit if isinstance(unit, str) else "", size, higher, median_known,
+                              how if isinstance(how, str) else None, basis if isinstance(basis, str) else None)
         node = names[who.node] if who.node is not None else None
         peer = names[who.peer] if who.peer is not None else None
         severity = "fail" if is_fail else "warn"
@@ -238,5 +244,6 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
         if severity == "fail" and who.scope in ("nic", "node"):
             msg += f": drain {node}"
         out.append(_finding(severity, who.scope, node, who.rail, peer, metric, value, expected, lines, msg,
-                            kind if kind != "fleet" else ("bound" if not median_known else "outlier"), unit, size))
+                            kind if kind != "fleet" else ("bound" if not median_known else "outlier"), unit, size,
+                            bound=how, basis=basis))
     return out

@@ -10,6 +10,7 @@ from ..measure.stats import samples_needed
 from ..profile import Profile
 from .base import MAD_SCALE, MIN_GROUP, _codes_of, _floats_of
 from .evaluate import OUTLIER_METRICS
+from .wording import fleet_basis
 
 
 
@@ -44,10 +45,24 @@ def _p2p(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         "value": _floats_of(ev["value"])[idx], "iteration": ev["iteration"].to_numpy()[idx],
         "samples": _floats_of(ev["samples"])[idx],
         "fail": _codes_of(ev["verdict"], "fail")[idx], "threshold": ev["threshold"].to_numpy(np.float64)[idx],
-        "unit": ev["unit"].take(idx).to_numpy()})
+        "unit": ev["unit"].take(idx).to_numpy(), **_fleet_columns(ev, idx)})
     if isinstance(ev["metric"].dtype, pd.CategoricalDtype):
         p["metric"] = pd.Categorical(p["metric"], categories=ev["metric"].cat.categories)
     return p, names, idx
+
+
+def _fleet_columns(ev: pd.DataFrame, idx: np.ndarray) -> dict:
+    """How each record's bound was derived, and a fleet bound's population (analysis.evaluate)."""
+    n = len(idx)
+    if "bound" not in ev.columns:
+        return {"how": np.full(n, None, dtype=object), "centre": np.full(n, np.nan), "population": np.zeros(n),
+                "factor": np.full(n, np.nan), "peers": np.full(n, None, dtype=object)}
+    cols = {"how": ev["bound"].take(idx).astype(object).to_numpy()}
+    for c in ("centre", "population", "factor"):
+        cols[c] = _floats_of(ev[c])[idx] if c in ev.columns else np.full(n, np.nan)
+    cols["peers"] = ev["peers"].take(idx).astype(object).to_numpy() if "peers" in ev.columns \
+        else np.full(n, None, dtype=object)
+    return cols
 
 
 def _pair_values(p: pd.DataFrame) -> pd.DataFrame:
@@ -122,10 +137,14 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
     failed = p[p["fail"]]
     if len(failed):
         failed = (failed.groupby(key, observed=True, sort=False)
-                  .agg(fvalue=("value", "median"), bound=("threshold", "median"), unit=("unit", "first"))
+                  .agg(fvalue=("value", "median"), bound=("threshold", "median"), unit=("unit", "first"),
+                       how=("how", "first"), centre=("centre", "median"), population=("population", "max"),
+                       factor=("factor", "first"), peers=("peers", "first"))
                   .reset_index())
+        failed["basis"] = [fleet_basis(r.how, r.factor, r.centre, r.population, r.peers, r.unit)
+                           for r in failed.itertuples()]
     else:
-        failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit"])
+        failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit", "how", "basis"])
     o = outliers[[*key, "value", "median", "worse", "unit"]] if len(outliers) else \
         pd.DataFrame(columns=[*key, "value", "median", "worse", "unit"])
     for frame in (o, failed):
@@ -148,7 +167,7 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
     bad["grade"] = is_fail | (bad["median"].notna().to_numpy() & (worse >= 2 * min_dev))
     bad["expected"] = bad["median"].fillna(bad["bound"])
     return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
-                "unit"]].reset_index(drop=True)
+                "unit", "how", "basis"]].reset_index(drop=True)
 
 
 def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile) -> pd.DataFrame:
@@ -168,7 +187,8 @@ def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame,
                           "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),
                           "expected": x["median"].to_numpy(float), "median": x["median"].to_numpy(float),
                           "bound": np.nan, "worse": x["worse"].to_numpy(float),
-                          "grade": x["worse"].to_numpy() >= 2 * min_dev, "unit": x["unit"].to_numpy(object)})
+                          "grade": x["worse"].to_numpy() >= 2 * min_dev, "unit": x["unit"].to_numpy(object),
+                          "how": None, "basis": None})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra
     return both.drop_duplicates(["rail", "s", "d", "metric", "size"], keep="first").reset_index(drop=True)
 
@@ -177,7 +197,8 @@ def _empty_bad() -> pd.DataFrame:
     return pd.DataFrame({"rail": np.zeros(0, np.int64), "s": np.zeros(0, np.int64), "d": np.zeros(0, np.int64),
                          "metric": np.zeros(0, object), "size": np.zeros(0), "value": np.zeros(0),
                          "expected": np.zeros(0), "median": np.zeros(0), "bound": np.zeros(0),
-                         "worse": np.zeros(0), "grade": np.zeros(0, bool), "unit": np.zeros(0, object)})
+                         "worse": np.zeros(0), "grade": np.zeros(0, bool), "unit": np.zeros(0, object),
+                         "how": np.zeros(0, object), "basis": np.zeros(0, object)})
 
 
 def _measured(p: pd.DataFrame) -> pd.DataFrame:

@@ -91,7 +91,8 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
                             "d": x["d"].to_numpy(), "metric": x["metric"].to_numpy(), "size": x["size"].to_numpy(),
                             "value": x["value"].to_numpy(), "expected": x["expected"].to_numpy(),
                             "median": x["median"].to_numpy(), "bound": np.nan, "worse": x["worse"].to_numpy(),
-                            "grade": x["grade"].to_numpy(), "unit": x["unit"].to_numpy()})
+                            "grade": x["grade"].to_numpy(), "unit": x["unit"].to_numpy(), "how": None,
+                            "basis": None})
         out += _localize(bad, measured, names, profile, kind)
     for row in t[~p2p].itertuples():
         node = names[row.s] if row.s >= 0 else None

@@ -31,7 +31,7 @@ _METRIC_PRIORITY = {"bandwidth": 0, "latency_p50": 1, "latency_p99": 2, "latency
 
 
 def _how(kind: str, metric: str, value: float, expected: float, unit: str, size, higher: bool | None,
-         median_known: bool) -> tuple[str, str]:
+         median_known: bool, how: str | None = None, basis: str | None = None) -> tuple[str, str]:
     """(phrase, detail): ('is 43% slow', '212.0 vs median 371.2 Gbit/s, bandwidth at 4194304 B')."""
     at = f"{metric} at{_size_text(size)}" if _size_text(size) else metric
     unit = unit or ""
@@ -46,15 +46,30 @@ def _how(kind: str, metric: str, value: float, expected: float, unit: str, size,
                 f"{at}: {_fmt(value)} vs {_fmt(expected)} {unit}".rstrip())
     if metric == "errors":
         return "corrupts data", f"{_fmt(value)} wrong bytes{(' at' + _size_text(size)) if _size_text(size) else ''}"
+    which = "fleet bound" if how == "fleet" else "bound"
     if median_known:
         ref = "vs median"
     else:
-        ref = "< bound" if higher is not False else "> bound"
+        ref = f"< {which}" if higher is not False else f"> {which}"
+    why = f" ({basis})" if basis and not median_known else ""
     if higher is False:
-        return (f"has {pct:.0%} higher {metric}" if median_known else f"exceeds its {metric} bound by {pct:.0%}",
-                f"{_fmt(value)} {ref} {_fmt(expected)} {unit}{(' at' + _size_text(size)) if _size_text(size) else ''}")
-    return (f"is {pct:.0%} slow" if median_known else f"is {pct:.0%} below its {metric} bound",
-            f"{_fmt(value)} {ref} {_fmt(expected)} {unit}, {at}")
+        return (f"has {pct:.0%} higher {metric}" if median_known else f"exceeds its {metric} {which} by {pct:.0%}",
+                f"{_fmt(value)} {ref} {_fmt(expected)} {unit}{why}"
+                f"{(' at' + _size_text(size)) if _size_text(size) else ''}")
+    return (f"is {pct:.0%} slow" if median_known else f"is {pct:.0%} below its {metric} {which}",
+            f"{_fmt(value)} {ref} {_fmt(expected)} {unit}{why}, {at}")
+
+
+def fleet_basis(how, factor, centre, population, peers, unit) -> str | None:
+    """How a fleet-relative bound was derived, in words: "0.5 x 0.061 Gbit/s, the median of the 3 other
+    measurements of all pairs"; for too small a population, why there was none (None: not a fleet bound)."""
+    if how == "fleet_too_few":
+        return f"no fleet bound: {int(population or 0)} comparable measurement(s) of {peers}, too few"
+    if how != "fleet":
+        return None
+    unit = unit if isinstance(unit, str) else ""
+    return (f"{factor:g} x {_fmt(centre)} {unit}, the median of the {int(population) - 1} other measurements "
+            f"of {peers}").replace("  ", " ")
 
 
 def _pct_worse(value: float, expected: float, higher: bool | None) -> float:
@@ -80,8 +95,10 @@ def _evidence_line(kind: str, row, names: list[str]) -> str:
     if not math.isnan(row.bound):
         higher = OUTLIER_METRICS.get(row.metric, DIRECTION.get(("rdma_write", row.metric), True))
         rel = "<" if higher is not False else ">"
-        parts.append(f"{_fmt(row.value)} {unit} {rel} bound {_fmt(row.bound)}" if not parts
-                     else f"bound {_fmt(row.bound)}")
+        basis = getattr(row, "basis", None)
+        which = "fleet bound" if getattr(row, "how", None) == "fleet" else "bound"
+        parts.append((f"{_fmt(row.value)} {unit} {rel} {which} {_fmt(row.bound)}" if not parts
+                      else f"{which} {_fmt(row.bound)}") + (f" ({basis})" if isinstance(basis, str) else ""))
     return f"{where}: {'; '.join(parts)}"
 
 
@@ -110,9 +127,12 @@ def _clean(x):
 
 
 def _finding(severity, scope, node, rail, peer, metric, value, expected, evidence, message, kind, unit=None,
-             size=None) -> dict:
+             size=None, bound=None, basis=None) -> dict:
+    """One finding (docs/records.md). bound: how `expected` was derived when it is a bound (absolute,
+    line_rate, fleet, ...); basis: a fleet bound's population, in words."""
     size = _clean(size)
     return {"severity": severity, "scope": scope, "node": node, "rail": None if rail is None else int(rail),
             "peer": peer, "metric": metric, "value": _clean(value), "expected": _clean(expected),
             "evidence": list(evidence), "message": message, "kind": kind,
-            "unit": unit if isinstance(unit, str) else None, "size": None if size is None else int(size)}
+            "unit": unit if isinstance(unit, str) else None, "size": None if size is None else int(size),
+            "bound": bound if isinstance(bound, str) else None, "basis": basis if isinstance(basis, str) else None}

@@ -36,8 +36,9 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
             progress()
         if not root:
             continue
+        # The world communicator is one of a kind: nothing in the run to hold it against (fleet bounds).
         common = dict(size=res.nbytes, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME,
-                      samples=iters)
+                      samples=iters, peers=scope != "world")
         mean_ns = float(res.times_ns.mean())
         alg = gbyte_per_s(res.nbytes, mean_ns)
         bus = busbw(op, alg, n)

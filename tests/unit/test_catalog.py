@@ -56,7 +56,8 @@ def test_one_value_and_a_frame_are_judged_alike(suite, name, value, size, when):
                           "unit": [catalog.metric(suite, name, **when).unit], "detail": [None], "iteration": [0],
                           "threshold": [np.nan], "op": [when.get("op")],
                           "scope": ["node" if when.get("node") else "world"]})
-    thresholds, codes = judge.judge_records(frame, profile)
+    judged = judge.judge_records(frame, profile)
+    thresholds, codes = judged.threshold, judged.verdict
     assert judge.VERDICTS[codes[0]] == verdict
     assert (threshold is None and np.isnan(thresholds[0])) or thresholds[0] == pytest.approx(threshold)
 
