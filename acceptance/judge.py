@@ -110,16 +110,24 @@ NODE_COMMS, RAIL_COMMS, PAIRS, NICS, NODES = ("node communicators", "rail commun
                                               "nodes")
 
 
-def fleet_factor(profile: Profile, suite: str, name: str) -> float | None:
-    """The fleet.bounds factor of record metric (suite, name): the first key that matches it."""
+def fleet_factor(profile: Profile, suite: str, name: str) -> float | list | None:
+    """The fleet.bounds factor of record metric (suite, name): the first key that matches it; a
+    number, or a table by size ([[bytes, factor], ...]: see fleet_factors)."""
     from fnmatch import fnmatchcase
     m = catalog.metrics(suite, name)
     if not m or not m[0].fleet or not catalog.suite(suite).measures:
         return None
     for pattern, factor in profile.get("fleet.bounds") or ():
         if fnmatchcase(f"{suite}.{name}", pattern):
-            return float(factor)
+            return factor
     return None
+
+
+def fleet_factors(factor, sizes: np.ndarray) -> np.ndarray:
+    """The factor of each record by its size: NaN below a table's first size (no fleet bound there)."""
+    if isinstance(factor, list):
+        return size_bound(factor, sizes)
+    return np.full(len(sizes), float(factor))
 
 
 def _text(df: pd.DataFrame, column: str, idx: np.ndarray) -> np.ndarray:
@@ -175,12 +183,13 @@ def loo_median(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.n
     return centre, size
 
 
-def fleet_bounds(df: pd.DataFrame, idx: np.ndarray, values: np.ndarray, factor: float, higher: bool,
+def fleet_bounds(df: pd.DataFrame, idx: np.ndarray, values: np.ndarray, factor: np.ndarray,
                  profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(fleet bound, population size, centre, population kind) of the records idx of one metric:
-    factor x the median of the comparable others; NaN where the record has no population or the
-    population is smaller than fleet.min_population."""
+    factor x the median of the comparable others; NaN where the record has no population (or no
+    factor at its size) or the population is smaller than fleet.min_population."""
     kind = populations(df, idx, profile)
+    kind = np.where(np.isnan(factor), None, kind)
     cols = {"kind": kind}
     for c in ("suite", "metric", "memory", "engine", "op", "unit"):
         cols[c] = _text(df, c, idx)
@@ -317,7 +326,8 @@ def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profil
     code = compare(v, b, m.higher)
     factor = fleet_factor(profile, suite, name)
     if factor is not None:
-        fb, pop, centre, peers = fleet_bounds(df, idx, v, factor, bool(m.higher), profile)
+        factor = fleet_factors(factor, s)
+        fb, pop, centre, peers = fleet_bounds(df, idx, v, factor, profile)
         applies = (peers != None) & ~np.isnan(v)  # noqa: E711 - elementwise
         judged = applies & ~np.isnan(fb)
         stricter = judged & (np.isnan(b) | ((fb > b) if m.higher else (fb < b)))
@@ -363,7 +373,8 @@ def judge_one(suite: str, name: str, value: float | None, profile: Profile, size
     bound = None if np.isnan(b[0]) else float(b[0])
     kind = None if bound is None else LINE_RATE if by_floor[0] else ABSOLUTE
     verdict = VERDICTS[int(code[0])]
-    if peers and value is not None and fleet_factor(profile, suite, name) is not None:
+    factor = fleet_factor(profile, suite, name)
+    if peers and value is not None and factor is not None and not np.isnan(fleet_factors(factor, s)[0]):
         kind, verdict = FLEET, "fail" if verdict == "fail" else "info"
     return bound, verdict, kind
 

@@ -359,41 +359,60 @@ class FactorMap(Field):
     """Fleet-relative bounds: { "suite.metric" = factor }, a key may be a pattern ("rdma_write.latency_p5*").
 
     A higher-is-better metric's factor is the fraction (0 < f < 1) of its population's centre below
-    which a value fails; a lower-is-better metric's is the multiple (f > 1) above which it fails.
-    Every key must name at least one catalog metric that can be judged against the fleet, all of one
-    direction. Stored as [[pattern, factor], ...] in the order written.
+    which a value fails; a lower-is-better metric's is the multiple (f > 1) above which it fails. A
+    factor may also be a table by message size ({ "4KiB" = 0.5 }: from 4 KiB up; smaller sizes have
+    no fleet bound), as the other bounds by size. Every key must name at least one catalog metric that
+    can be judged against the fleet, all of one direction. Stored as [[pattern, factor or
+    [[bytes, factor], ...]], ...] in the order written.
     """
 
     expected, types = 'a table of "suite.metric" = factor, e.g. { "rdma_write.bandwidth" = 0.5 }', (dict,)
 
+    @staticmethod
+    def _factor(pattern: str, factor, higher: bool):
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)):
+            raise ValueError(f"{pattern}: expected a number or a table of size = number, got {_show(factor)}")
+        if higher and not 0 < factor < 1:
+            raise ValueError(f"{pattern}: higher is better, so its factor is the fraction of the fleet's "
+                             f"centre below which a value fails: more than 0 and less than 1, got {_show(factor)}")
+        if not higher and not factor > 1:
+            raise ValueError(f"{pattern}: lower is better, so its factor is the multiple of the fleet's "
+                             f"centre above which a value fails: more than 1, got {_show(factor)}")
+        return float(factor)
+
     def convert(self, raw):
         from . import catalog
+        known = [f"{s}.{m}" for s, m, _ in catalog.fleet_metrics("*")]
         out = []
         for pattern, factor in raw.items():
-            if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-                raise ValueError(f"{pattern}: expected a number > 0, got {_show(factor)}")
             found = catalog.fleet_metrics(pattern)
             if not found:
-                known = ", ".join(f"{s}.{m}" for s, m, _ in catalog.fleet_metrics("*"))
                 raise ValueError(f"{pattern}: names no metric that can be judged against the fleet "
-                                 f"(they are: {known})" + _did_you_mean(pattern, [f"{s}.{m}" for s, m, _ in
-                                                                                 catalog.fleet_metrics("*")]))
+                                 f"(they are: {', '.join(known)})" + _did_you_mean(pattern, known))
             directions = {higher for _, _, higher in found}
             if len(directions) > 1:
                 raise ValueError(f"{pattern}: matches metrics where higher is better and metrics where lower "
                                  f"is better ({', '.join(f'{s}.{m}' for s, m, _ in found)}); name them apart")
             higher = directions.pop()
-            if higher and not factor < 1:
-                raise ValueError(f"{pattern}: higher is better, so its factor is the fraction of the fleet's "
-                                 f"centre below which a value fails: more than 0 and less than 1, got {_show(factor)}")
-            if not higher and not factor > 1:
-                raise ValueError(f"{pattern}: lower is better, so its factor is the multiple of the fleet's "
-                                 f"centre above which a value fails: more than 1, got {_show(factor)}")
-            out.append([pattern, float(factor)])
+            if isinstance(factor, dict):
+                table = []
+                for size, f in factor.items():
+                    try:
+                        nbytes = parse_size(size, bare=False)
+                    except ValueError as e:
+                        raise ValueError(f"{pattern}: {size!r}: {e}") from None
+                    table.append([nbytes, self._factor(f"{pattern}: {size}", f, higher)])
+                out.append([pattern, sorted(table)])
+            else:
+                out.append([pattern, self._factor(pattern, factor, higher)])
         return out
 
     def to_toml(self, value):
-        items = ", ".join(f"{json.dumps(k)} = {v!r}" for k, v in value)
+        def one(f):
+            if isinstance(f, list):
+                return "{ " + ", ".join(f"{json.dumps(format_size(n))} = {v!r}" for n, v in f) + " }"
+            return repr(f)
+        items = ", ".join(f"{json.dumps(k)} = {one(v)}" for k, v in value)
         return f"{{ {items} }}" if items else "{}"
 
 

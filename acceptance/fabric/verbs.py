@@ -147,6 +147,11 @@ class Settings:
 class Config:
     device: str
     settings: Settings
+    # More ranks on this host than CPUs for them (virtual nodes, an emulator's guest): polling loops
+    # give the CPU away between empty polls, as Open MPI does when oversubscribed (mpi_yield_when_idle).
+    # A rank spinning on a CPU that its peer, or the kernel's RDMA work (rxe), needs would otherwise
+    # hold it for a whole time slice: milliseconds per round trip, on some pairs and not others.
+    oversubscribed: bool = False
 
 
 _config: Config | None = None
@@ -230,13 +235,20 @@ def configure(topology, profile) -> None:
     except VerbsError as exc:
         raise VerbsError(f"rail {topology.rail} (rank {topology.rank} on {topology.node}) "
                          f"has no RDMA device: {exc}") from exc
-    use(pick_device(names, topology, profile.get("topology.nic_rails")), settings)
+    on_host = sum(r.host == topology.me.host for r in topology.ranks)
+    use(pick_device(names, topology, profile.get("topology.nic_rails")), settings,
+        oversubscribed=on_host > len(os.sched_getaffinity(0)))
 
 
-def use(device: str, settings: Settings) -> None:
+def use(device: str, settings: Settings, oversubscribed: bool = False) -> None:
     """Measure through `device` with `settings` (configure() picks both from the topology and profile)."""
     global _config
-    _config = Config(device, settings)
+    _config = Config(device, settings, oversubscribed)
+
+
+def _relax() -> Callable[[], None] | None:
+    """What a polling loop does after an empty poll: nothing, or yield the CPU when oversubscribed."""
+    return os.sched_yield if _config is not None and _config.oversubscribed else None
 
 
 def used_device() -> str | None:
@@ -702,7 +714,7 @@ class Window:
         having checked their status.
         """
         self.reset()
-        spins, deadline = 0, None
+        spins, deadline, relax = 0, None, _relax()
         while self.completed < self.total:
             while self.can_post():
                 post(*self.next())
@@ -714,6 +726,8 @@ class Window:
                 spins, deadline = 0, None
             else:
                 spins += 1
+                if relax:
+                    relax()
                 if not spins & 0xFFFF:
                     deadline = _check_deadline(deadline, timeout_s, lambda: (
                         f"{self.in_flight} work requests got no completion in {timeout_s:g} s "
@@ -732,7 +746,7 @@ def _check_deadline(deadline: float | None, timeout_s: float, what: Callable[[],
 def wait_completion(cq, what: str | None = None, timeout_s: float = SPIN_TIMEOUT_S):
     """Spin until `cq` yields one completion, check it and return it."""
     poll = cq.poll
-    spins, deadline = 0, None
+    spins, deadline, relax = 0, None, _relax()
     while True:
         n, wcs = poll(1)
         if n:
@@ -740,6 +754,8 @@ def wait_completion(cq, what: str | None = None, timeout_s: float = SPIN_TIMEOUT
             check_completion(wc, what)
             return wc
         spins += 1
+        if relax:
+            relax()
         if not spins & 0xFFFF:
             deadline = _check_deadline(deadline, timeout_s, lambda: (
                 f"no completion for the {what or 'posted'} work request in {timeout_s:g} s"))
@@ -747,9 +763,11 @@ def wait_completion(cq, what: str | None = None, timeout_s: float = SPIN_TIMEOUT
 
 def spin_until(mem: memoryview, index: int, value: int, timeout_s: float = SPIN_TIMEOUT_S) -> None:
     """Spin until byte `index` of mem equals `value` (the peer's RDMA WRITE arrived)."""
-    spins, deadline = 0, None
+    spins, deadline, relax = 0, None, _relax()
     while mem[index] != value:
         spins += 1
+        if relax:
+            relax()
         if not spins & 0xFFFF:
             deadline = _check_deadline(deadline, timeout_s, lambda: (
                 f"no RDMA WRITE from the peer in {timeout_s:g} s: the last byte of the receive buffer "

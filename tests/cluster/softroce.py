@@ -463,7 +463,7 @@ def _stream(path: Path, pos: int, out) -> int:
     return pos + len(data)
 
 
-def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 2, log=print) -> int:
+def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 1, log=print) -> int:
     """Boot the guest, run plan.command in it, stream its output; the command's exit code."""
     reason = unavailable_reason()
     if reason:
@@ -569,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="netem delay on both ends of that node's rail link, e.g. node2:1:10ms")
     p.add_argument("--timeout", type=float, default=900, help="seconds before the guest is stopped (exit 124)")
     p.add_argument("--memory", type=int, default=3072, help="guest memory in MiB (default 3072)")
-    p.add_argument("--cpus", type=int, default=os.cpu_count() or 2, help="guest vCPUs (default: host cores)")
+    p.add_argument("--cpus", type=int, default=1, help="guest vCPUs (default 1: see the module docstring)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = ap.parse_args(argv)
     if args.cmd == "check":
