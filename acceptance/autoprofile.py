@@ -3,8 +3,9 @@
 A built-in names its hardware with [detect] gpu_model (a part of nvidia-smi's GPU name,
 e.g. "H100") and preflight.port_rate (the active rate of its RDMA ports). The node is read
 once (nvidia-smi --query-gpu=name, sysfs port rates), on the node that launches the job,
-and exactly one built-in must match; otherwise the answer says what the node has and what
-each built-in expects, so the operator can name a profile.
+and exactly one built-in must match. When none does, the answer is the `fleet` built-in
+(every measurement judged against the run's own fleet), and the line says so, with what the
+node has and what each built-in expects; when several do, the operator must name one.
 """
 
 from __future__ import annotations
@@ -58,14 +59,24 @@ def matches(profile: Profile, hw: Hardware) -> bool:
             and (rate is None or (hw.port_gbps is not None and abs(hw.port_gbps - rate) < 1e-6)))
 
 
+# The built-in for hardware no other built-in knows: judged against its own fleet.
+FALLBACK = "fleet"
+
+
 def choose(hw: Hardware | None = None) -> tuple[Profile, str]:
-    """(the matching built-in, a line saying why); ProfileError listing what was found otherwise."""
+    """(the matching built-in, a line saying why): the `fleet` built-in when none matches;
+    ProfileError naming them when several do."""
     hw = hw or this_node()
     found = [p for p in candidates() if matches(p, hw)]
     if len(found) == 1:
         return found[0], f"profile auto: {found[0].name} (this node: {hw.describe()})"
     known = "; ".join(f"{p.name} ({p.get('detect.gpu_model')}, {p.get('preflight.port_rate'):g} Gbit/s ports)"
                       for p in candidates())
-    what = "no built-in profile matches" if not found else f"several built-ins match ({', '.join(p.name for p in found)})"
-    raise ProfileError("--profile auto", "", f"{what} this node ({hw.describe()}); built-ins with hardware: {known}; "
+    if not found:
+        return load_profile(FALLBACK), (
+            f"profile auto: {FALLBACK}: no built-in profile matches this node ({hw.describe()}; built-ins with "
+            f"hardware: {known}), so every measurement is judged against the run's own fleet: a component that "
+            f"stands apart fails, a fabric slow everywhere alike passes (name a profile with numbers to catch that)")
+    raise ProfileError("--profile auto", "", f"several built-ins match this node ({', '.join(p.name for p in found)};"
+                       f" {hw.describe()}); built-ins with hardware: {known}; "
                        "name one, or write your own (extends = \"<built-in>\")")

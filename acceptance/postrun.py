@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from .analysis import Analysis, analyze, write_outputs
+from .analysis.fleet import line as fleet_line
 from .report import render
 from .results import RunFolder
 
@@ -20,8 +21,8 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
     (one analysis says all of them, so they always agree)."""
     analysis = analyze(run_dir, baseline_dir=baseline)
     write_outputs(run_dir, analysis)
-    RunFolder(run_dir).update_run(verdict=analysis.verdict, exit_code=analysis.exit_code)
-    analysis.run.update(verdict=analysis.verdict, exit_code=analysis.exit_code)
+    RunFolder(run_dir).update_run(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet)
+    analysis.run.update(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet)
     return analysis, render(analysis, run_dir, out)
 
 
@@ -37,6 +38,9 @@ def summary(analysis: Analysis, report: Path) -> str:
         lines.append("engines: " + "; ".join(f"{name} ({', '.join(suites)})" for name, suites in by_engine.items())
                      + " (why: run.json \"engines\", report environment)")
     lines.append(f"verdict: {analysis.verdict.upper()} ({analysis.verdict_why}; {len(analysis.findings)} findings)")
+    fleet = fleet_line(analysis.fleet)
+    if fleet:
+        lines.append(f"  {fleet}")
     overridden = (analysis.run or {}).get("overrides")
     if isinstance(overridden, dict) and overridden:
         lines.append(f"  note: measured with data sources overridden ({', '.join(overridden)}; run.json \"overrides\")")

@@ -7,6 +7,36 @@ from pathlib import Path
 
 import pytest
 
+# `pytest --cpu-hog` (or ACCEPTANCE_TEST_HOG=1): the rig and emulated-cluster tests run with one busy
+# process per core beside them, so the machine runs them at about half its speed. Their verdicts must
+# not change: nothing they judge may depend on how fast this machine is.
+HOG_MARKERS = ("softroce", "e2e")
+HOG = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-hog", action="store_true", default=bool(os.environ.get("ACCEPTANCE_TEST_HOG")),
+                     help="run the Soft-RoCE rig and emulated-cluster tests beside one busy process per core")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_hog(request):
+    """One busy process per core for the duration of a rig or emulated-cluster test module (whose
+    guest or cluster is shared by its tests), when asked."""
+    if not request.config.getoption("--cpu-hog") or not any(
+            request.node.get_closest_marker(m) for m in HOG_MARKERS):
+        yield None
+        return
+    # Each hog also stops by itself after an hour, should this process die without its teardown.
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG.format(seconds=3600)], stdin=subprocess.DEVNULL)
+            for _ in range(os.cpu_count() or 1)]
+    try:
+        yield hogs
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
 # Small suites that the integration tests run under mpiexec; never collected directly.
 collect_ignore = ["mpi_suites"]
 

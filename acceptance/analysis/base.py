@@ -31,6 +31,14 @@ class Analysis:
         return self.extra["burnin"]
 
     @property
+    def fleet(self) -> dict:
+        """The run's fleet-relative bounds: populations, values outside, values too few to judge."""
+        if "fleet" not in self.extra:
+            from .fleet import summary
+            self.extra["fleet"] = summary(self.records)
+        return self.extra["fleet"]
+
+    @property
     def verdict(self) -> str:
         """The run's verdict: "pass", "fail" or "incomplete" (analysis.verdict)."""
         from .verdict import run_verdict

@@ -11,11 +11,11 @@ import pandas as pd
 from ..results import FAILED_METRIC
 from .base import EVIDENCE_MAX, _codes_of, _floats_of
 from .evaluate import _direction
-from .wording import _cap, _finding, _fmt, _size_text
+from .wording import _cap, _finding, _fmt, _size_text, fleet_basis
 
 
 
-def _bound_text(suite: str, metric: str, value, bound, unit: str) -> str:
+def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None) -> str:
     higher = _direction(suite, metric)
     unit = unit or ""
     if metric == "memlock":
@@ -29,7 +29,8 @@ def _bound_text(suite: str, metric: str, value, bound, unit: str) -> str:
     if metric == "version_mismatches":
         return f"software versions differ between nodes ({_fmt(value)} mismatches)"
     rel = "<" if higher else ">"
-    return f"{metric} {_fmt(value)} {unit} {rel} bound {_fmt(bound)} {unit}".rstrip()
+    which = "fleet bound" if how == "fleet" else "bound"
+    return f"{metric} {_fmt(value)} {unit} {rel} {which} {_fmt(bound)} {unit}".rstrip()
 
 
 def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
@@ -40,11 +41,15 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     idx = np.flatnonzero(fail)
     if not len(idx):
         return []
-    cols = ["suite", "metric", "value", "unit", "size", "rail", "src", "dst", "op", "scope", "threshold", "detail"]
+    cols = ["suite", "metric", "value", "unit", "size", "rail", "src", "dst", "op", "scope", "threshold", "detail",
+            "bound", "centre", "population", "factor", "peers"]
     f = ev.iloc[idx][[c for c in cols if c in ev.columns]].copy()
-    if "detail" not in f.columns:
-        f["detail"] = None
-    for c in ("suite", "metric", "unit", "src", "dst", "op", "scope", "detail"):
+    for c in ("detail", "bound", "peers"):
+        if c not in f.columns:
+            f[c] = None
+    for c in ("centre", "population", "factor"):
+        f[c] = _floats_of(f[c]) if c in f.columns else np.nan
+    for c in ("suite", "metric", "unit", "src", "dst", "op", "scope", "detail", "bound", "peers"):
         f[c] = f[c].astype(object).where(f[c].notna(), None)
     f["size"] = _floats_of(f["size"])
     f["rail"] = _floats_of(f["rail"])
@@ -64,17 +69,24 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         value, bound = float(g["value"].median()) if g["value"].notna().any() else None, \
             float(g["threshold"].median()) if g["threshold"].notna().any() else None
         text = _bound_text(h["suite"], h["metric"], value if value is not None else float("nan"),
-                           bound if bound is not None else float("nan"), h["unit"])
+                           bound if bound is not None else float("nan"), h["unit"], h["bound"])
         sizes = g["size"].dropna().nunique()
         more = f" at {sizes} sizes" if sizes > 1 else _size_text(h["size"]).replace(" ", " at ", 1)
-        lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit)}"
-                 + (f" ({row.detail})" if isinstance(row.detail, str) else "")
-                 for row in g.head(EVIDENCE_MAX).itertuples()]
+
+        def why(row) -> str:
+            basis = fleet_basis(row.bound, row.factor, row.centre, row.population, row.peers, row.unit)
+            notes = [x for x in (basis, row.detail) if isinstance(x, str)]
+            return f" ({'; '.join(notes)})" if notes else ""
+
+        lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit, row.bound)}"
+                 + why(row) for row in g.head(EVIDENCE_MAX).itertuples()]
         msg = f"{subject}: {h['suite']} {text}{more}"
         if scope == "node":
             msg += f": drain {node}"
         out.append(_finding("fail", scope, node, rail, None, h["metric"], value, bound,
-                            _cap(lines, len(g)), msg, "bound", h["unit"], h["size"]))
+                            _cap(lines, len(g)), msg, "bound", h["unit"], h["size"], bound=h["bound"],
+                            basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
+                                              h["unit"])))
 
     # GPUDirect use (gdrdma, from NCCL's log) is a property of a node's NIC, not of a communicator.
     per_comm = (f["suite"] == "collective") & (f["metric"] != "gdrdma")

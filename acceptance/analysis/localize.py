@@ -199,6 +199,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             metric, size, unit = head.loc[i, "metric"], head.loc[i, "size"], head.loc[i, "unit"]
             value, expected = float(agg.loc[i, "value"]), float(agg.loc[i, "expected"])
             median_known = not math.isnan(float(agg.loc[i, "median"]))
+        if i in agg.index:
             how, basis = agg.loc[i, "how"], agg.loc[i, "basis"]
         if kind == "instability" and metric is not None:
             expected = profile.get("analysis.cv_max")

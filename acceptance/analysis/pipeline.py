@@ -13,6 +13,7 @@ from ..profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER, Analysis
 from .evaluate import evaluate
 from .failures import _counter_findings, _failed_tests, _other_failures
+from .fleet import too_few_findings
 from .load import load_records
 from .localize import _localize
 from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _p2p, _pair_values, _rail_planes
@@ -22,7 +23,8 @@ from .trends import _burnin_findings, _regression_findings, compare
 
 
 def _sort(findings: list[dict]) -> list[dict]:
-    kinds = {"bound": 0, "outlier": 0, "counter": 0, "test": 0, "regression": 1, "drift": 2, "instability": 3}
+    kinds = {"bound": 0, "outlier": 0, "counter": 0, "test": 0, "regression": 1, "drift": 2, "instability": 3,
+             "fleet": 4}
 
     def key(f):
         return (0 if f["severity"] == "fail" else 1, SCOPE_ORDER.get(f["scope"], 9), kinds.get(f.get("kind"), 9),
@@ -51,6 +53,7 @@ def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> li
     findings += _other_failures(ev, p2p_idx)
     findings += _failed_tests(ev)
     findings += _counter_findings(ev)
+    findings += too_few_findings(ev, profile.get("fleet.min_population"))
     findings += _burnin_findings(ev, profile, measured)
     if deltas is not None:
         findings += _regression_findings(deltas, profile, measured, names)

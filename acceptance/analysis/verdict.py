@@ -40,8 +40,11 @@ def run_verdict(run: dict, records: pd.DataFrame, findings: list[dict]) -> tuple
         return FAIL, ", ".join(parts) or "a check failed (run.json: exit_code 1)"
     judged = 0
     if len(records):
-        judged = int((_codes_of(records["verdict"], "pass") | _codes_of(records["verdict"], "fail")
-                      | _codes_of(records["verdict"], "warn")).sum())
+        held = _codes_of(records["verdict"], "pass") | _codes_of(records["verdict"], "fail") \
+            | _codes_of(records["verdict"], "warn")
+        if "bound" in records.columns:  # too few peers for its fleet bound: a warning, not a measurement judged
+            held &= ~_codes_of(records["bound"], "fleet_too_few")
+        judged = int(held.sum())
     if not judged:
         return INCOMPLETE, "nothing was measured against a bound (every check skipped or recorded only information)"
     warnings = sum(1 for f in findings if f.get("severity") == "warn")

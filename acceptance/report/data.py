@@ -18,7 +18,7 @@ from ..profile import format_size
 
 # Columns the report reads, with what a missing column becomes.
 COLUMNS = ("test", "suite", "metric", "value", "unit", "size", "rail", "iteration",
-           "src", "dst", "op", "scope", "threshold", "verdict", "detail", "engine")
+           "src", "dst", "op", "scope", "threshold", "verdict", "detail", "engine", "bound")
 
 def lower_is_better(suite: str, metric: str) -> bool:
     """From the analysis' bound registry, the one place that knows each metric's direction.
@@ -48,7 +48,7 @@ def prepare(records: pd.DataFrame | None) -> pd.DataFrame:
     for name in numeric:
         out[name] = pd.to_numeric(col(name), errors="coerce").astype(float)
     out["iteration"] = out["iteration"].fillna(0)
-    for name in ("test", "suite", "metric", "unit", "detail", "op", "scope", "engine"):
+    for name in ("test", "suite", "metric", "unit", "detail", "op", "scope", "engine", "bound"):
         out[name] = col(name)
     verdict = col("verdict")
     out["verdict"] = verdict.astype(object).where(verdict.notna(), "info") if verdict.isna().any() else verdict

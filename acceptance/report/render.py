@@ -38,6 +38,7 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
             "findings": sections.findings(analysis, units),
             "drain_file": sections.drain_file(run_dir),
             "failing": sections.failing_records(recs),
+            "fleet": sections.fleet(analysis),
             "heatmaps": sections.heatmaps(recs, run),
             "sweeps": sections.sweeps(recs),
             "collectives": sections.collectives(recs),

@@ -167,7 +167,8 @@ def failing_records(recs: pd.DataFrame) -> dict:
     badness = np.where(bad["_lower"].to_numpy(bool), bad["value"].to_numpy(float),
                        -bad["value"].to_numpy(float))
     bad = bad.assign(_bad=np.nan_to_num(badness, nan=-np.inf))
-    keys = ["verdict", "suite", "metric"]
+    bad = bad.assign(bound=bad["bound"].astype(object).where(bad["bound"].notna(), "absolute"))
+    keys = ["verdict", "suite", "metric", "bound"]
     counts = bad.groupby(keys, dropna=False, sort=False).size().rename("count")
     worst = bad.sort_values("_bad", ascending=False).drop_duplicates(keys).set_index(keys)
     table = worst.join(counts).reset_index()
@@ -178,9 +179,33 @@ def failing_records(recs: pd.DataFrame) -> dict:
         rows.append({"verdict": fmt_text(r.verdict), "suite": fmt_text(r.suite), "metric": fmt_text(r.metric),
                      "count": f"{int(r.count):,}", "worst": fmt_num(r.value, r.unit if not is_missing(r.unit) else None),
                      "threshold": fmt_num(r.threshold, r.unit if not is_missing(r.unit) else None),
+                     "bound": BOUND_WORDS.get(r.bound, fmt_text(r.bound)),
                      "where": _where(r.src, r.dst, r.rail), "size": fmt_size(r.size),
                      "test": fmt_text(r.test)})
     return {"rows": rows, "more": _more(len(table), len(rows), "results.jsonl")}
+
+
+# How a threshold was derived (results.BOUND_KINDS), as the report says it.
+BOUND_WORDS = {"absolute": "profile", "line_rate": "line rate", "recorded": "set by the test",
+               "fleet": "fleet", "fleet_too_few": "too few peers"}
+
+
+def fleet(analysis) -> dict:
+    """The fleet-relative bounds of the run: each population, worst (most outside) first."""
+    s = analysis.fleet
+    pops = sorted(s["populations"], key=lambda p: (-p["outside"], -p["too_few"], p["suite"], p["metric"],
+                                                    -1 if p["size"] is None else p["size"]))
+    rows = [{"metric": f"{p['suite']} {catalog.label(p['suite'], p['metric'])}"
+                       + (f" ({p['op']})" if p.get("op") else ""),
+             "size": fmt_size(p["size"]), "peers": fmt_text(p["peers"]), "values": f"{p['values']:,}",
+             "median": fmt_num(p["median"], p["unit"]),
+             "factor": "–" if p["factor"] is None else f"{p['factor']:g} ×",
+             "outside": f"{p['outside']:,}", "too_few": f"{p['too_few']:,}",
+             "cls": "fail" if p["outside"] else "warn" if p["too_few"] else ""}
+            for p in pops[:MAX_ROWS]]
+    return {"rows": rows, "more": _more(len(pops), len(rows), 'run.json "fleet"'), "judged": f"{s['judged']:,}",
+            "outside": f"{s['outside']:,}", "too_few": f"{s['too_few']:,}",
+            "min_population": analysis.profile.get("fleet.min_population")}
 
 
 # --- 3. heatmaps -----------------------------------------------------------------

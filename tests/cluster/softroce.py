@@ -3,7 +3,9 @@
 
     python tests/cluster/softroce.py check
     python tests/cluster/softroce.py run [--nodes N] [--rails R] [--throttle NODE:RAIL:RATE]...
-        [--loss NODE:RAIL:PERCENT]... [--delay NODE:RAIL:TIME]... [--timeout S] -- COMMAND...
+        [--loss NODE:RAIL:PERCENT]... [--delay NODE:RAIL:TIME]... [--timeout S] [--cpus N] -- COMMAND...
+    python tests/cluster/softroce.py fault [--clear] [--throttle|--loss|--delay NODE:RAIL:VALUE]...
+        (inside the guest, from COMMAND: change the links' faults between two runs)
 
 `run` boots Debian's kernel (the package linux-image-amd64 depends on, fetched with
 `apt-get download` and unpacked into a cache outside the checkout, never installed) under
@@ -26,7 +28,16 @@ Inside, for every emulated node n (1..N) and rail r (0..R-1):
 COMMAND runs in the current directory with ``ulimit -l unlimited`` and
 ``ACCEPTANCE_DEVICE_MAP`` naming a JSON file ``{"node1": ["rxe_n1r0", "rxe_n1r1"], ...}``
 (list index = rail): `acceptance run --nodes N --ranks-per-node R` then measures node n's
-rail r through node n's own device. Its output is streamed here and `run` exits with its exit
+rail r through node n's own device. COMMAND may change the faults between two runs with
+`softroce.py fault` (one guest, several scenarios: the rig's tests do that).
+
+The guest has one vCPU unless --cpus says otherwise. Under TCG on a host with two cores and
+anything else running, a guest with two vCPUs waits for the host to schedule the other vCPU's
+thread whenever one wakes the other (an interrupt, a packet for the other CPU): milliseconds per
+round trip on some pairs and not others, and bandwidth 3x apart between healthy links. With one
+vCPU every rank and the kernel's RDMA work share one CPU; the ranks' polls yield it (the verbs
+engine and MPICH do when there are more ranks than CPUs), so a round trip is a few context
+switches, healthy links measure alike, and the guest boots in half the time. Its output is streamed here and `run` exits with its exit
 code: 124 when --timeout passed (with the tail of the guest console), 2 when the rig cannot
 start. Nothing is left running when `run` returns.
 """
@@ -51,6 +62,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ACCEPTANCE_SOFTROCE_CACHE", "/var/cache/acceptance-softroce"))
 META_PACKAGE = "linux-image-amd64"
 DEVICE_MAP_ENV = "ACCEPTANCE_DEVICE_MAP"
+PLAN_ENV = "SOFTROCE_PLAN"  # inside the guest: the plan, for `softroce.py fault`
 # Debian packages the rig needs on the host (the guest uses the host's root file system).
 PACKAGES = {
     "qemu-system-x86": "qemu-system-x86_64",
@@ -377,12 +389,48 @@ def _guest_network(plan: Plan, modroot: str) -> None:
     _sh("ip", "rule", "add", "pref", "1000", "lookup", "local")
     _sh("ip", "rule", "del", "pref", "0", "lookup", "local")
     for fault in plan.faults:
-        link = node_link(fault.node, fault.rail)
-        for end in (link, f"{link}p"):
-            _sh("tc", "qdisc", "add", "dev", end, "root", *fault.qdisc())
+        apply_fault(fault)
     for n in range(1, plan.nodes + 1):
         for r in range(plan.rails):
             _sh("rdma", "link", "add", device_name(n, r), "type", "rxe", "netdev", node_link(n, r))
+
+
+def apply_fault(fault: LinkFault) -> None:
+    """The fault's qdisc on both ends of its link (replacing any earlier one there)."""
+    link = node_link(fault.node, fault.rail)
+    for end in (link, f"{link}p"):
+        _sh("tc", "qdisc", "replace", "dev", end, "root", *fault.qdisc())
+
+
+def clear_faults(plan: Plan) -> None:
+    """Every link back to its plain qdisc."""
+    for n in range(1, plan.nodes + 1):
+        for r in range(plan.rails):
+            link = node_link(n, r)
+            for end in (link, f"{link}p"):
+                subprocess.run(["tc", "qdisc", "del", "dev", end, "root"], capture_output=True)
+
+
+def guest_fault(args) -> int:
+    """`softroce.py fault ...` inside the guest: change the links' faults between two commands."""
+    path = os.environ.get(PLAN_ENV)
+    if not path or not Path(path).is_file():
+        print(f"softroce: fault runs inside the guest of `softroce.py run` (no {PLAN_ENV} here)", file=sys.stderr)
+        return 2
+    plan = Plan.load(path)
+    try:
+        faults = [parse_fault(kind, text, plan.nodes, plan.rails)
+                  for kind in ("throttle", "loss", "delay") for text in getattr(args, kind)]
+        if args.clear:
+            clear_faults(plan)
+        for fault in faults:
+            apply_fault(fault)
+    except RigError as exc:
+        print(f"softroce: {exc}", file=sys.stderr)
+        return 2
+    said = ", ".join(f"{f.kind} node{f.node}:{f.rail}:{f.value}" for f in faults)
+    print(f"softroce: links {'cleared' if args.clear else ''}{'; ' if args.clear and said else ''}{said}", flush=True)
+    return 0
 
 
 def _wait_ready(plan: Plan, timeout: float = 60) -> None:
@@ -424,7 +472,7 @@ def guest_main(plan_path: str) -> None:
         _wait_ready(plan)
         devices = Path("/run/softroce-devices.json")
         devices.write_text(json.dumps(device_map(plan.nodes, plan.rails)))
-        env = {**os.environ, **plan.env, DEVICE_MAP_ENV: str(devices)}
+        env = {**os.environ, **plan.env, DEVICE_MAP_ENV: str(devices), PLAN_ENV: plan_path}
         (work / "ready").touch()
         proc = subprocess.Popen(plan.command, cwd=plan.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -555,6 +603,12 @@ def main(argv: list[str] | None = None) -> int:
                                  epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="what the rig needs and whether this machine has it")
+    f = sub.add_parser("fault", help="inside the guest, between two commands: change the links' faults",
+                       epilog="example (in the guest): softroce.py fault --clear --loss node2:0:1%%")
+    f.add_argument("--clear", action="store_true", help="remove every fault first")
+    for kind, what in (("throttle", "tc tbf"), ("loss", "netem packet loss"), ("delay", "netem delay")):
+        f.add_argument(f"--{kind}", action="append", default=[], metavar=f"NODE:RAIL:{kind.upper()}",
+                       help=f"{what} on both ends of that node's rail link")
     p = sub.add_parser("run", help="boot the guest and run COMMAND on its rxe devices",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example: softroce.py run --nodes 2 --rails 2 --throttle node2:1:20mbit -- "
@@ -572,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpus", type=int, default=1, help="guest vCPUs (default 1: see the module docstring)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     args = ap.parse_args(argv)
+    if args.cmd == "fault":
+        return guest_fault(args)
     if args.cmd == "check":
         rows = host_checks()
         for what, ok, detail in rows:

@@ -32,13 +32,21 @@ def test_the_matching_built_in_is_chosen_and_said(gpus, gbps, name):
     (Hardware([], "nvidia-smi not found on PATH", None, "no /sys/class/infiniband"),
      "no GPU (nvidia-smi not found on PATH), no RDMA port (no /sys/class/infiniband)"),
 ])
-def test_no_match_says_what_the_node_has_and_what_each_built_in_needs(hw, said):
+def test_no_match_falls_back_to_the_fleet_profile_and_says_so(hw, said):
+    profile, why = autoprofile.choose(hw)
+    assert profile.name == "fleet" and profile.get("fleet.bounds")
+    assert why.startswith(f"profile auto: fleet: no built-in profile matches this node ({said}; built-ins with "
+                          "hardware: a100-hdr200 (A100, 200 Gbit/s ports); h100-ndr400 (H100, 400 Gbit/s ports); "
+                          "h200-ndr400 (H200, 400 Gbit/s ports)), so every measurement is judged against the run's "
+                          "own fleet"), why
+
+
+def test_several_matches_must_be_told_apart(monkeypatch):
+    twin = autoprofile.load_profile("h100-ndr400")
+    monkeypatch.setattr(autoprofile, "candidates", lambda: [twin, twin])
     with pytest.raises(ProfileError) as info:
-        autoprofile.choose(hw)
-    text = str(info.value)
-    assert text.startswith(f"--profile auto: no built-in profile matches this node ({said}); built-ins with "
-                           "hardware: a100-hdr200 (A100, 200 Gbit/s ports); h100-ndr400 (H100, 400 Gbit/s ports); "
-                           "h200-ndr400 (H200, 400 Gbit/s ports)"), text
+        autoprofile.choose(Hardware(H100, "", 400.0, ""))
+    assert "several built-ins match this node (h100-ndr400, h100-ndr400" in str(info.value)
 
 
 def test_this_node_reads_nvidia_smi_and_the_port_rates(tmp_path, monkeypatch):
@@ -53,11 +61,13 @@ def test_this_node_reads_nvidia_smi_and_the_port_rates(tmp_path, monkeypatch):
     assert autoprofile.choose(hw)[0].name == "h100-ndr400"
 
 
-def test_run_with_auto_on_a_node_without_gpus_exits_2(tmp_path):
-    p = subprocess.run([str(Path(sys.executable).parent / "acceptance"), "run", "--profile", "auto"], cwd=tmp_path,
+def test_run_with_auto_on_a_node_without_gpus_runs_the_fleet_profile(tmp_path):
+    p = subprocess.run([str(Path(sys.executable).parent / "acceptance"), "run", "--profile", "auto", "--nodes", "1",
+                        "--ranks-per-node", "1", "--", "-m", "preflight", "-k", "memlock"], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120,
                        env={"PATH": "/usr/bin:/bin", "ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "none"),
                             "ACCEPTANCE_NVIDIA_SMI": "/nonexistent/nvidia-smi"})
-    assert p.returncode == 2, p.stdout + p.stderr
-    assert "acceptance: profile error: --profile auto: no built-in profile matches this node (no GPU" in p.stderr
-    assert not (tmp_path / "reports").exists()
+    assert "acceptance: profile auto: fleet: no built-in profile matches this node (no GPU" in p.stdout, p.stdout
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = __import__("json").loads(next((tmp_path / "reports").glob("*/run.json")).read_text())
+    assert run["profile"]["name"] == "fleet"

@@ -611,8 +611,8 @@ def test_engine_imports_without_pyverbs():
 
 def topology(rank, node, rail, rails, nics=None):
     nics = nics or {}
-    ranks = [SimpleNamespace(rank=r, node=node, rail=ra, nic=nics.get(r)) for r, ra in enumerate(rails)]
-    return SimpleNamespace(rank=rank, node=node, rail=rail, rails=sorted(set(rails)), me=ranks[rank],
+    ranks = [SimpleNamespace(rank=r, node=node, rail=ra, nic=nics.get(r), host="host1") for r, ra in enumerate(rails)]
+    return SimpleNamespace(rank=rank, node=node, rail=rail, rails=sorted(set(rails)), me=ranks[rank], ranks=ranks,
                            ranks_on=lambda n: [r for r in ranks if r.node == n])
 
 
