@@ -478,6 +478,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "warmup_fraction": Float(0.1, help="untimed warmup iterations, as a fraction of the timed ones (at least 1)"),
         "window": Int(64, min=1, help="puts in flight per bandwidth iteration, as osu_put_bw"),
         "max_time_per_size": Duration(None, help="caps one size's timed point-to-point loop, so a crippled link costs seconds"),
+        "statistic": Str("mean", choices=("mean", "median"),
+                         help="a size's time per iteration: the mean (as perftest's BW average and nccl-tests), "
+                              "or the median, which a stall of a shared host (an emulator) does not move"),
     },
     "latency": {
         "size": Size("8B", help="message size of the latency tests"),

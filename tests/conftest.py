@@ -19,6 +19,24 @@ def pytest_addoption(parser):
                      help="run the Soft-RoCE rig and emulated-cluster tests beside one busy process per core")
 
 
+# Under pytest-xdist (`make test` runs `-n 3`) each of these groups runs on one worker, in order: the
+# Slurm tests share /etc/slurm and /etc/acceptance/site.env while an emulated cluster is up, and the
+# rig's tests share one guest. Every other test is a unit of its own, spread over the workers.
+XDIST_GROUPS = {"tests/e2e/": "slurm", "tests/cluster/test_emucluster.py": "slurm",
+                "tests/integration/test_srun.py": "slurm", "tests/cluster/test_softroce.py": "softroce"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((g for prefix, g in XDIST_GROUPS.items() if nodeid.startswith(prefix)), nodeid)
+
+    return Groups(config, log)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def cpu_hog(request):
     """One busy process per core for the duration of a rig or emulated-cluster test module (whose

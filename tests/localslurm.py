@@ -124,7 +124,8 @@ class LocalSlurm:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         subprocess.run([_exe("munged"), "--force", f"--key-file={key}", f"--socket={m}/munge.socket.2",
-                        f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log", f"--seed-file={m}/seed"],
+                        f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log", f"--seed-file={m}/seed",
+                        "--num-threads=10"],  # a busy machine: the default 2 threads refuse clients
                        check=True, timeout=30)
 
     def _wait_idle(self, timeout: float = 60) -> None:

@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from .. import judge
 from ..profile import Profile
+from .stats import iteration_time
 from .sweep import sweep_from_profile
 from .units import busbw, gbyte_per_s
 
@@ -24,6 +25,7 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
     """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm."""
     run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
     sweep = sweep_from_profile(profile)
+    statistic = profile.get("sweep.statistic")
     when = {"op": op, "node": scope == "node"}  # which of the catalog's busbw bounds applies
     n, root = comm.Get_size(), comm.Get_rank() == 0
     ranks = comm.allgather(MPI.COMM_WORLD.Get_rank())
@@ -39,8 +41,7 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
         # The world communicator is one of a kind: nothing in the run to hold it against (fleet bounds).
         common = dict(size=res.nbytes, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME,
                       samples=iters, peers=scope != "world")
-        mean_ns = float(res.times_ns.mean())
-        alg = gbyte_per_s(res.nbytes, mean_ns)
+        alg = gbyte_per_s(res.nbytes, iteration_time(res.times_ns, statistic))
         bus = busbw(op, alg, n)
         judge.record(record, profile, "collective", "algbw", alg, **common)
         bound, verdict = judge.record(record, profile, "collective", "busbw", bus, when=when, **common)

@@ -15,7 +15,7 @@ from .. import judge, pulse
 from ..profile import Profile
 from ..schedule import schedule
 from ..topology import Topology
-from .stats import percentiles
+from .stats import iteration_time, percentiles
 from .sweep import sweep_from_profile
 from .units import gbit_per_s, us
 
@@ -106,6 +106,7 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     sweep = sweep_from_profile(profile)
     window = profile.get("sweep.window")
     budget = profile.get("sweep.max_time_per_size")
+    statistic = profile.get("sweep.statistic")
     problems = []
 
     def measure(link, low, high):
@@ -119,7 +120,7 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
                 common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
                 if t.times_ns is not None:
                     iters = len(t.times_ns)  # fewer when the time budget ran out
-                    value = gbit_per_s(size * window * iters, int(t.times_ns.sum()))
+                    value = gbit_per_s(size * window, iteration_time(t.times_ns, statistic))
                     bound, verdict = judge.record(record, profile, suite, "bandwidth", value, samples=iters,
                                                   **common)
                     if verdict == "fail":

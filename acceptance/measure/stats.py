@@ -80,3 +80,14 @@ def percentiles(values) -> Percentiles:
     ranks = {name: float(s[_rank_index(n, p)]) for name, p in PERCENTILES}
     return Percentiles(samples=int(n), min=float(s[0]), mean=float(s.mean()),
                        max=float(s[-1]), **ranks)
+
+
+def iteration_time(times_ns: np.ndarray, statistic: str = "mean") -> float:
+    """One iteration's time (ns) from the timed iterations' (profile sweep.statistic): the mean, so
+    bytes over the whole loop (perftest's BW average, nccl-tests), or the median, which a few iterations
+    stalled by a shared host (an emulator, a busy machine) do not move, while a slow link slows them all."""
+    if statistic == "median":
+        return float(np.median(times_ns))
+    if statistic == "mean":
+        return float(np.mean(times_ns))
+    raise ValueError(f"sweep.statistic must be mean or median, got {statistic!r}")

@@ -373,7 +373,10 @@ class EmuCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         _run([_exe("munged"), "--force", f"--key-file={key}", f"--socket={m}/munge.socket.2",
-              f"--pid-file={m}/munged.pid", f"--log-file={self.dir}/log/munged.log", f"--seed-file={m}/seed"],
+              f"--pid-file={m}/munged.pid", f"--log-file={self.dir}/log/munged.log", f"--seed-file={m}/seed",
+              # Many clients at once on a busy machine (sbatch --wait polls, every slurmd and step):
+              # the default 2 threads refuse some ("If munged is up, restart with --num-threads=10").
+              "--num-threads=10"],
              env=self._daemon_env())
 
     def _start_slurm(self, nodes: int) -> None:
