@@ -10,8 +10,12 @@ latency_p99, latency_p999 and latency_avg (us), verdict info.
 
 It skips, with the same reason on every rank, when a node lacks perftest or an RDMA
 device, or the run has a single node. A failed tool run fails the test, naming the
-pair, the rail and the tool's error.
+pair, the rail and the tool's error. A run that only failed to calibrate perftest's
+clock, CLOCK_TRIES times, says so in an unmeasured record (verdict info): perftest
+cannot time on that CPU, which says nothing about the fabric.
 """
+
+import time
 
 import pytest
 from mpi4py import MPI
@@ -25,8 +29,10 @@ from acceptance.naming import natural_key
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
 SUITE = "perftest"
 
-# perftest failing to calibrate its clock on a busy CPU is not a fabric problem: try again.
-CLOCK_TRIES = 3
+# perftest failing to calibrate its clock on a busy CPU is not a fabric problem: try again, a moment
+# later (what keeps the CPU busy comes and goes).
+CLOCK_TRIES = 6
+CLOCK_PAUSE_S = 1.0
 # -D 5: perftest measures the middle 3 s (margin D // 4 = 1 s at each end) and skips the peak.
 
 
@@ -114,7 +120,16 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
                         break
                     except perftest.PerftestError as e:
                         if e.clock_only and attempt + 1 < CLOCK_TRIES:
+                            time.sleep(CLOCK_PAUSE_S)
                             continue
+                        if e.clock_only:
+                            if not is_server:
+                                record(metric="bandwidth" if spec.kind == "bw" else "latency_p50", value=None,
+                                       unit="Gbit/s" if spec.kind == "bw" else "us", size=spec.size,
+                                       rail=rail, nodes=nodes, ranks=ranks, engine=perftest.ENGINE,
+                                       samples=0, verdict="info",
+                                       detail=f"not measured: {spec.tool_name} {e} in {CLOCK_TRIES} tries")
+                            break
                         problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}: {spec.tool_name}: {e}")
                 progress()
             if not is_server:

@@ -36,8 +36,8 @@ anything else running, a guest with two vCPUs waits for the host to schedule the
 thread whenever one wakes the other (an interrupt, a packet for the other CPU): milliseconds per
 round trip on some pairs and not others, and bandwidth 3x apart between healthy links. With one
 vCPU every rank and the kernel's RDMA work share one CPU; the ranks' polls yield it (the verbs
-engine and MPICH do when there are more ranks than CPUs), so a round trip is a few context
-switches, healthy links measure alike, and the guest boots in half the time. Its output is streamed here and `run` exits with its exit
+engine does when there are more ranks than CPUs), so a round trip is a few context switches,
+healthy links measure alike, and the guest boots in half the time. Its output is streamed here and `run` exits with its exit
 code: 124 when --timeout passed (with the tail of the guest console), 2 when the rig cannot
 start. Nothing is left running when `run` returns.
 """

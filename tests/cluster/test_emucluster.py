@@ -125,10 +125,14 @@ def test_sbatch_wait(cluster):
 
 
 def test_throttle_drops_and_restore_recovers(cluster):
+    """The throttle caps the link at its rate, and restore lifts the cap. Measured against the
+    throttle's own rate, which does not depend on how fast this machine is (a healthy veth moves
+    0.5 to 10 Gbit/s here, depending on what else runs)."""
     c, _, work = cluster
+    rate = 0.02  # Gbit/s: 20mbit
     healthy = _gbps(work, "healthy")
     print(f"healthy {healthy:.3f} Gbit/s")
-    assert healthy > 0.5
+    assert healthy > 5 * rate
     c.throttle("node2", 0, "20mbit")
     try:
         assert len(c.throttles()) == 2  # both ends of node2's rail0 link
@@ -137,10 +141,10 @@ def test_throttle_drops_and_restore_recovers(cluster):
     finally:
         c.restore()
     assert c.throttles() == {}
-    assert throttled < healthy / 5
+    assert throttled < 1.5 * rate  # tbf's burst lets a little more through at first
     restored = _gbps(work, "restored")
     print(f"restored {restored:.3f} Gbit/s")
-    assert restored > 5 * throttled and restored > healthy / 5
+    assert restored > 5 * rate
 
 
 def test_kill_node_processes(cluster):
