@@ -9,28 +9,40 @@ line_rate_fraction x line_rate (the stricter bound applies).
 
 Verdict codes are the positions in results.VERDICTS: pass, fail, warn, info. "info" means not
 judged here (no bound, or no value); the caller keeps what the test wrote then.
+
+pandas is imported only where a frame is judged (_pd()): the ranks judge single values, and a rank
+under emulation pays seconds for importing it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from . import catalog
 from .catalog import Metric
 from .profile import Profile
 from .results import BOUND_KINDS, VERDICTS
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 PASS, FAIL, WARN, INFO = (VERDICTS.index(v) for v in ("pass", "fail", "warn", "info"))
+
+
+def _pd():
+    import pandas
+    return pandas
 
 
 # ---- columns --------------------------------------------------------------------------------
 
 def is_value(series: pd.Series, value) -> np.ndarray:
     """Boolean mask series == value, fast for categoricals."""
+    pd = _pd()
     if isinstance(series.dtype, pd.CategoricalDtype):
         cats = series.cat.categories
         if value not in cats:
@@ -40,6 +52,7 @@ def is_value(series: pd.Series, value) -> np.ndarray:
 
 
 def floats(series: pd.Series) -> np.ndarray:
+    pd = _pd()
     if isinstance(series.dtype, pd.CategoricalDtype):
         series = series.astype(object)
     return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -93,7 +106,7 @@ def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profi
             return np.full(n, float(rails)), no_floor
         # One rail per rank: every node must have as many ranks as most nodes do (per iteration).
         groups = iterations if iterations is not None else np.zeros(n, dtype=np.int64)
-        return (pd.Series(values).groupby(groups).transform(lambda x: x.mode().iloc[0] if x.notna().any() else np.nan)
+        return (_pd().Series(values).groupby(groups).transform(lambda x: x.mode().iloc[0] if x.notna().any() else np.nan)
                 .to_numpy(dtype=float)), no_floor
     return np.full(n, np.nan), no_floor
 
@@ -140,6 +153,7 @@ def _text(df: pd.DataFrame, column: str, idx: np.ndarray) -> np.ndarray:
 def populations(df: pd.DataFrame, idx: np.ndarray, profile: Profile) -> np.ndarray:
     """The kind of population each record idx belongs to (None: it has no peers, e.g. the world
     communicator): node or rail communicators, point-to-point pairs, per-NIC or per-node values."""
+    pd = _pd()
     suite, scope = _text(df, "suite", idx), _text(df, "scope", idx)
     src, dst = _text(df, "src", idx), _text(df, "dst", idx)
     rail = floats(df["rail"].iloc[idx]) if "rail" in df.columns else np.full(len(idx), np.nan)
@@ -188,6 +202,7 @@ def fleet_bounds(df: pd.DataFrame, idx: np.ndarray, values: np.ndarray, factor: 
     """(fleet bound, population size, centre, population kind) of the records idx of one metric:
     factor x the median of the comparable others; NaN where the record has no population (or no
     factor at its size) or the population is smaller than fleet.min_population."""
+    pd = _pd()
     kind = populations(df, idx, profile)
     kind = np.where(np.isnan(factor), None, kind)
     cols = {"kind": kind}
@@ -232,6 +247,7 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, details: n
     counter warns above discards_max; pause and CNP rates (unit 1/s) warn above their bounds. A
     saturated counter has no delta (value null) and says so in its detail: one that saturated
     during the window rose; one saturated before the window only warns."""
+    pd = _pd()
     from .counters import kind_of
     threshold = np.full(len(values), np.nan)
     verdict = np.full(len(values), INFO, dtype=np.int8)

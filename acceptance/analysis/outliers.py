@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ..measure.stats import samples_needed
+from ..results import FAILED_METRIC
 from ..profile import Profile
 from .base import MAD_SCALE, MIN_GROUP, _codes_of, _floats_of
 from .evaluate import OUTLIER_METRICS
@@ -36,7 +37,9 @@ def _p2p(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     """rdma_write records between two nodes on a rail, with integer node codes s, d."""
     names, s, d = _node_names(ev)
     rail = _floats_of(ev["rail"])
-    mask = (_codes_of(ev["suite"], "rdma_write") & ~np.isnan(rail) & (s >= 0) & (d >= 0) & (s != d))
+    # A failed test's own record (test_failed) names its ranks' nodes, not a pair: analysis.failures has it.
+    mask = (_codes_of(ev["suite"], "rdma_write") & ~_codes_of(ev["metric"], FAILED_METRIC) & ~np.isnan(rail)
+            & (s >= 0) & (d >= 0) & (s != d))
     idx = np.flatnonzero(mask)
     p = pd.DataFrame({
         "metric": ev["metric"].to_numpy()[idx] if not isinstance(ev["metric"].dtype, pd.CategoricalDtype)
@@ -147,8 +150,11 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
         failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit", "how", "basis"])
     o = outliers[[*key, "value", "median", "worse", "unit"]] if len(outliers) else \
         pd.DataFrame(columns=[*key, "value", "median", "worse", "unit"])
-    for frame in (o, failed):
+    for frame in (o, failed):  # one dtype per key, also when a side is empty
         frame["metric"] = frame["metric"].astype(str)
+        frame["size"] = frame["size"].astype(float)
+        for c in ("rail", "s", "d"):
+            frame[c] = frame[c].astype(np.int64)
     bad = o.merge(failed, on=key, how="outer", suffixes=("", "_f"))
     if bad.empty:
         return _empty_bad()

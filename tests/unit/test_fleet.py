@@ -242,3 +242,16 @@ def test_evaluate_puts_the_bound_and_its_population_on_every_record(tmp_path):
     assert set(bw["bound"].astype(str)) == {"fleet"} and set(bw["population"]) == {12}
     assert set(ev.loc[ev["metric"] == "errors", "bound"].astype(str)) == {"absolute"}
     assert ev.loc[ev["metric"] == "errors", "population"].eq(0).all()
+
+
+def test_a_failed_test_is_no_pair_even_when_nothing_else_failed(tmp_path):
+    """A p2p test failed by its port counters: its test_failed record names nodes, and is no pair."""
+    run = synthetic.make_run(tmp_path / "run", nodes=2, rails=1, latency=False, collectives=False, memreg=False,
+                             preflight=False)
+    failed = make_record(test=synthetic.BW_TEST.format(0), suite="rdma_write", metric="test_failed", value=None,
+                         unit="", nodes=["node01", "node02"], ranks=[0, 1], rail=0, verdict="fail",
+                         detail="call: port error counters rose")
+    with open(run / "results.jsonl", "a") as fh:
+        fh.write(json.dumps(failed) + "\n")
+    a = analyze(run, profile=profile_with(tmp_path, FLEET_RUN))
+    assert a.verdict == "fail" and any(f["kind"] == "test" for f in a.findings), a.findings
