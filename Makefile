@@ -55,8 +55,12 @@ pyverbs: | $(BIN)/python
 	  else echo "pyverbs: $(SYSTEM_PYVERBS) does not import with $(BIN)/python (another Python ABI?); pyverbs tests will skip"; fi; \
 	else echo "pyverbs: $(SYSTEM_PYVERBS) not installed (apt install python3-pyverbs); pyverbs tests will skip"; fi
 
+# Three workers on two cores (pytest-xdist): the Soft-RoCE guest and the emulated Slurm cluster each
+# keep one worker for their whole module (tests/conftest.py groups them), the unit tests share the
+# rest. --durations=20 shows where the time went.
+TEST_WORKERS ?= 3
 test: apt dev pyverbs
-	$(BIN)/python -m pytest tests/ -q
+	$(BIN)/python -m pytest tests/ -q -n $(TEST_WORKERS) --durations=20
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -112,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="burn-in: repeat the suites until SEC seconds have passed (e.g. 3600, 8h, 30min)")
     run.add_argument("--drain", action="store_true",
                      help="execute the scontrol drain lines of failing nodes (default: only print them)")
+    run.add_argument("--no-report", action="store_true",
+                     help="analyze and decide the verdict (findings.json, drain.txt, run.json) but do not "
+                          "render report.html, which takes seconds to minutes on a slow node or a large run; "
+                          "`acceptance report RUN_DIR` writes it later")
     run.add_argument("--suites", metavar="PATH", default=None,
                      help="suites folder or file (default: ./suites, else the checkout's suites/)")
     run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then arguments for pytest")
@@ -469,9 +473,10 @@ def cmd_run(args) -> int:
     end_bound = (args.hang_timeout or profile.get("run.hang_timeout")) + END_GRACE_S + LAUNCHER_GRACE_S
     code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound)
     if code in (EXIT_OK, EXIT_FAILED):
-        code = _post_run(folder, args.drain)  # the verdict decides: a pass needs measurements in bounds
+        # The verdict decides: a pass needs measurements in bounds.
+        code = _post_run(folder, args.drain, report=not args.no_report)
     elif code == EXIT_INCOMPLETE and folder.results.exists():
-        _post_run(folder, drain=False)  # what was measured before the loss still gets its report
+        _post_run(folder, drain=False, report=not args.no_report)  # what was measured before the loss too
     print(f"acceptance: exit {code} ({_WORDS[code]})")
     print(f"run folder: {folder.path}")
     return code
@@ -514,14 +519,14 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
     return final
 
 
-def _post_run(folder: RunFolder, drain: bool) -> int:
+def _post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
     """Analysis and report; the run's verdict as an exit code (0 pass, 1 fail, 3 incomplete).
 
     A broken analysis or report never loses the results and never passes: the traceback is
     printed and the run counts as incomplete (3)."""
     from .postrun import analyze_and_report, execute_drains, summary
     try:
-        analysis, report = analyze_and_report(folder.path)
+        analysis, written = analyze_and_report(folder.path, report=report)
     except Exception:  # the results are on disk; say what broke, and do not call it a pass
         traceback.print_exc()
         print(f"acceptance: analysis or report failed (a harness error; results are in {folder.results}; "
@@ -529,7 +534,7 @@ def _post_run(folder: RunFolder, drain: bool) -> int:
         return EXIT_INCOMPLETE
     if not (analysis.run or {}).get("complete", True):
         print()  # an aborted launcher leaves pytest's progress line unfinished
-    print(summary(analysis, report))
+    print(summary(analysis, written, folder.path))
     if drain:
         execute_drains(analysis.drains)
     return analysis.exit_code

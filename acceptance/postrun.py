@@ -9,24 +9,27 @@ from pathlib import Path
 
 from .analysis import Analysis, analyze, write_outputs
 from .analysis.fleet import line as fleet_line
-from .report import render
 from .results import RunFolder
 
 SHOWN_FINDINGS = 10
 
 
 def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
-                       out: str | Path | None = None) -> tuple[Analysis, Path]:
+                       out: str | Path | None = None, report: bool = True) -> tuple[Analysis, Path | None]:
     """(Re)write findings.json, drain.txt, report.html, and the run's verdict and exit code in run.json
-    (one analysis says all of them, so they always agree)."""
+    (one analysis says all of them, so they always agree). Without `report`, no report.html (and
+    None for its path): `acceptance report` writes it later from the same files."""
     analysis = analyze(run_dir, baseline_dir=baseline)
     write_outputs(run_dir, analysis)
     RunFolder(run_dir).update_run(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet)
     analysis.run.update(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet)
+    if not report:
+        return analysis, None
+    from .report import render  # matplotlib and jinja2: seconds to import on a slow node
     return analysis, render(analysis, run_dir, out)
 
 
-def summary(analysis: Analysis, report: Path) -> str:
+def summary(analysis: Analysis, report: Path | None, run_dir: str | Path | None = None) -> str:
     """A few lines for the terminal: verdict, the worst findings, drain lines, where the report is."""
     lines = []
     engines = (analysis.run or {}).get("engines") or {}
@@ -55,7 +58,10 @@ def summary(analysis: Analysis, report: Path) -> str:
     if analysis.drains:
         lines.append("drain suggestions (run them, or pass --drain):")
         lines += [f"  {line}" for line in analysis.drains]
-    lines.append(f"report: {report}")
+    if report is not None:
+        lines.append(f"report: {report}")
+    else:
+        lines.append(f"report: not written (--no-report); `acceptance report {run_dir or 'RUN_DIR'}` writes it")
     return "\n".join(lines)
 
 

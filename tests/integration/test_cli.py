@@ -47,7 +47,11 @@ def test_run_passes_pytest_args_and_layout(acceptance_cli):
 def test_run_failing_check_exits_1(acceptance_cli, tmp_path):
     strict = tmp_path / "strict.toml"
     strict.write_text('extends = "local"\n[preflight]\nmemlock_min = "unlimited"\n')
-    p = acceptance_cli("run", "--profile", str(strict), "--", "-k", "memlock")
+    # --no-report: the same verdict and findings, no report.html until `acceptance report` writes it.
+    p = acceptance_cli("run", "--no-report", "--profile", str(strict), "--", "-k", "memlock")
+    folder = run_folder_from(p.stdout)
+    assert (folder / "findings.json").exists() and not (folder / "report.html").exists()
+    assert f"report: not written (--no-report); `acceptance report {folder}` writes it" in p.stdout
     if "unlimited" in subprocess.run(["sh", "-c", "ulimit -l"], capture_output=True, text=True).stdout:
         assert p.returncode == 0
         return
@@ -55,6 +59,7 @@ def test_run_failing_check_exits_1(acceptance_cli, tmp_path):
     assert "memlock limit (ulimit -l) is" in p.stdout
     assert "failed on ranks [0@node1, 1@node1, 2@node2, 3@node2] of 4" in p.stdout
     assert "exit 1 (a check failed)" in p.stdout
+    assert acceptance_cli("report", str(folder)).returncode == 1 and (folder / "report.html").exists()
 
 
 def test_run_hang_exits_3(acceptance_cli):
