@@ -60,6 +60,7 @@ from pathlib import Path
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ACCEPTANCE_SOFTROCE_CACHE", "/var/cache/acceptance-softroce"))
+GUEST_TMPFS = ("/tmp", "/run", "/var/tmp")  # the guest's own, empty (INIT below)
 META_PACKAGE = "linux-image-amd64"
 DEVICE_MAP_ENV = "ACCEPTANCE_DEVICE_MAP"
 PLAN_ENV = "SOFTROCE_PLAN"  # inside the guest: the plan, for `softroce.py fault`
@@ -113,6 +114,11 @@ def host_checks() -> list[tuple[str, bool, str]]:
     for pkg, exe in PACKAGES.items():
         ok = _installed(pkg) and (exe is None or _which(exe) is not None)
         rows.append((pkg, ok, "installed" if ok else f"missing: apt-get install -y --no-install-recommends {pkg}"))
+    # The guest reads the unpacked kernel's modules from the host's root, where its own tmpfs hides these.
+    hidden = next((d for d in GUEST_TMPFS if CACHE.resolve().is_relative_to(d)), None)
+    rows.append(("cache folder", hidden is None, f"{CACHE}" if hidden is None else
+                 f"{CACHE} is under {hidden}, which the guest mounts as its own tmpfs: set "
+                 f"ACCEPTANCE_SOFTROCE_CACHE to a folder elsewhere"))
     pyverbs = subprocess.run(["/usr/bin/python3", "-c", "import pyverbs.device"], capture_output=True, text=True)
     rows.append(("pyverbs import", pyverbs.returncode == 0,
                  "import pyverbs.device works" if pyverbs.returncode == 0 else pyverbs.stderr.strip()[-200:]))
@@ -207,7 +213,7 @@ arg() { sed -n "s/.*$1=\([^ ]*\).*/\1/p" /proc/cmdline; }
 RIG=$(arg rig); CONFIG=$(arg config); SHARES=$(arg shares)
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=MSIZE,cache=loose hostroot /newroot \
   || { echo "initrd: cannot mount the host's root"; poweroff -f; }
-for d in tmp run var/tmp; do mount -t tmpfs -o mode=1777 tmpfs /newroot/$d; done
+for d in GUEST_TMPFS; do mount -t tmpfs -o mode=1777 tmpfs /newroot/$d; done
 i=0
 for path in $(echo $SHARES | tr , ' '); do
   mkdir -p /newroot$path
@@ -223,7 +229,7 @@ mount --move /dev /newroot/dev; mkdir -p /newroot/dev/shm /newroot/dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /newroot/dev/shm; mount -t devpts devpts /newroot/dev/pts
 mount --move /proc /newroot/proc; mount --move /sys /newroot/sys
 exec switch_root /newroot /usr/bin/python3 $RIG guest $CONFIG
-""".replace("MSIZE", str(MSIZE))
+""".replace("MSIZE", str(MSIZE)).replace("GUEST_TMPFS", " ".join(d.lstrip("/") for d in GUEST_TMPFS))
 
 
 def build_initrd(kernel: Kernel, target: Path) -> None:
