@@ -481,6 +481,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "statistic": Str("mean", choices=("mean", "median"),
                          help="a size's time per iteration: the mean (as perftest's BW average and nccl-tests), "
                               "or the median, which a stall of a shared host (an emulator) does not move"),
+        "rounds": Int(1, min=1, help="point-to-point bandwidth: each direction's sweep is measured this many times, "
+                                     "alternating directions, and each size records its best round; a stall "
+                                     "of a shared host rarely hits one size in every round, a slow link does"),
     },
     "latency": {
         "size": Size("8B", help="message size of the latency tests"),

@@ -109,28 +109,44 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     statistic = profile.get("sweep.statistic")
     problems = []
 
+    rounds = profile.get("sweep.rounds")
+
     def measure(link, low, high):
+        # Round-major, directions alternating: one stall of a shared host hits one round of a size,
+        # not all of them. Each round writes its own pattern, so a stale buffer cannot pass the check.
+        # The origin keeps each size's best round; the target, the first corruption it found.
+        best: dict[tuple[int, int], tuple[float, int]] = {}  # (origin, size index) -> (Gbit/s, iterations)
+        checked: dict[tuple[int, int], object] = {}  # (origin, size index) -> Mismatch or None
+        for r in range(rounds):
+            for origin in (0, 1):
+                _, _, _, ranks = rp.direction(low, high, origin)
+                for i, size in enumerate(sweep.sizes):
+                    iters = sweep.iters(size, size * window)
+                    t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
+                                           seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget)
+                    if t.times_ns is None:
+                        checked[origin, i] = checked.get((origin, i)) or t.mismatch
+                        continue
+                    value = gbit_per_s(size * window, iteration_time(t.times_ns, statistic))
+                    if value > best.get((origin, i), (-1.0, 0))[0]:
+                        best[origin, i] = (value, len(t.times_ns))  # fewer iterations when the budget ran out
         for origin in (0, 1):
-            src, dst, nodes, ranks = rp.direction(low, high, origin)
+            _, _, nodes, ranks = rp.direction(low, high, origin)
             where = f"{nodes[0]} -> {nodes[1]} rail {rail}"
             for i, size in enumerate(sweep.sizes):
-                iters = sweep.iters(size, size * window)
-                t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
-                                       seed=(ranks[0], ranks[1], i), budget_s=budget)
                 common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
-                if t.times_ns is not None:
-                    iters = len(t.times_ns)  # fewer when the time budget ran out
-                    value = gbit_per_s(size * window, iteration_time(t.times_ns, statistic))
-                    bound, verdict = judge.record(record, profile, suite, "bandwidth", value, samples=iters,
-                                                  **common)
-                    if verdict == "fail":
-                        problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
-                                        f"< bound {bound:g} Gbit/s")
-                else:
-                    judge.record(record, profile, suite, "errors", 0 if t.mismatch is None else t.mismatch.wrong_bytes,
-                                 samples=1, detail=str(t.mismatch) if t.mismatch else None, **common)
-                    if t.mismatch:
-                        problems.append(f"{where}, size {size} B: data corrupted: {t.mismatch}")
+                if (origin, i) in checked:
+                    mismatch = checked[origin, i]
+                    judge.record(record, profile, suite, "errors", 0 if mismatch is None else mismatch.wrong_bytes,
+                                 samples=rounds, detail=str(mismatch) if mismatch else None, **common)
+                    if mismatch:
+                        problems.append(f"{where}, size {size} B: data corrupted: {mismatch}")
+                    continue
+                value, iters = best[origin, i]
+                bound, verdict = judge.record(record, profile, suite, "bandwidth", value, samples=iters, **common)
+                if verdict == "fail":
+                    problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
+                                    f"< bound {bound:g} Gbit/s")
 
     rp.each_link(engine, max(sweep.sizes), memory, problems, record, "bandwidth", "Gbit/s", measure)
     return problems

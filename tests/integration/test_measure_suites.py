@@ -112,6 +112,25 @@ def test_flipped_bit_is_caught_with_its_offset(acceptance_cli):
     assert errors and all(r["size"] > 4096 and "offset 4096" in r["detail"] for r in errors)
 
 
+def test_rounds_record_each_size_once_and_still_catch_a_flipped_bit(acceptance_cli, tmp_path):
+    # sweep.rounds = 2: each direction's sweep runs twice and each size records its best round, once;
+    # the target checks every round's own pattern.
+    twice = tmp_path / "twice.toml"
+    twice.write_text('extends = "local"\n[sweep]\nrounds = 2\nmax_size = "64KiB"\n')
+    p = acceptance_cli("run", "--profile", str(twice), "--nodes", "2", "--ranks-per-node", "1", "--",
+                       "-m", "p2p", "-k", "bandwidth", env={"ACCEPTANCE_TEST_FLIP_BIT": "4096:3"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    recs = [r for r in records(folder_of(p)) if r["suite"] == "rdma_write" and r["size"] is not None]
+    keys = [(tuple(r["nodes"]), r["size"], r["metric"]) for r in recs]
+    assert len(keys) == len(set(keys)), keys
+    sizes = sorted({r["size"] for r in recs})
+    assert sizes[-1] == 65536
+    for nodes in (("node1", "node2"), ("node2", "node1")):
+        assert {r["size"] for r in recs if tuple(r["nodes"]) == nodes and r["metric"] == "bandwidth"} == set(sizes)
+    errors = [r for r in recs if r["metric"] == "errors" and r["verdict"] == "fail"]
+    assert errors and all(r["size"] > 4096 and "offset 4096" in r["detail"] and r["samples"] == 2 for r in errors)
+
+
 def test_bound_violation_names_pair_rail_size_value_and_bound(acceptance_cli, tmp_path):
     strict = tmp_path / "strict.toml"
     strict.write_text('extends = "local"\n[rdma_write]\nbandwidth_min = { "1MiB" = "100000Gbit/s" }\n')
