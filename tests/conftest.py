@@ -19,11 +19,12 @@ def pytest_addoption(parser):
                      help="run the Soft-RoCE rig and emulated-cluster tests beside one busy process per core")
 
 
-# Under pytest-xdist (`make test` runs `-n 3`) each of these groups runs on one worker, in order: the
-# Slurm tests share /etc/slurm and /etc/acceptance/site.env while an emulated cluster is up, and the
-# rig's tests share one guest. Every other test is a unit of its own, spread over the workers.
-XDIST_GROUPS = {"tests/e2e/": "slurm", "tests/cluster/test_emucluster.py": "slurm",
-                "tests/integration/test_srun.py": "slurm", "tests/cluster/test_softroce.py": "softroce"}
+# Under pytest-xdist (`make test` runs `-n 3`) the emulation tests run on one worker, one module after
+# another: the Slurm tests share /etc/slurm and /etc/acceptance/site.env while an emulated cluster is up,
+# the rig's tests share one guest, and each emulation needs the cores to itself more than the unit
+# tests do (the Soft-RoCE guest beside an emulated cluster slowed both 2-3x and stood healthy links
+# 8x apart). Every other test is a unit of its own, spread over the other workers.
+XDIST_GROUPS = {"tests/e2e/": "emulation", "tests/cluster/": "emulation", "tests/integration/test_srun.py": "emulation"}
 
 
 @pytest.hookimpl(optionalhook=True)

