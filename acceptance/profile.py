@@ -324,6 +324,18 @@ class StrIntMap(Field):
         return f"{{ {items} }}" if items else "{}"
 
 
+def _by_size(raw: dict, value, where: str = "") -> list:
+    """{size: v} -> [[bytes, value(size, v)], ...] sorted by size; a bad size is named (after `where`)."""
+    pairs = []
+    for size, v in raw.items():
+        try:
+            nbytes = parse_size(size, bare=False)
+        except ValueError as e:
+            raise ValueError(f"{where}{size!r}: {e}") from None
+        pairs.append([nbytes, value(size, v)])
+    return sorted(pairs)
+
+
 class SizeMap(Field):
     """Bounds by message size: { "8B" = ..., "1MiB" = ... }; each applies from its size up to the next.
 
@@ -338,17 +350,12 @@ class SizeMap(Field):
         self.expected = f'a table of size = bound, e.g. {{ "8B" = ..., "1MiB" = ... }} with {inner.expected} bounds'
 
     def convert(self, raw):
-        pairs = []
-        for size, bound in raw.items():
+        def bound(size, value):
             try:
-                nbytes = parse_size(size, bare=False)
-            except ValueError as e:
-                raise ValueError(f"{size!r}: {e}") from None
-            try:
-                pairs.append([nbytes, self.inner.parse(bound)])
+                return self.inner.parse(value)
             except ValueError as e:
                 raise ValueError(f"{size}: {e}") from None
-        return sorted(pairs)
+        return _by_size(raw, bound)
 
     def to_toml(self, value):
         items = ", ".join(f"{json.dumps(format_size(n))} = {self.inner.to_toml(v)}" for n, v in value)
@@ -395,14 +402,8 @@ class FactorMap(Field):
                                  f"is better ({', '.join(f'{s}.{m}' for s, m, _ in found)}); name them apart")
             higher = directions.pop()
             if isinstance(factor, dict):
-                table = []
-                for size, f in factor.items():
-                    try:
-                        nbytes = parse_size(size, bare=False)
-                    except ValueError as e:
-                        raise ValueError(f"{pattern}: {size!r}: {e}") from None
-                    table.append([nbytes, self._factor(f"{pattern}: {size}", f, higher)])
-                out.append([pattern, sorted(table)])
+                out.append([pattern, _by_size(factor, lambda size, f: self._factor(f"{pattern}: {size}", f, higher),
+                                              where=f"{pattern}: ")])
             else:
                 out.append([pattern, self._factor(pattern, factor, higher)])
         return out

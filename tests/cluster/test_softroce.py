@@ -8,7 +8,7 @@ reason, where the rig cannot run (not root, QEMU or rdma-core missing).
 
 Nothing here depends on how fast this machine runs the emulator: pairwise bandwidth and latency
 are judged against the run's own fleet (the `softroce` profile), and the scenarios pass beside a
-busy process per core (`pytest --cpu-hog`) and with two vCPUs (ACCEPTANCE_TEST_GUEST_CPUS=2).
+busy process per core (`pytest --cpu-hog`). ACCEPTANCE_TEST_GUEST_CPUS=2 gives the guest two vCPUs.
 """
 
 from __future__ import annotations
