@@ -27,13 +27,29 @@ def pytest_addoption(parser):
 XDIST_GROUPS = {"tests/e2e/": "emulation", "tests/cluster/": "emulation", "tests/integration/test_srun.py": "emulation"}
 
 
+# The emulation worker's modules are `make test`'s longest path (the guest, then the cluster); the
+# other workers run their tests at a lower priority, so they fill the cores the emulations leave
+# instead of slowing them down (the unit tests have the slack).
+UNIT_NICE = 5
+
+
+def _group(nodeid: str) -> str | None:
+    return next((g for prefix, g in XDIST_GROUPS.items() if nodeid.startswith(prefix)), None)
+
+
+def pytest_runtest_setup(item):
+    if os.environ.get("PYTEST_XDIST_WORKER") and _group(item.nodeid) is None:
+        if os.getpriority(os.PRIO_PROCESS, 0) < UNIT_NICE:
+            os.setpriority(os.PRIO_PROCESS, 0, UNIT_NICE)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class Groups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return next((g for prefix, g in XDIST_GROUPS.items() if nodeid.startswith(prefix)), nodeid)
+            return _group(nodeid) or nodeid
 
     return Groups(config, log)
 

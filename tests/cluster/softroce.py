@@ -360,6 +360,10 @@ def _guest_network(plan: Plan, modroot: str) -> None:
     for module in GUEST_MODULES:
         _sh("modprobe", "-d", modroot, module)
     _sh("ip", "link", "set", "lo", "up")
+    # Every packet crosses a CPU's backlog twice (veth -> bridge -> veth), and with one vCPU both rails'
+    # windows share one backlog: at the default 1000 a slow vCPU dropped packets of healthy links, which
+    # rxe retransmitted and the error counters then blamed on them.
+    _sysctl("net.core.netdev_max_backlog", "100000")
     for key in ("all", "default"):
         _sysctl(f"net.ipv4.conf.{key}.rp_filter", "0")
         _sysctl(f"net.ipv4.conf.{key}.accept_local", "1")
