@@ -21,8 +21,10 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
     None for its path): `acceptance report` writes it later from the same files."""
     analysis = analyze(run_dir, baseline_dir=baseline)
     write_outputs(run_dir, analysis)
-    RunFolder(run_dir).update_run(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet)
-    analysis.run.update(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet)
+    outcome = dict(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet,
+                   suites_exit_code=(analysis.run or {}).get("suites_exit_code", (analysis.run or {}).get("exit_code")))
+    RunFolder(run_dir).update_run(**outcome)
+    analysis.run.update(outcome)
     if not report:
         return analysis, None
     from .report import render  # matplotlib and jinja2: seconds to import on a slow node

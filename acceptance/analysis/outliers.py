@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import judge
 from ..measure.stats import samples_needed
 from ..results import FAILED_METRIC
 from ..profile import Profile
@@ -170,10 +171,20 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
     worse = np.where(np.isnan(worse), np.where(np.isfinite(vs_bound), vs_bound, 1.0), worse)
     min_dev = profile.get("analysis.outlier_min_deviation")
     bad["worse"] = worse
-    bad["grade"] = is_fail | (bad["median"].notna().to_numpy() & (worse >= 2 * min_dev))
+    # A metric the profile holds to the fleet fails by its fleet bound (the judge); the statistical
+    # detector then only warns, or it would be a second, stricter judge of the same question.
+    bad["grade"] = is_fail | (_statistical(bad["metric"], profile) & bad["median"].notna().to_numpy()
+                              & (worse >= 2 * min_dev))
     bad["expected"] = bad["median"].fillna(bad["bound"])
     return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
                 "unit", "how", "basis"]].reset_index(drop=True)
+
+
+def _statistical(metrics: pd.Series, profile: Profile) -> np.ndarray:
+    """Where the statistical detector may fail a pair: metrics the profile does not hold to the fleet."""
+    names = metrics.astype(str)
+    fleet = {m for m in names.unique() if judge.fleet_factor(profile, "rdma_write", m) is not None}
+    return ~names.isin(fleet).to_numpy()
 
 
 def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile) -> pd.DataFrame:
@@ -193,7 +204,8 @@ def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame,
                           "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),
                           "expected": x["median"].to_numpy(float), "median": x["median"].to_numpy(float),
                           "bound": np.nan, "worse": x["worse"].to_numpy(float),
-                          "grade": x["worse"].to_numpy() >= 2 * min_dev, "unit": x["unit"].to_numpy(object),
+                          "grade": (x["worse"].to_numpy() >= 2 * min_dev) & _statistical(x["metric"], profile),
+                          "unit": x["unit"].to_numpy(object),
                           "how": None, "basis": None})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra
     return both.drop_duplicates(["rail", "s", "d", "metric", "size"], keep="first").reset_index(drop=True)
