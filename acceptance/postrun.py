@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .analysis import Analysis, analyze, write_outputs
 from .analysis.fleet import line as fleet_line
+from .analysis.verdict import suites_exit_code
 from .results import RunFolder
 
 SHOWN_FINDINGS = 10
@@ -22,7 +23,7 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
     analysis = analyze(run_dir, baseline_dir=baseline)
     write_outputs(run_dir, analysis)
     outcome = dict(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet,
-                   suites_exit_code=(analysis.run or {}).get("suites_exit_code", (analysis.run or {}).get("exit_code")))
+                   suites_exit_code=suites_exit_code(analysis.run or {}))
     RunFolder(run_dir).update_run(**outcome)
     analysis.run.update(outcome)
     if not report:

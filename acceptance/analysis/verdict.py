@@ -23,6 +23,12 @@ def _first_line(text) -> str:
     return str(text).strip().splitlines()[0] if text and str(text).strip() else ""
 
 
+def suites_exit_code(run: dict):
+    """The suites' own exit code: run.json keeps it as suites_exit_code once an analysis has written its
+    verdict's code over exit_code, so that a re-analysis never reads its predecessor's verdict."""
+    return run.get("suites_exit_code", run.get("exit_code"))
+
+
 def run_verdict(run: dict, records: pd.DataFrame, findings: list[dict]) -> tuple[str, str]:
     """(verdict, why in a few words)."""
     if run.get("complete") is not True:
@@ -33,10 +39,7 @@ def run_verdict(run: dict, records: pd.DataFrame, findings: list[dict]) -> tuple
     failed = records[_codes_of(records["metric"], FAILED_METRIC)] if len(records) else records
     failed_tests = failed["test"].nunique() if len(failed) else 0
     failing = sum(1 for f in findings if f.get("severity") == "fail")
-    # The suites' own exit code: run.json keeps it as suites_exit_code once an analysis has written its
-    # verdict's code over exit_code, so that a re-analysis never reads its predecessor's verdict.
-    suites_code = run.get("suites_exit_code", run.get("exit_code"))
-    if failed_tests or failing or suites_code == EXIT_CODES[FAIL]:
+    if failed_tests or failing or suites_exit_code(run) == EXIT_CODES[FAIL]:
         parts = [f"{failing} failing finding{'s' if failing != 1 else ''}"] if failing else []
         if failed_tests:
             parts.append(f"{failed_tests} failed test{'s' if failed_tests != 1 else ''}")

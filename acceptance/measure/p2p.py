@@ -107,9 +107,8 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     window = profile.get("sweep.window")
     budget = profile.get("sweep.max_time_per_size")
     statistic = profile.get("sweep.statistic")
-    problems = []
-
     rounds = profile.get("sweep.rounds")
+    problems = []
 
     def measure(link, low, high):
         # Round-major, directions alternating: one stall of a shared host hits one round of a size,
