@@ -106,7 +106,11 @@ REG_TIME = Metric(("reg_time", "reg_time_user"), "us", False, "sizemap", "memreg
 DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "memreg.dereg_time_max", US,
                     "deregistration time p50",
                     setting=lambda f: f.SizeMap(f.Duration("0s"), help="p50 deregistration time bound by size"))
-DATA_ERRORS = Metric(("errors",), "count", False, "zero", label="wrong data")
+# Every data check: "errors" (writes, collectives), "read_errors" and "atomic_errors" (what reads and
+# fetch-and-adds brought back). The value is wrong bytes (elements for collectives); the record's
+# ops / ops_failed / ops_missing count the checked operations (docs/methodology.md "Data integrity").
+DATA_ERRORS = Metric(("errors", "read_errors", "atomic_errors"), "count", False, "zero", label="wrong data")
+DATA_ERROR_NAMES = DATA_ERRORS.names
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("preflight", (), measures=False, metrics=(

@@ -486,6 +486,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                      "alternating directions, and each size records its best round; a stall "
                                      "of a shared host rarely hits one size in every round, a slow link does"),
     },
+    "verify": {
+        "every_max": Size("256MiB", help="a size whose timed loop moves at most this much data has every iteration "
+                                         "verified (destination poisoned before, compared after, both untimed)"),
+        "samples": Int(8, min=0, help="above every_max: iterations verified besides the last, drawn at random "
+                                      "(seeded, the same on every rank)"),
+        "slot_region": Size("64MiB", help="memory for the writes of one bandwidth iteration to land in distinct "
+                                          "slots, so each write leaves its own mark; above window x size, "
+                                          "writes share slots"),
+    },
     "latency": {
         "size": Size("8B", help="message size of the latency tests"),
         "iters": Int(10000, min=1, help="timed latency samples; p99 needs 1e4, p99.9 needs 1e5"),

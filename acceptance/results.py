@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import math
+import numbers
 import os
 import secrets
 import tempfile
@@ -22,7 +23,9 @@ from typing import Any, Iterable
 
 REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks",
                  "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
-OPTIONAL_KEYS = ("bound", "detail")
+# ops / ops_failed / ops_missing: a data check's verified operations, how many of them did not deliver
+# exactly, and how many of those left their destination's poison untouched (never arrived).
+OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing")
 # How a record's threshold was derived: a number in the profile ("absolute"), the line-rate floor
 # ("line_rate"), the bound the test itself set ("recorded"), or the run's own population of comparable
 # measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
@@ -80,7 +83,9 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 nodes: list[str], ranks: list[int], size: int | None = None,
                 rail: int | None = None, engine: str | None = None, memory: str = "host",
                 iteration: int = 0, samples: int = 1, threshold: float | None = None,
-                verdict: str = "info", bound: str | None = None, detail: str | None = None) -> dict[str, Any]:
+                verdict: str = "info", bound: str | None = None, detail: str | None = None,
+                ops: int | None = None, ops_failed: int | None = None,
+                ops_missing: int | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -104,6 +109,11 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
         rec["bound"] = bound
     if detail is not None:
         rec["detail"] = detail
+    for key, count in (("ops", ops), ("ops_failed", ops_failed), ("ops_missing", ops_missing)):
+        if count is not None:
+            if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+                raise RecordError(f"{key} of {metric!r} must be a count >= 0, got {count!r}")
+            rec[key] = int(count)
     return rec
 
 

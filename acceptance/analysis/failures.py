@@ -4,26 +4,29 @@ from __future__ import annotations
 
 import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 
+from .. import catalog
 from ..results import FAILED_METRIC
 from .base import EVIDENCE_MAX, _codes_of, _floats_of
 from .evaluate import _direction
-from .wording import _cap, _finding, _fmt, _size_text, fleet_basis
+from .wording import _cap, _finding, _fmt, _size_text, data_loss, fleet_basis
 
 
 
-def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None) -> str:
+def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None, row=None) -> str:
     higher = _direction(suite, metric)
     unit = unit or ""
     if metric == "memlock":
         have = "unlimited" if value is None or math.isnan(value) else f"{int(value)} B"
         need = "unlimited" if bound is None or math.isnan(bound) else f"{int(bound)} B"
         return f"memlock limit (ulimit -l) is {have}, the profile needs {need}"
-    if metric == "errors":
-        return f"returned wrong data ({_fmt(value)} wrong elements)"
+    if metric in catalog.DATA_ERROR_NAMES:
+        counts = {k: getattr(row, k, None) for k in ("ops", "ops_failed", "ops_missing")}
+        return (f"returned wrong data ({data_loss(metric, value, counts['ops'], counts['ops_failed'], counts['ops_missing'], suite=suite, op=getattr(row, 'op', None))})")
     if metric == "ranks":
         return f"{_fmt(value)} ranks, expected {_fmt(bound)}"
     if metric == "version_mismatches":
@@ -42,7 +45,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     if not len(idx):
         return []
     cols = ["suite", "metric", "value", "unit", "size", "rail", "src", "dst", "op", "scope", "threshold", "detail",
-            "bound", "centre", "population", "factor", "peers"]
+            "bound", "centre", "population", "factor", "peers", "ops", "ops_failed", "ops_missing"]
     f = ev.iloc[idx][[c for c in cols if c in ev.columns]].copy()
     for c in ("detail", "bound", "peers"):
         if c not in f.columns:
@@ -66,10 +69,16 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     def make(scope, g, node=None, rail=None, subject=""):
         g = g.sort_values("size", ascending=False, kind="stable")
         h = g.iloc[0]
-        value, bound = float(g["value"].median()) if g["value"].notna().any() else None, \
+        total = h["metric"] in catalog.DATA_ERROR_NAMES  # wrong bytes add up; a rate's median speaks for it
+        value, bound = (float(g["value"].sum() if total else g["value"].median()) if g["value"].notna().any()
+                        else None), \
             float(g["threshold"].median()) if g["threshold"].notna().any() else None
+        # A data check's headline counts every checked operation of the group.
+        counts = SimpleNamespace(op=h["op"], **{k: (float(pd.to_numeric(g[k], errors="coerce").sum())
+                                                    if k in g.columns and g[k].notna().any() else None)
+                                                for k in ("ops", "ops_failed", "ops_missing")})
         text = _bound_text(h["suite"], h["metric"], value if value is not None else float("nan"),
-                           bound if bound is not None else float("nan"), h["unit"], h["bound"])
+                           bound if bound is not None else float("nan"), h["unit"], h["bound"], counts)
         sizes = g["size"].dropna().nunique()
         more = f" at {sizes} sizes" if sizes > 1 else _size_text(h["size"]).replace(" ", " at ", 1)
 
@@ -78,7 +87,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
             notes = [x for x in (basis, row.detail) if isinstance(x, str)]
             return f" ({'; '.join(notes)})" if notes else ""
 
-        lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit, row.bound)}"
+        lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit, row.bound, row)}"
                  + why(row) for row in g.head(EVIDENCE_MAX).itertuples()]
         msg = f"{subject}: {h['suite']} {text}{more}"
         if scope == "node":

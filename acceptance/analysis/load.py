@@ -35,12 +35,12 @@ _CANONICAL = (rb'\{"test": (' + _S + rb', "suite": ' + _S + rb', "metric": ' + _
               + _LIST[2:-2] + rb')\], "ranks": ' + _LIST + rb', "engine": (' + _SN + rb', "memory": ' + _SN
               + rb', "iteration": ' + _NUM + rb'), "time": (' + _SN + rb'), "samples": (' + _NUM
               + rb', "threshold": ' + _NUM + rb', "verdict": ' + _SN + rb'(?:, "bound": ' + _SN + rb')?(?:, "detail": ' + _SN
-              + rb')?)\}\r?\n')
+              + rb')?(?:, "ops": ' + _NUM + rb')?(?:, "ops_failed": ' + _NUM + rb')?(?:, "ops_missing": ' + _NUM + rb')?)\}\r?\n')
 _LINE = re.compile(_CANONICAL + rb'|([^\n]*)\n')
 # segment group -> the key its text starts after, and the record keys it holds
 _SEGMENTS = {0: ("test", ("test", "suite", "metric")), 2: ("unit", ("unit", "size", "rail")),
              4: ("engine", ("engine", "memory", "iteration")),
-             6: ("samples", ("samples", "threshold", "verdict", "bound", "detail"))}
+             6: ("samples", ("samples", "threshold", "verdict", "bound", "detail", "ops", "ops_failed", "ops_missing"))}
 _VALUE, _NODES, _TIME, _OTHER = 1, 3, 5, 7
 _CHUNK = 16 << 20
 _STRING_COLUMNS = ("test", "suite", "metric", "unit", "engine", "memory", "verdict", "bound", "detail")
@@ -112,6 +112,9 @@ def _canonical_line(obj) -> bytes:
         rec["bound"] = str(obj["bound"])
     if obj.get("detail") is not None:
         rec["detail"] = str(obj["detail"])
+    for key in ("ops", "ops_failed", "ops_missing"):
+        if num(obj.get(key)) is not None:
+            rec[key] = num(obj[key])
     return json.dumps(rec).encode() + b"\n"
 
 
@@ -314,6 +317,9 @@ def load_records(run_dir) -> pd.DataFrame:
     data["verdict"] = _categorical(*fields["verdict"])
     data["bound"] = _categorical(*fields["bound"])
     data["detail"] = _categorical(*fields["detail"])
+    data["ops"] = _ints(_floats(*fields["ops"]))
+    data["ops_failed"] = _ints(_floats(*fields["ops_failed"]))
+    data["ops_missing"] = _ints(_floats(*fields["ops_missing"]))
     node_cats = pd.Index(node_names, dtype=object)
     data["src"] = pd.Categorical.from_codes(f_code[list_codes] if len(tuples) else list_codes, categories=node_cats)
     data["dst"] = pd.Categorical.from_codes(s_code[list_codes] if len(tuples) else list_codes, categories=node_cats)

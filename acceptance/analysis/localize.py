@@ -11,7 +11,7 @@ import pandas as pd
 from ..profile import Profile
 from .base import EVIDENCE_MAX
 from .evaluate import OUTLIER_METRICS, _direction
-from .wording import _METRIC_PRIORITY, _cap, _change, _evidence_line, _finding, _fmt, _how, _size_text
+from .wording import DATA_NOUNS, _METRIC_PRIORITY, _cap, _change, _evidence_line, _finding, _fmt, _how, _size_text, data_loss
 
 
 
@@ -212,6 +212,11 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
                               expected if expected is not None else float("nan"),
                               unit if isinstance(unit, str) else "", size, higher, median_known,
                               how if isinstance(how, str) else None, basis if isinstance(basis, str) else None)
+        if metric in DATA_NOUNS and "ops" in b.columns:  # a data check: every checked operation of the owner
+            rows = b[(b["owner"].to_numpy() == i) & (b["metric"].astype(str).to_numpy() == metric)]
+            sizes = rows["size"].dropna().nunique()
+            detail = data_loss(metric, rows["value"].sum(), rows["ops"].sum(), rows["ops_failed"].sum(),
+                               rows["ops_missing"].sum()) + (f" at {sizes} sizes" if sizes > 1 else _size_text(size).replace(" ", " at ", 1))
         node = names[who.node] if who.node is not None else None
         peer = names[who.peer] if who.peer is not None else None
         severity = "fail" if is_fail else "warn"

@@ -49,7 +49,9 @@ def _p2p(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
         "value": _floats_of(ev["value"])[idx], "iteration": ev["iteration"].to_numpy()[idx],
         "samples": _floats_of(ev["samples"])[idx],
         "fail": _codes_of(ev["verdict"], "fail")[idx], "threshold": ev["threshold"].to_numpy(np.float64)[idx],
-        "unit": ev["unit"].take(idx).to_numpy(), **_fleet_columns(ev, idx)})
+        "unit": ev["unit"].take(idx).to_numpy(), **_fleet_columns(ev, idx),
+        **{c: (_floats_of(ev[c])[idx] if c in ev.columns else np.full(len(idx), np.nan))
+           for c in ("ops", "ops_failed", "ops_missing")}})
     if isinstance(ev["metric"].dtype, pd.CategoricalDtype):
         p["metric"] = pd.Categorical(p["metric"], categories=ev["metric"].cat.categories)
     return p, names, idx
@@ -143,12 +145,14 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
         failed = (failed.groupby(key, observed=True, sort=False)
                   .agg(fvalue=("value", "median"), bound=("threshold", "median"), unit=("unit", "first"),
                        how=("how", "first"), centre=("centre", "median"), population=("population", "max"),
-                       factor=("factor", "first"), peers=("peers", "first"))
+                       factor=("factor", "first"), peers=("peers", "first"), ops=("ops", "sum"),
+                       ops_failed=("ops_failed", "sum"), ops_missing=("ops_missing", "sum"))
                   .reset_index())
         failed["basis"] = [fleet_basis(r.how, r.factor, r.centre, r.population, r.peers, r.unit)
                            for r in failed.itertuples()]
     else:
-        failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit", "how", "basis"])
+        failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit", "how", "basis", "ops", "ops_failed",
+                                       "ops_missing"])
     o = outliers[[*key, "value", "median", "worse", "unit"]] if len(outliers) else \
         pd.DataFrame(columns=[*key, "value", "median", "worse", "unit"])
     for frame in (o, failed):  # one dtype per key, also when a side is empty
@@ -177,7 +181,7 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
                               & (worse >= 2 * min_dev))
     bad["expected"] = bad["median"].fillna(bad["bound"])
     return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
-                "unit", "how", "basis"]].reset_index(drop=True)
+                "unit", "how", "basis", "ops", "ops_failed", "ops_missing"]].reset_index(drop=True)
 
 
 def _statistical(metrics: pd.Series, profile: Profile) -> np.ndarray:
@@ -216,7 +220,8 @@ def _empty_bad() -> pd.DataFrame:
                          "metric": np.zeros(0, object), "size": np.zeros(0), "value": np.zeros(0),
                          "expected": np.zeros(0), "median": np.zeros(0), "bound": np.zeros(0),
                          "worse": np.zeros(0), "grade": np.zeros(0, bool), "unit": np.zeros(0, object),
-                         "how": np.zeros(0, object), "basis": np.zeros(0, object)})
+                         "how": np.zeros(0, object), "basis": np.zeros(0, object), "ops": np.zeros(0),
+                         "ops_failed": np.zeros(0), "ops_missing": np.zeros(0)})
 
 
 def _measured(p: pd.DataFrame) -> pd.DataFrame:

@@ -27,6 +27,34 @@ def _size_text(size) -> str:
     return "" if size is None or (isinstance(size, float) and math.isnan(size)) else f" {int(size)} B"
 
 
+# What one checked operation of a data-check metric is (catalog.DATA_ERRORS).
+DATA_NOUNS = {"errors": "writes", "read_errors": "reads", "atomic_errors": "atomic fetch-and-adds"}
+
+
+def _count(x) -> int | None:
+    try:
+        return None if x is None or math.isnan(float(x)) else int(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def data_loss(metric: str, value, ops=None, failed=None, missing=None, size=None, suite: str | None = None,
+              op: str | None = None) -> str:
+    """A data check's record in words, from its fields: "3 of 40 writes did not arrive; 1 more arrived
+    wrong (12 wrong bytes at 4096 B)"; without operation counts, the wrong bytes alone."""
+    collective = suite == "collective"
+    noun = f"{op or 'collective'} operations" if collective else DATA_NOUNS.get(metric, "operations")
+    shown = str(int(value)) if _count(value) is not None and float(value) == int(value) else _fmt(value)
+    what = f"{shown} wrong {'elements' if collective else 'bytes'}{(' at' + _size_text(size)) if _size_text(size) else ''}"
+    ops, failed, missing = _count(ops), _count(failed), _count(missing) or 0
+    if not ops or not failed:
+        return what
+    parts = [f"{missing} of {ops} {noun} did not arrive"] if missing else []
+    if failed - missing:
+        parts.append(f"{failed - missing}{' more' if missing else f' of {ops} {noun}'} arrived wrong")
+    return f"{'; '.join(parts)}: {what}"
+
+
 _METRIC_PRIORITY = {"bandwidth": 0, "latency_p50": 1, "latency_p99": 2, "latency_p999": 3, "busbw": 4, "errors": 5}
 
 
@@ -44,8 +72,8 @@ def _how(kind: str, metric: str, value: float, expected: float, unit: str, size,
     if kind == "regression":
         return (f"regressed {pct:.0%} against the baseline",
                 f"{at}: {_fmt(value)} vs {_fmt(expected)} {unit}".rstrip())
-    if metric == "errors":
-        return "corrupts data", f"{_fmt(value)} wrong bytes{(' at' + _size_text(size)) if _size_text(size) else ''}"
+    if metric in DATA_NOUNS:
+        return "corrupts data", data_loss(metric, value, size=size)
     which = "fleet bound" if how == "fleet" else "bound"
     if median_known:
         ref = "vs median"
@@ -87,8 +115,9 @@ def _evidence_line(kind: str, row, names: list[str]) -> str:
         return f"{where}: CV {row.value:.0%} across iterations (mean {_fmt(row.median)} {unit})"
     if kind == "regression":
         return f"{where}: {_fmt(row.value)} vs baseline {_fmt(row.expected)} {unit} ({_change(row.value, row.expected)})"
-    if row.metric == "errors":
-        return f"{where}: {_fmt(row.value)} wrong bytes (must be 0)"
+    if row.metric in DATA_NOUNS:
+        return (f"{where}: {data_loss(row.metric, row.value, getattr(row, 'ops', None), getattr(row, 'ops_failed', None), getattr(row, 'ops_missing', None))}"
+                " (must be 0)")
     parts = []
     if not math.isnan(row.median):
         parts.append(f"{_fmt(row.value)} {unit} vs median {_fmt(row.median)} ({_change(row.value, row.median)})")

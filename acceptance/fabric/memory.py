@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy
 
+from ..measure.verify import Tally
+
 PAGE = 4096
 FLIP_ENV = "ACCEPTANCE_TEST_FLIP_BIT"
 
@@ -87,21 +89,21 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
-def _seed(src: int, dst: int, iteration: int) -> int:
+def _seed(*parts: int) -> int:
     # Chained hashing: (0,1,0) and (1,0,0) get unrelated seeds, not shifted streams.
     s = 0
-    for part in (src, dst, iteration):
+    for part in parts:
         s = _mix64((s ^ (part & _MASK)) + _GAMMA & _MASK)
     return s
 
 
-def _pattern(nbytes: int, src: int, dst: int, iteration: int, xp):
+def _pattern(nbytes: int, parts: tuple[int, ...], xp):
     # Word i = mix(seed + i*GAMMA): every byte depends on its index, so data
     # landing at the wrong offset fails verification.
     u64 = xp.uint64
     z = xp.arange((nbytes + 7) // 8, dtype=u64)
     z *= u64(_GAMMA)
-    z += u64(_seed(src, dst, iteration))
+    z += u64(_seed(*parts))
     z ^= z >> u64(30)
     z *= u64(_M1)
     z ^= z >> u64(27)
@@ -110,14 +112,54 @@ def _pattern(nbytes: int, src: int, dst: int, iteration: int, xp):
     return z.view(xp.uint8)[:nbytes]  # drops the tail of the last word
 
 
-def fill_pattern(buf, src: int, dst: int, iteration: int) -> None:
-    """Overwrite `buf` (1-D uint8) with the pattern for (src, dst, iteration)."""
-    buf[...] = _pattern(len(buf), src, dst, iteration, _xp_of(buf))
+def fill_pattern(buf, src: int, dst: int, iteration: int, *more: int) -> None:
+    """Overwrite `buf` (1-D uint8) with the pattern for (src, dst, iteration, *more): `more` tells
+    apart the batches of one measurement, and (POISON) the poison of a destination."""
+    buf[...] = _pattern(len(buf), (src, dst, iteration, *more), _xp_of(buf))
 
 
-def expected(nbytes: int, src: int, dst: int, iteration: int, xp=numpy):
+def expected(nbytes: int, src: int, dst: int, iteration: int, *more: int, xp=numpy):
     """The bytes fill_pattern writes, as a new uint8 array of module `xp`."""
-    return _pattern(nbytes, src, dst, iteration, xp).copy()
+    return _pattern(nbytes, (src, dst, iteration, *more), xp).copy()
+
+
+# The last seed part of a destination's poison: a pattern of another seed, which the data it waits
+# for cannot hold (any one slot matching it by chance is a 2**-64 event per word).
+POISON = 0x9015_0000
+
+
+def poison(buf, *seed: int) -> None:
+    """Fill a destination with the poison of `seed` before the operation that must overwrite it."""
+    fill_pattern(buf, *seed, POISON)
+
+
+@dataclass(frozen=True)
+class SlotCheck:
+    """The slots of a verified batch of writes: how many, how many wrong, how many still poisoned."""
+
+    slots: int
+    failed: int
+    missing: int
+    wrong_bytes: int
+    first: Mismatch | None
+    first_slot: int | None
+
+
+def check_slots(buf, slot: int, *seed: int) -> SlotCheck:
+    """Compare `buf` (whole slots of `slot` bytes, filled by fill_pattern(buf-sized source, *seed))
+    exactly; a slot that still holds poison(*seed) never arrived."""
+    xp = _xp_of(buf)
+    n = len(buf) // slot
+    want = _pattern(n * slot, seed, xp)
+    diff = buf[:n * slot] != want
+    wrong = int(xp.count_nonzero(diff))
+    if wrong == 0:
+        return SlotCheck(n, 0, 0, 0, None, None)
+    bad = diff.reshape(n, slot).any(axis=1)
+    stale = (buf[:n * slot] == _pattern(n * slot, (*seed, POISON), xp)).reshape(n, slot).all(axis=1)
+    offset = int(xp.argmax(diff))
+    first = Mismatch(offset % slot, int(want[offset]), int(buf[offset]), wrong, slot)
+    return SlotCheck(n, int(xp.count_nonzero(bad)), int(xp.count_nonzero(stale)), wrong, first, offset // slot)
 
 
 @dataclass(frozen=True)
@@ -160,11 +202,47 @@ def check_counter(raw: bytes, expected_value: int) -> CounterMismatch | None:
                            nbytes=8, value=little, expected_value=expected_value)
 
 
+def slot_tally(buf, slot: int, *seed: int) -> Tally:
+    """check_slots() of one verified batch (its seed's last part is the batch) as a Tally."""
+    corrupt_for_test(buf)
+    c = check_slots(buf, slot, *seed)
+    t = Tally()
+    where = f"batch {seed[-1]}, slot {c.first_slot}: {c.first}" if c.first else None
+    t.add(seed[-1], c.slots, c.failed, c.missing, c.wrong_bytes, where)
+    return t
+
+
+def fetched_tally(fetched, first_value: int) -> Tally:
+    """Atomic fetch-and-adds of 1, each into its own slot poisoned with -1: slot t must hold the
+    counter before add t, first_value + t. A slot still -1 is an add that never came back."""
+    xp = _xp_of(fetched)
+    want = xp.arange(first_value, first_value + len(fetched), dtype=xp.int64)
+    bad = fetched != want
+    failed = int(xp.count_nonzero(bad))
+    t = Tally()
+    if not failed:
+        t.ops = len(fetched)
+        return t
+    i = int(xp.argmax(bad))
+    missing = int(xp.count_nonzero(fetched == -1))
+    t.add(0, len(fetched), failed, missing, failed * 8,
+          f"fetch-and-add {i} returned {int(fetched[i])}, expected {int(want[i])}")
+    return t
+
+
+def counter_tally(raw: bytes, expected_value: int) -> Tally:
+    """The target word of the atomics: one check, counted as one operation."""
+    m = check_counter(raw, expected_value)
+    t = Tally()
+    t.add(0, 1, int(m is not None), 0, 0 if m is None else m.wrong_bytes, None if m is None else str(m))
+    return t
+
+
 def verify(buf, src: int, dst: int, iteration: int) -> Mismatch | None:
     """None if `buf` holds exactly the pattern, else where and how it differs."""
     xp = _xp_of(buf)
     nbytes = len(buf)
-    want = _pattern(nbytes, src, dst, iteration, xp)
+    want = _pattern(nbytes, (src, dst, iteration), xp)
     diff = buf != want
     wrong = int(xp.count_nonzero(diff))  # on cupy only scalars cross to the host
     if wrong == 0:

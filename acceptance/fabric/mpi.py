@@ -19,14 +19,18 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ..measure import timed, timed_capped
-from .collective_data import ALLREDUCE, ALLTOALL, Wrong, compare
+from ..measure import Tally, timed, timed_capped, timed_sequence, timed_verified
+from ..measure.verify import Policy, Slots, WriteCheck
+from .collective_data import ALLREDUCE, ALLTOALL, Buffers
 from .memory import (
     Mismatch,
     allocate,
-    check_counter,
     corrupt_for_test,
+    counter_tally,
+    fetched_tally,
     fill_pattern,
+    poison,
+    slot_tally,
     verify,
 )
 
@@ -104,7 +108,7 @@ class Transfer:
     """One direction of one size: the origin's times, the target's verification."""
 
     times_ns: np.ndarray | None  # origin only
-    mismatch: Mismatch | None  # target only; None when the data arrived intact
+    tally: Tally | None  # who verified (the target of writes): what the checked operations delivered
 
 
 class PairLink:
@@ -114,7 +118,8 @@ class PairLink:
     the pair rank (0 or 1) that writes, the other is the passive target.
     """
 
-    def __init__(self, comm: MPI.Comm, max_size: int):
+    def __init__(self, comm: MPI.Comm, max_size: int, slot_bytes: int = 0):
+        """slot_bytes: window and send memory for the distinct slots of windowed writes (at least max_size)."""
         if comm.Get_size() != 2:
             raise ValueError(
                 f"a PairLink needs a communicator of 2 ranks, got {comm.Get_size()}"
@@ -122,9 +127,10 @@ class PairLink:
         self.comm = comm
         self.me = comm.Get_rank()
         self.peer = 1 - self.me
-        self.win = MPI.Win.Allocate(max(max_size, 1), 1, comm=comm)
+        nbytes = max(max_size, slot_bytes, 1)
+        self.win = MPI.Win.Allocate(nbytes, 1, comm=comm)
         self.window_mem = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
-        self.send = allocate(max(max_size, 1))
+        self.send = allocate(nbytes)
 
     def free(self) -> None:
         self.win.Free()
@@ -138,84 +144,112 @@ class PairLink:
         origin: int,
         seed: tuple[int, int, int],
         budget_s: float | None = None,
+        policy: Policy | None = None,
     ) -> Transfer:
-        """osu_put_bw: each iteration is `window` Puts then one Flush. Data verified after the run.
+        """osu_put_bw: each iteration is `window` Puts then one Flush, every Put to its own slot.
 
-        seed = (source world rank, destination world rank, iteration) of the pattern.
-        budget_s caps the timed loop (at least 2 iterations), so a crippled link costs seconds.
+        seed = (source world rank, destination world rank, iteration) of the pattern; each batch of
+        iterations adds its own part (measure.verify.WriteCheck); `policy` picks the batches the
+        target checks (the last always). budget_s caps the timed loop (at least 2 iterations).
         """
+        slots = Slots.plan(size, window, iters, min(len(self.send), len(self.window_mem)))
+        check = WriteCheck.planned(self.comm, origin, slots, iters, policy, seed)
+        region = slots.bytes
+        times = tally = None
         if self.me == origin:
-            fill_pattern(self.send[:size], *seed)
-        times = self._timed_puts(size, iters, warmup, window, origin, budget_s)
-        mismatch = None
-        if self.me != origin:
-            # An exclusive lock on our own window orders our reads after the peer's completed puts.
-            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
-            try:
-                got = self.window_mem[:size]
-                corrupt_for_test(got)
-                mismatch = verify(got, *seed)
-            finally:
-                self.win.Unlock(self.me)
-        self.comm.Barrier()
-        return Transfer(times, mismatch)
-
-    def put_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
-        """osu_put_latency with flush: one Put + Flush per sample (not halved)."""
-        return self._timed_puts(size, iters, warmup, 1, origin)
-
-    def _timed_puts(self, size: int, iters: int, warmup: int, puts: int, origin: int,
-                    budget_s: float | None = None) -> np.ndarray | None:
-        """The origin times `puts` Puts + one Flush per iteration; the target waits. Collective over the pair."""
-        times = None
-        if self.me == origin:
-            win, target = self.win, self.peer
+            win, target, send = self.win, self.peer, self.send
             put, flush = win.Put, win.Flush
-            spec = [self.send[:size], MPI.BYTE]
 
-            if puts == 1:  # no inner loop: it would add to every latency sample
-                def op():
-                    put(spec, target)
-                    flush(target)
-            else:
-                def op():
-                    for _ in range(puts):
-                        put(spec, target)
-                    flush(target)
+            def op_at(t: int):
+                plan = [([send[off:off + size], MPI.BYTE], off) for off in slots.offsets(t)]
 
-            times = self._locked(op, iters, warmup, budget_s)
+                def op():
+                    for spec, disp in plan:
+                        put(spec, target, disp)
+                    flush(target)
+                return op
+
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                times = check.origin_loop(
+                    op_at, iters, warmup, fill=lambda b: fill_pattern(send[:region], *seed, b),
+                    pause=lambda: win.Unlock(target), resume=lambda: win.Lock(target, MPI.LOCK_SHARED),
+                    budget_ns=None if budget_s is None else int(budget_s * 1e9), min_iters=2)
+            finally:
+                win.Unlock(target)
+        else:
+            mem, me = self.window_mem, self.me
+
+            def poison_slots(batch: int):
+                self.win.Lock(me, MPI.LOCK_EXCLUSIVE)
+                try:
+                    poison(mem[:region], *seed, batch)
+                finally:
+                    self.win.Unlock(me)
+
+            def check_batch(batch: int, written: int) -> Tally:
+                # An exclusive lock on our own window orders our reads after the peer's completed puts.
+                self.win.Lock(me, MPI.LOCK_EXCLUSIVE)
+                try:
+                    return slot_tally(mem[:written * size], size, *seed, batch)
+                finally:
+                    self.win.Unlock(me)
+
+            tally = check.target_loop(poison_slots, check_batch)
         self.comm.Barrier()
-        return times
+        return Transfer(times, tally)
 
-    def _locked(self, op, iters: int, warmup: int, budget_s: float | None = None) -> np.ndarray:
-        """The origin's timed loop inside a passive-target epoch on the peer's window."""
-        self.win.Lock(self.peer, MPI.LOCK_SHARED)
-        try:
-            return (timed(op, iters, warmup) if budget_s is None
-                    else timed_capped(op, iters, warmup, int(budget_s * 1e9), min_iters=2))
-        finally:
-            self.win.Unlock(self.peer)
+    def put_latency(self, size: int, iters: int, warmup: int, origin: int,
+                    seed: tuple[int, int, int] = (0, 1, 0)) -> Transfer:
+        """osu_put_latency with flush: one Put + Flush per sample (not halved), each to its own slot
+        while the link's memory lasts; the target checks every slot afterwards (WriteCheck)."""
+        return self.put_bandwidth(size, iters, warmup, 1, origin, seed)
 
-    def read_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
-        """osu_get_latency with flush: one Get + Flush per sample, a full round trip."""
-        times = None
+    def read_latency(self, size: int, iters: int, warmup: int, origin: int,
+                     seed: tuple[int, int, int] = (0, 1, 0)) -> Transfer:
+        """osu_get_latency with flush: one Get + Flush per sample, a full round trip. The target's
+        slots hold a pattern; each Get reads its own into the origin's poisoned memory, which the
+        origin checks afterwards (a slot read again later is checked once, for its last read)."""
+        n = max(1, min(iters, len(self.send) // max(size, 1), len(self.window_mem) // max(size, 1)))
+        region = n * size
+        if self.me != origin:
+            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
+            fill_pattern(self.window_mem[:region], *seed, 0)
+            self.win.Unlock(self.me)
+        self.comm.Barrier()
+        times = tally = None
         if self.me == origin:
-            win, target = self.win, self.peer
+            win, target, local = self.win, self.peer, self.send
             get, flush = win.Get, win.Flush
-            spec = [self.send[:size], MPI.BYTE]
+            specs = [([local[t * size:(t + 1) * size], MPI.BYTE], t * size) for t in range(n)]
 
-            def op():
-                get(spec, target)
-                flush(target)
+            def op_at(t: int):
+                spec, disp = specs[t % n]
 
-            times = self._locked(op, iters, warmup)
+                def op():
+                    get(spec, target, disp)
+                    flush(target)
+                return op
+
+            ops = [op_at(t) for t in range(iters)]
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                for _ in range(warmup):
+                    ops[0]()
+                poison(local[:region], *seed, 0)
+                times = timed_sequence(ops)
+            finally:
+                win.Unlock(target)
+            tally = slot_tally(local[:min(iters, n) * size], size, *seed, 0)
         self.comm.Barrier()
-        return times
+        return Transfer(times, tally)
 
     def atomic_latency(self, iters: int, warmup: int, origin: int) -> Transfer:
         """Fetch_and_op(1, SUM) + Flush on the target's 64-bit counter per sample (a full round trip).
 
-        The target zeroes the counter first and checks it holds warmup + iters at the end.
+        Every sample fetches into its own slot, poisoned with -1 beforehand, so the origin sees which
+        adds returned what they must (warmup + sample: the counter before it); the target zeroes the
+        counter first and checks it holds warmup + iters at the end.
         """
         counter = self.window_mem[:8].view(np.int64)
         if self.me != origin:
@@ -223,26 +257,40 @@ class PairLink:
             counter[0] = 0
             self.win.Unlock(self.me)
         self.comm.Barrier()
-        times = mismatch = None
+        times = tally = None
         if self.me == origin:
             win, target = self.win, self.peer
-            one, old = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+            one, scratch = np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+            fetched = np.full(iters, -1, dtype=np.int64)
             fop, flush = win.Fetch_and_op, win.Flush
-            spec_one, spec_old = [one, MPI.INT64_T], [old, MPI.INT64_T]
+            spec_one = [one, MPI.INT64_T]
 
-            def op():
-                fop(spec_one, spec_old, target, 0, MPI.SUM)
-                flush(target)
+            def op_at(old):
+                spec_old = [old, MPI.INT64_T]
 
-            times = self._locked(op, iters, warmup)
+                def op():
+                    fop(spec_one, spec_old, target, 0, MPI.SUM)
+                    flush(target)
+                return op
+
+            ops = [op_at(fetched[t:t + 1]) for t in range(iters)]
+            warm = op_at(scratch)
+            win.Lock(target, MPI.LOCK_SHARED)
+            try:
+                for _ in range(warmup):
+                    warm()
+                times = timed_sequence(ops)
+            finally:
+                win.Unlock(target)
+            tally = fetched_tally(fetched, warmup)
         self.comm.Barrier()
         if self.me != origin:
             self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
             raw = counter.tobytes()
             self.win.Unlock(self.me)
-            mismatch = check_counter(raw, warmup + iters)
+            tally = counter_tally(raw, warmup + iters)
         self.comm.Barrier()
-        return Transfer(times, mismatch)
+        return Transfer(times, tally)
 
     def pingpong_latency(
         self, size: int, iters: int, warmup: int, origin: int
@@ -276,24 +324,28 @@ class IncastRound:
 
     times_ns: np.ndarray | None       # a sender's windowed-put iterations
     latency_ns: np.ndarray | None     # the receiver's put+flush samples to its first sender, under the load
-    mismatches: list | None           # receiver only: (sender group rank, Mismatch or None) per sender
+    mismatches: list | None           # receiver only: (sender group rank, Tally of its slots) per sender
 
 
 class IncastGroup:
     """A group of ranks (one per node, on one rail) taking turns as the incast receiver.
 
-    Every rank holds a window of one `size` slot per group rank: in a round, sender s
-    writes into slot s of the receiver's window, so the K senders never overlap, and the
-    receiver's latency probe writes into its own slot of the first sender's window.
+    Every rank holds a window of one area per group rank: in a round, sender s writes into area s
+    of the receiver's window, so the K senders never overlap; within its area, the writes of one
+    iteration go to `per` distinct slots (as many as window x size lets fit in slot_bytes per
+    sender), so each leaves its own mark. The receiver's latency probe writes into its own area
+    of the first sender's window.
     """
 
-    def __init__(self, comm: MPI.Comm, size: int):
+    def __init__(self, comm: MPI.Comm, size: int, window: int = 1, slot_bytes: int = 0):
         self.comm = comm
         self.me, self.n = comm.Get_rank(), comm.Get_size()
         self.size = max(size, 1)
-        self.win = MPI.Win.Allocate(self.size * self.n, 1, comm=comm)
+        self.per = max(1, min(window, slot_bytes // (self.size * self.n)))
+        self.area = self.size * self.per
+        self.win = MPI.Win.Allocate(self.area * self.n, 1, comm=comm)
         self.window_mem = np.frombuffer(self.win.tomemory(), dtype=np.uint8)
-        self.send = allocate(self.size)
+        self.send = allocate(self.area)
 
     def free(self) -> None:
         self.win.Free()
@@ -303,25 +355,34 @@ class IncastGroup:
         """All senders write to `receiver` at once for about budget_s; the receiver probes latency meanwhile.
 
         Collective over the group. seed(sender) is the (source, destination, iteration)
-        of that sender's data pattern; the receiver verifies every slot afterwards.
+        of that sender's data pattern; the receiver poisons every area before the round and checks
+        every slot after it (untimed). A slot written many times is checked for its last write.
         """
         senders = [r for r in range(self.n) if r != receiver]
         budget_ns = int(budget_s * 1e9)
         times = latency = mismatches = None
         put, flush = self.win.Put, self.win.Flush
+        per = max(1, min(self.per, window))
+        if self.me == receiver:
+            self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
+            for s in senders:
+                poison(self.window_mem[s * self.area: s * self.area + per * size], *seed(s), 0)
+            self.win.Unlock(self.me)
         if self.me != receiver:
-            fill_pattern(self.send[:size], *seed(self.me))
-            spec, disp = [self.send[:size], MPI.BYTE], self.me * self.size
+            fill_pattern(self.send[:per * size], *seed(self.me), 0)
+            base = self.me * self.area
+            plan = [([self.send[(j % per) * size:(j % per + 1) * size], MPI.BYTE], base + (j % per) * size)
+                    for j in range(window)]
 
             def op():
-                for _ in range(window):
+                for spec, disp in plan:
                     put(spec, receiver, disp)
                 flush(receiver)
 
         else:
             # The probe rides the receiver's port while the senders flood it: its flush
             # completes only when the first sender's acknowledgement gets back through.
-            target, pspec, pdisp = senders[0], [self.send[:probe_size], MPI.BYTE], self.me * self.size
+            target, pspec, pdisp = senders[0], [self.send[:probe_size], MPI.BYTE], self.me * self.area
 
             def op():
                 put(pspec, target, pdisp)
@@ -341,11 +402,8 @@ class IncastGroup:
         if self.me == receiver:
             self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
             try:
-                mismatches = []
-                for s in senders:
-                    got = self.window_mem[s * self.size: s * self.size + size]
-                    corrupt_for_test(got)
-                    mismatches.append((s, verify(got, *seed(s))))
+                mismatches = [(s, slot_tally(self.window_mem[s * self.area: s * self.area + per * size], size,
+                                             *seed(s), 0)) for s in senders]
             finally:
                 self.win.Unlock(self.me)
         self.comm.Barrier()
@@ -359,53 +417,54 @@ class IncastGroup:
 class Collective:
     nbytes: int            # bytes per rank actually moved (nccl-tests' "size")
     times_ns: np.ndarray   # per iteration, the slowest rank's time (valid on comm rank 0)
-    wrong: int             # elements that differ from the exact expected result, over all ranks
+    wrong: int             # elements that differ from the exact expected result, over all ranks and checks
     first_wrong: str | None
+    ops: int = 0           # verified iterations (each one operation of every rank)
+    ops_failed: int = 0    # of them, those in which some rank got wrong data
+    missing: int = 0       # of the failed, those in which some rank's output still held the poison
 
 
-def _slowest(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
+def slowest(comm: MPI.Comm, times: np.ndarray) -> np.ndarray:
     """Per-iteration max over ranks, as nccl-tests -I does across GPUs and processes."""
     out = np.empty_like(times) if comm.Get_rank() == 0 else None
     comm.Reduce(times, out, op=MPI.MAX, root=0)
     return out
 
 
-def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
-    """Sum of float64 vectors of `size` bytes; inputs are small integers, so the sum is exact."""
+def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int,
+              verified: frozenset[int] = frozenset()) -> Collective:
+    """Sum of float64 vectors of `size` bytes; inputs are small integers, so the sum is exact.
+    Iterations in `verified` (and the last) are poisoned, stamped and checked, untimed."""
     rank, n = comm.Get_rank(), comm.Get_size()
     count = ALLREDUCE.elements(size, n)
-    send = ALLREDUCE.send(np, count, rank, n)
-    recv = np.empty(count, dtype=np.float64)
+    b = Buffers(np, ALLREDUCE, count, rank, n)
     Allreduce = comm.Allreduce
-    spec_s, spec_r = [send, MPI.DOUBLE], [recv, MPI.DOUBLE]
-    times = timed(lambda: Allreduce(spec_s, spec_r, op=MPI.SUM), iters, warmup)
-    return _checked(comm, ALLREDUCE.nbytes(count, n), times, recv, ALLREDUCE.expected(np, count, rank, n))
+    spec_s, spec_r = [b.send, MPI.DOUBLE], [b.recv, MPI.DOUBLE]
+    times = timed_verified(lambda: Allreduce(spec_s, spec_r, op=MPI.SUM), iters, warmup, verified,
+                           b.before, b.after)
+    return checked(comm, ALLREDUCE.nbytes(count, n), times, b.tally)
 
 
-def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
+def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
+             verified: frozenset[int] = frozenset()) -> Collective:
     """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests counts it."""
     rank, n = comm.Get_rank(), comm.Get_size()
     block = ALLTOALL.elements(size, n)
-    send = ALLTOALL.send(np, block, rank, n)
-    recv = np.empty_like(send)
+    b = Buffers(np, ALLTOALL, block, rank, n)
     Alltoall = comm.Alltoall
-    spec_s, spec_r = [send, block, MPI.DOUBLE], [recv, block, MPI.DOUBLE]
-    times = timed(lambda: Alltoall(spec_s, spec_r), iters, warmup)
-    return _checked(comm, ALLTOALL.nbytes(block, n), times, recv, ALLTOALL.expected(np, block, rank, n))
+    spec_s, spec_r = [b.send, block, MPI.DOUBLE], [b.recv, block, MPI.DOUBLE]
+    times = timed_verified(lambda: Alltoall(spec_s, spec_r), iters, warmup, verified, b.before, b.after)
+    return checked(comm, ALLTOALL.nbytes(block, n), times, b.tally)
 
 
-def _checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, got: np.ndarray,
-             expected: np.ndarray) -> Collective:
-    return checked(comm, nbytes, times, compare(np, got, expected))
-
-
-def checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, wrong: Wrong) -> Collective:
-    """The Collective every rank returns: wrong elements summed over ranks, the first one named,
-    times reduced to the per-iteration slowest rank on comm rank 0 (mpi._slowest). Collective."""
-    first = None
-    if wrong.count:
-        first = (f"rank {comm.Get_rank()} element {wrong.index}: "
-                 f"expected {wrong.expected!r}, got {wrong.got!r}")
-    total = comm.allreduce(wrong.count, op=MPI.SUM)
-    firsts = [f for f in comm.allgather(first) if f]
-    return Collective(nbytes, _slowest(comm, times), total, firsts[0] if firsts else None)
+def checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, tally: Tally) -> Collective:
+    """The Collective every rank returns: wrong elements summed over ranks, the first one named, an
+    iteration failed if it failed on any rank, times reduced to the per-iteration slowest rank on comm
+    rank 0 (slowest()). Collective; pickled messages only (an MPI_Allreduce interposed on is not used)."""
+    per_rank = comm.allgather((tally.ops, tally.wrong, tally.first, tally.failed_iterations,
+                               tally.missing_iterations))
+    failed = set().union(*(set(p[3]) for p in per_rank))
+    missing = set().union(*(set(p[4]) for p in per_rank))
+    firsts = [p[2] for p in per_rank if p[2]]
+    return Collective(nbytes, slowest(comm, times), sum(p[1] for p in per_rank), firsts[0] if firsts else None,
+                      ops=max(p[0] for p in per_rank), ops_failed=len(failed), missing=len(missing & failed))

@@ -11,7 +11,7 @@ What is measured and checked is exactly what the mpi engine measures and
 checks (acceptance/fabric/mpi.py): the same float64 inputs made of small
 integers, the same byte counts (nccl-tests' "size"), the same exact comparison
 with zero tolerance, and the same per-iteration slowest rank on comm rank 0
-(mpi._slowest, MPI.MAX). All-to-all is nccl-tests' alltoall: one ncclSend and
+(mpi.slowest, MPI.MAX). All-to-all is nccl-tests' alltoall: one ncclSend and
 one ncclRecv per peer (itself included) inside ncclGroupStart/ncclGroupEnd.
 
 Timing: every iteration is bracketed by a pair of CUDA events recorded on the
@@ -51,8 +51,8 @@ import numpy as np
 from mpi4py import MPI
 
 from ..doctor import CUPY_HINT, nccl_version_string
-from .collective_data import ALLREDUCE, ALLTOALL, compare
-from .mpi import Collective, _slowest, checked  # noqa: F401
+from .collective_data import ALLREDUCE, ALLTOALL, Buffers, compare  # noqa: F401 (compare: tests)
+from .mpi import Collective, checked
 
 NAME = "nccl"
 
@@ -565,8 +565,12 @@ def communicator(comm: MPI.Comm, make: Callable[[MPI.Comm], object] = _new_nccl_
 # ---- timing -------------------------------------------------------------------------
 
 
-def _event_times(cupy, op: Callable[[], None], iters: int, warmup: int, stream) -> np.ndarray:
-    """Per-iteration ns from a CUDA event pair around each op on `stream` (see the module doc)."""
+def _event_times(cupy, op: Callable[[], None], iters: int, warmup: int, stream,
+                 buffers: Buffers | None = None, verified: frozenset[int] = frozenset()) -> np.ndarray:
+    """Per-iteration ns from a CUDA event pair around each op on `stream` (see the module doc).
+
+    With `buffers`, the iterations in `verified` and the last are poisoned and stamped before their
+    start event and checked after their end event, on the same stream: outside the timed pair."""
     if iters < 0 or warmup < 0:
         raise ValueError(f"iters and warmup must be >= 0, got iters={iters}, warmup={warmup}")
     for _ in range(warmup):
@@ -574,10 +578,17 @@ def _event_times(cupy, op: Callable[[], None], iters: int, warmup: int, stream) 
     stream.synchronize()
     starts = [cupy.cuda.Event() for _ in range(iters)]
     ends = [cupy.cuda.Event() for _ in range(iters)]
-    for start, end in zip(starts, ends):
+    for i, (start, end) in enumerate(zip(starts, ends)):
+        check = buffers is not None and (i in verified or i == iters - 1)
+        if check:
+            with stream:
+                buffers.before(i)
         start.record(stream)
         op()
         end.record(stream)
+        if check:
+            with stream:
+                buffers.after(i, i == iters - 1)
     if iters:
         ends[-1].synchronize()
     elapsed = cupy.cuda.get_elapsed_time
@@ -587,7 +598,8 @@ def _event_times(cupy, op: Callable[[], None], iters: int, warmup: int, stream) 
 # ---- collectives ----------------------------------------------------------------------
 
 
-def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
+def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int,
+              verified: frozenset[int] = frozenset()) -> Collective:
     """Sum of float64 vectors of `size` bytes on the GPU; inputs are small integers, so the sum is exact."""
     cupy = _cupy()
     from cupy.cuda import nccl
@@ -597,20 +609,19 @@ def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     nc = communicator(comm)
     stream = _stream(cupy)
     with cupy.cuda.Device(_device(cupy)):
-        send = ALLREDUCE.send(cupy, count, rank, n)
-        recv = cupy.empty(count, dtype=cupy.float64)
+        b = Buffers(cupy, ALLREDUCE, count, rank, n)
         cupy.cuda.Device().synchronize()  # inputs are built on the default stream
-        sp, rp, sptr, dtype, op_sum = send.data.ptr, recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64, nccl.NCCL_SUM
+        sp, rp, sptr, dtype, op_sum = b.send.data.ptr, b.recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64, nccl.NCCL_SUM
 
         def op():
             nc.allReduce(sp, rp, count, dtype, op_sum, sptr)
 
-        times = _event_times(cupy, op, iters, warmup, stream)
-        wrong = compare(cupy, recv, ALLREDUCE.expected(cupy, count, rank, n))
-    return checked(comm, ALLREDUCE.nbytes(count, n), times, wrong)
+        times = _event_times(cupy, op, iters, warmup, stream, b, verified)
+    return checked(comm, ALLREDUCE.nbytes(count, n), times, b.tally)
 
 
-def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
+def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
+             verified: frozenset[int] = frozenset()) -> Collective:
     """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests
     alltoall: one ncclSend + ncclRecv per peer inside one ncclGroupStart/ncclGroupEnd."""
     cupy = _cupy()
@@ -621,11 +632,10 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
     nc = communicator(comm)
     stream = _stream(cupy)
     with cupy.cuda.Device(_device(cupy)):
-        send = ALLTOALL.send(cupy, block, rank, n)
-        recv = cupy.empty_like(send)
+        b = Buffers(cupy, ALLTOALL, block, rank, n)
         cupy.cuda.Device().synchronize()
         step = block * 8
-        sp, rp, sptr, dtype = send.data.ptr, recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64
+        sp, rp, sptr, dtype = b.send.data.ptr, b.recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64
         group_start, group_end, nsend, nrecv = nccl.groupStart, nccl.groupEnd, nc.send, nc.recv
 
         def op():
@@ -635,6 +645,5 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int) -> Collective:
                 nrecv(rp + peer * step, block, dtype, peer, sptr)
             group_end()
 
-        times = _event_times(cupy, op, iters, warmup, stream)
-        wrong = compare(cupy, recv, ALLTOALL.expected(cupy, block, rank, n))
-    return checked(comm, ALLTOALL.nbytes(block, n), times, wrong)
+        times = _event_times(cupy, op, iters, warmup, stream, b, verified)
+    return checked(comm, ALLTOALL.nbytes(block, n), times, b.tally)

@@ -16,6 +16,7 @@ from ..profile import Profile
 from .stats import iteration_time
 from .sweep import sweep_from_profile
 from .units import busbw, gbyte_per_s
+from .verify import Policy, Tally
 
 OPS = ("allreduce", "alltoall")
 
@@ -25,6 +26,7 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
     """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm."""
     run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
     sweep = sweep_from_profile(profile)
+    policy = Policy.from_profile(profile)
     statistic = profile.get("sweep.statistic")
     when = {"op": op, "node": scope == "node"}  # which of the catalog's busbw bounds applies
     n, root = comm.Get_size(), comm.Get_rank() == 0
@@ -33,7 +35,7 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
     where = f"{op} over {scope} ({n} ranks on {', '.join(nodes)})"
     for size in sweep.sizes:
         iters = sweep.iters(size)
-        res = run(comm, size, iters, sweep.warmup(iters))
+        res = run(comm, size, iters, sweep.warmup(iters), verified=policy.iterations(iters, size, seed=size))
         if progress:
             progress()
         if not root:
@@ -45,9 +47,11 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
         bus = busbw(op, alg, n)
         judge.record(record, profile, "collective", "algbw", alg, **common)
         bound, verdict = judge.record(record, profile, "collective", "busbw", bus, when=when, **common)
-        judge.record(record, profile, "collective", "errors", res.wrong, detail=res.first_wrong, **common)
+        tally = Tally(ops=res.ops, failed=res.ops_failed, missing=res.missing, wrong=res.wrong, first=res.first_wrong)
+        judge.record(record, profile, "collective", "errors", res.wrong, detail=tally.summary(f"{op} operations", "elements"),
+                     **tally.fields(), **common)
         if verdict == "fail":
             problems.append(f"{where}, size {res.nbytes} B: busbw {bus:.3f} GB/s < bound {bound:g} GB/s")
         if res.wrong:
-            problems.append(f"{where}, size {res.nbytes} B: {res.wrong} wrong elements; first: {res.first_wrong}")
+            problems.append(f"{where}, size {res.nbytes} B: {tally.summary(f'{op} operations', 'elements')}")
     return problems

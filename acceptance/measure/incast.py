@@ -24,6 +24,7 @@ from ..topology import Topology
 from .p2p import LATENCY_METRICS
 from .stats import percentiles
 from .units import gbit_per_s, us
+from .verify import Policy
 
 
 def groups_of(n: int, senders: int) -> list[list[int]]:
@@ -54,7 +55,7 @@ def incast(engine, topology: Topology, rail: int, profile: Profile, record: Call
     watch = PortWatch.for_rail(topology, profile, rail)
     ranks = [members[i][0] for i in group]
     nodes = [members[i][1] for i in group]
-    link = engine.IncastGroup(gcomm, max(size, probe_size))
+    link = engine.IncastGroup(gcomm, max(size, probe_size), window, Policy.from_profile(profile).slot_region)
     problems: list[str] = []
     try:
         for receiver in range(len(group)):
@@ -109,12 +110,12 @@ def incast(engine, topology: Topology, rail: int, profile: Profile, record: Call
                     if verdict == "fail":
                         problems.append(f"{where}: put latency p99 under load {value:.2f} us > bound {bound:g} us "
                                         f"({stats.samples} samples)")
-                for s, mismatch in got.mismatches:
-                    judge.record(record, profile, "incast", "errors", 0 if mismatch is None else mismatch.wrong_bytes,
+                for s, tally in got.mismatches:
+                    judge.record(record, profile, "incast", "errors", tally.wrong,
                                  nodes=[nodes[s], nodes[receiver]], ranks=[ranks[s], ranks[receiver]], samples=1,
-                                 detail=str(mismatch) if mismatch else None, **common)
-                    if mismatch:
-                        problems.append(f"{where}: data from {nodes[s]} corrupted: {mismatch}")
+                                 detail=tally.summary("writes"), **tally.fields(), **common)
+                    if tally.failed:
+                        problems.append(f"{where}: data from {nodes[s]}: {tally.summary('writes')}")
             progress()
     finally:
         link.free()

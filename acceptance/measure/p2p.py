@@ -18,6 +18,7 @@ from ..topology import Topology
 from .stats import iteration_time, percentiles
 from .sweep import sweep_from_profile
 from .units import gbit_per_s, us
+from .verify import Policy, Tally
 
 LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "latency_p999"), ("max", "latency_max"))
 
@@ -60,7 +61,7 @@ class RailPairs:
             self.progress()
 
     def each_link(self, engine, size: int, memory: str, problems: list[str], record: Callable,
-                  metric: str, unit: str, body: Callable) -> None:
+                  metric: str, unit: str, body: Callable, slot_bytes: int = 0) -> None:
         """body(link, low, high) for each pair of this rank, on an engine link freed afterwards.
 
         A link that fails (cannot connect, completions time out, the peer's side broke) fails its
@@ -72,8 +73,8 @@ class RailPairs:
             link = None
             try:
                 # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
-                link = (engine.PairLink(comm, size) if memory == "host"
-                        else engine.PairLink(comm, size, memory=memory))
+                link = (engine.PairLink(comm, size, slot_bytes) if memory == "host"
+                        else engine.PairLink(comm, size, slot_bytes, memory=memory))
                 body(link, low, high)
             except Exception as e:  # noqa: BLE001 - reported as this pair's failure
                 _, _, nodes, ranks = self.direction(low, high, 0)
@@ -108,24 +109,26 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     budget = profile.get("sweep.max_time_per_size")
     statistic = profile.get("sweep.statistic")
     rounds = profile.get("sweep.rounds")
+    policy = Policy.from_profile(profile)
     problems = []
 
     def measure(link, low, high):
         # Round-major, directions alternating: one stall of a shared host hits one round of a size,
         # not all of them. Each round writes its own pattern, so a stale buffer cannot pass the check.
-        # The origin keeps each size's best round; the target, the first corruption it found.
+        # The origin keeps each size's best round; the target, what every round's checks found.
         best: dict[tuple[int, int], tuple[float, int]] = {}  # (origin, size index) -> (Gbit/s, iterations)
-        checked: dict[tuple[int, int], object] = {}  # (origin, size index) -> Mismatch or None
+        checked: dict[tuple[int, int], Tally] = {}  # (origin, size index) -> the target's checks
         for r in range(rounds):
             for origin in (0, 1):
                 _, _, _, ranks = rp.direction(low, high, origin)
                 for i, size in enumerate(sweep.sizes):
                     iters = sweep.iters(size, size * window)
                     t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
-                                           seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget)
+                                           seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget,
+                                           policy=policy)
                     rp.progress()  # one size is a step: the hang timeout bounds it, not the whole sweep
                     if t.times_ns is None:
-                        checked[origin, i] = checked.get((origin, i)) or t.mismatch
+                        checked.setdefault((origin, i), Tally()).merge(t.tally)
                         continue
                     value = gbit_per_s(size * window, iteration_time(t.times_ns, statistic))
                     if value > best.get((origin, i), (-1.0, 0))[0]:
@@ -136,11 +139,11 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
             for i, size in enumerate(sweep.sizes):
                 common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
                 if (origin, i) in checked:
-                    mismatch = checked[origin, i]
-                    judge.record(record, profile, suite, "errors", 0 if mismatch is None else mismatch.wrong_bytes,
-                                 samples=rounds, detail=str(mismatch) if mismatch else None, **common)
-                    if mismatch:
-                        problems.append(f"{where}, size {size} B: data corrupted: {mismatch}")
+                    tally = checked[origin, i]
+                    judge.record(record, profile, suite, "errors", tally.wrong, samples=rounds,
+                                 detail=tally.summary("writes"), **tally.fields(), **common)
+                    if tally.failed:
+                        problems.append(f"{where}, size {size} B: {tally.summary('writes')}")
                     continue
                 value, iters = best[origin, i]
                 bound, verdict = judge.record(record, profile, suite, "bandwidth", value, samples=iters, **common)
@@ -148,7 +151,9 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
                     problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
                                     f"< bound {bound:g} Gbit/s")
 
-    rp.each_link(engine, max(sweep.sizes), memory, problems, record, "bandwidth", "Gbit/s", measure)
+    largest = max(sweep.sizes)
+    rp.each_link(engine, largest, memory, problems, record, "bandwidth", "Gbit/s", measure,
+                 slot_bytes=min(largest * window, policy.slot_region))
     return problems
 
 
@@ -160,6 +165,9 @@ def write_latency(engine, topology: Topology, rail: int, profile: Profile, recor
 
 # op -> (metric prefix, what the engine does)
 LATENCY_OPS = {"write": ("", "write"), "read": ("read_", "read"), "atomic": ("atomic_", "atomic fetch-and-add")}
+# op -> (the metric of its data check, what one checked operation is called)
+DATA_CHECKS = {"write": ("errors", "writes"), "read": ("read_errors", "reads"),
+               "atomic": ("atomic_errors", "atomic fetch-and-adds")}
 
 
 def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
@@ -167,13 +175,15 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
                suite: str = "rdma_write") -> list[str]:
     """Latency percentiles of one operation (write, read or atomic) in both directions of every pair.
 
-    An atomic sample is one 8-byte fetch-and-add; afterwards the target checks that its
-    counter holds exactly the number of adds (an `errors` record).
+    Every verified operation is recorded by the side that checked it (DATA_CHECKS): the target
+    checks the writes, the origin what its reads and fetch-and-adds brought back, and the target
+    that its atomic counter holds exactly the number of adds.
     """
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
     prefix, what = LATENCY_OPS[op]
+    errors_metric, noun = DATA_CHECKS[op]
     size = 8 if op == "atomic" else profile.get("latency.size")
     iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
     problems = []
@@ -183,21 +193,21 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
             _, _, nodes, ranks = rp.direction(low, high, origin)
             common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
             where = f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B"
-            mismatch = None
+            seed = (ranks[0], ranks[1], 1 << 20)  # apart from the bandwidth sweep's iterations
+            pingpong = None
             if op == "write":
-                times = link.put_latency(size, iters, warmup, origin)
+                got = link.put_latency(size, iters, warmup, origin, seed)
                 pingpong = link.pingpong_latency(size, iters, warmup, origin)
             elif op == "read":
-                times, pingpong = link.read_latency(size, iters, warmup, origin), None
+                got = link.read_latency(size, iters, warmup, origin, seed)
             else:
                 got = link.atomic_latency(iters, warmup, origin)
-                times, pingpong, mismatch = got.times_ns, None, got.mismatch
-                if times is None:  # the target: it checked the counter
-                    judge.record(record, profile, suite, "errors",
-                                 0 if mismatch is None else mismatch.wrong_bytes, samples=1,
-                                 detail=str(mismatch) if mismatch else "atomic counter exact", **common)
-                    if mismatch:
-                        problems.append(f"{where}: {mismatch}")
+            if got.tally is not None:  # the side that checked: the target of writes, the origin of reads and fetches
+                judge.record(record, profile, suite, errors_metric, got.tally.wrong, samples=1,
+                             detail=got.tally.summary(noun), **got.tally.fields(), **common)
+                if got.tally.failed:
+                    problems.append(f"{where}: {got.tally.summary(noun)}")
+            times = got.times_ns
             if times is None:
                 continue
             stats = percentiles(us(times))
@@ -215,7 +225,8 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
                     judge.record(record, profile, suite, f"pingpong_{metric}", getattr(pp, field),
                                  samples=pp.samples, detail=pp.note(field) if field != "max" else None, **common)
 
-    rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure)
+    rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure,
+                 slot_bytes=min(size * iters, Policy.from_profile(profile).slot_region))
     return problems
 
 

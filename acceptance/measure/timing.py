@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 
-class _GcOff:
+class GcOff:
     """Disable GC for a block and restore the previous state, even on an exception."""
 
     def __enter__(self):
@@ -40,7 +40,7 @@ def timed(op: Callable[[], object], iters: int, warmup: int = 0,
     # and writes the same memory.
     buf = memoryview(out)
     now = time.perf_counter_ns
-    with _GcOff():
+    with GcOff():
         for _ in itertools.repeat(None, warmup):
             op()
         for i in range(iters):
@@ -48,6 +48,19 @@ def timed(op: Callable[[], object], iters: int, warmup: int = 0,
             op()
             buf[i] = now() - t0
     return out[:iters]
+
+
+def timed_sequence(ops) -> np.ndarray:
+    """Per-iteration ns of ops[0](), ops[1](), ...: one op per sample, each with its own buffers."""
+    out = np.empty(len(ops), dtype=np.int64)
+    buf = memoryview(out)
+    now = time.perf_counter_ns
+    with GcOff():
+        for i, op in enumerate(ops):
+            t0 = now()
+            op()
+            buf[i] = now() - t0
+    return out
 
 
 def timed_capped(op: Callable[[], object], iters: int, warmup: int, budget_ns: int,
@@ -65,7 +78,7 @@ def timed_capped(op: Callable[[], object], iters: int, warmup: int, budget_ns: i
     now = time.perf_counter_ns
     spent = 0
     done = iters
-    with _GcOff():
+    with GcOff():
         for _ in itertools.repeat(None, warmup):
             op()
         for i in range(iters):
@@ -90,7 +103,7 @@ def timed_total(op: Callable[[], object], iters: int, warmup: int = 0) -> int:
         raise ValueError(f"iters and warmup must be >= 0, got iters={iters}, warmup={warmup}")
     now = time.perf_counter_ns
     repeat = itertools.repeat
-    with _GcOff():
+    with GcOff():
         for _ in repeat(None, warmup):
             op()
         t0 = now()

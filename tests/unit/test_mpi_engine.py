@@ -4,6 +4,7 @@ import pytest
 from mpi4py import MPI
 
 from acceptance.fabric import mpi
+from acceptance.fabric.collective_data import ALLREDUCE, Buffers
 from acceptance.fabric.engines import decide, local_choices, select
 from acceptance.profile import load_profile
 
@@ -28,11 +29,14 @@ def test_collectives_on_one_rank_are_exact(op):
 
 
 def test_exact_check_names_the_first_wrong_element():
-    expected = np.arange(8, dtype=np.float64)
-    got = expected.copy()
-    got[5] += 1.0
-    res = mpi._checked(MPI.COMM_SELF, 64, np.ones(3, dtype=np.int64), got, expected)
-    assert res.wrong == 1 and res.first_wrong == "rank 0 element 5: expected 5.0, got 6.0"
+    b = Buffers(np, ALLREDUCE, 8, 0, 1)
+    b.before(2)
+    b.recv[:] = b.expected + 3.0
+    b.recv[5] += 1.0
+    b.after(2)
+    res = mpi.checked(MPI.COMM_SELF, 64, np.ones(3, dtype=np.int64), b.tally)
+    assert res.wrong == 1 and res.first_wrong == "iteration 2: rank 0 element 5: expected 9.0, got 10.0"
+    assert (res.ops, res.ops_failed, res.missing) == (1, 1, 0)
 
 
 def test_pair_link_needs_two_ranks():
