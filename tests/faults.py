@@ -3,7 +3,7 @@
 FaultyComm and FaultyWin wrap a real mpi4py communicator or window; past `onset` calls, every
 `every`-th call of the chosen method misbehaves:
   drop   returns at once, as if done (MPI_SUCCESS, nothing moved)
-  half   moves the first half of the data only
+  half   moves the first half of the data only (an atomic: applies the add, returns nothing)
   flip   moves the data with one bit flipped
   stale  moves what the previous call carried (a stale buffer)
 Everything else is the real call. The PMPI interposer (tests/data/pmpi_drop.c) does "drop" below
@@ -83,6 +83,9 @@ class FaultyWin:
             hit = self.fault.now()
             if hit and self.fault.mode == "drop":
                 return None
+            if hit and self.fault.mode == "half":  # the add lands, its old value never comes back
+                self._keep.append(np.zeros_like(_array(result)))
+                return real(origin, [self._keep[-1], result[-1]], rank, *args, **kwargs)
             real(origin, result, rank, *args, **kwargs)
             got = _array(result)
             if hit:
