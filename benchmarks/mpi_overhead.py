@@ -26,7 +26,8 @@ Why the comparison is fair:
 - Same MPI calls on the same memory: the bare point-to-point loops use the very
   RMA window (MPI.Win.Allocate on the 2-rank communicator) and send buffer of
   the PairLink the harness just used, under the same MPI.LOCK_SHARED epoch,
-  with the same origin (rank 0) and target (rank 1). All-reduce cannot share
+  with the same origin (rank 0) and target (rank 1), and put to the same
+  slots (each write its own place, measure.verify.Slots). All-reduce cannot share
   buffers (the engine allocates its own), so the bare loop allocates float64
   vectors of the same size built the same way.
 - Same timing rules: perf_counter_ns, GC disabled, a preallocated int64 array,
@@ -36,11 +37,12 @@ Why the comparison is fair:
   bound methods hoisted into locals, no closure and no extra call per sample.
   So each ratio is an upper bound on what the harness adds.
 - Work the harness does outside its timed loop is not counted, because it is not
-  in the measured time: put_bandwidth fills the send buffer with the
-  verification pattern before the timed loop and the target verifies the data
-  after it (between two Barriers); allreduce builds its inputs before and checks
-  the result after. That is the correctness checking the bare loop lacks, and it
-  costs wall time, not bandwidth.
+  in the measured time: put_bandwidth fills the send slots with the
+  verification pattern and the target poisons its slots before each verified
+  batch and compares them after it (between Barriers, docs/methodology.md
+  "Data integrity"); allreduce stamps its input and poisons its output before
+  each verified iteration and compares after it. That is the correctness
+  checking the bare loop lacks, and it costs wall time, not bandwidth.
 - Noise on a small shared box: harness and bare runs alternate within each round
   (the order flips every round, so neither side always runs on a warmer or
   colder machine); the reported ratio is the median of the per-round ratios,
@@ -69,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acceptance.fabric import mpi as engine  # noqa: E402
 from acceptance.measure import busbw, gbit_per_s, gbyte_per_s, percentiles, us  # noqa: E402
+from acceptance.measure.verify import Policy, Slots  # noqa: E402
 
 LAT_SIZE = 8
 BW_SIZE = 4 * 1024 * 1024
@@ -90,7 +93,10 @@ def bare_put_latency(link: engine.PairLink, size: int, iters: int, warmup: int) 
     if comm.Get_rank() == ORIGIN:
         win = link.win
         put, flush = win.Put, win.Flush
-        spec = [link.send[:size], MPI.BYTE]
+        # The harness's slots: sample i writes its own place (Slots.plan, as PairLink.put_latency).
+        slots = Slots.plan(size, 1, iters, min(len(link.send), len(link.window_mem)))
+        plan = [([link.send[o:o + size], MPI.BYTE], o) for t in range(slots.iters_per_batch)
+                for o in slots.offsets(t)]
         t = np.empty(iters, dtype=np.int64)
         ts = memoryview(t)
         now = time.perf_counter_ns
@@ -98,12 +104,15 @@ def bare_put_latency(link: engine.PairLink, size: int, iters: int, warmup: int) 
         gc.disable()
         win.Lock(TARGET, MPI.LOCK_SHARED)
         try:
+            spec, disp = plan[0]
             for _ in range(warmup):
-                put(spec, TARGET)
+                put(spec, TARGET, disp)
                 flush(TARGET)
+            n = len(plan)
             for i in range(iters):
+                spec, disp = plan[i % n]
                 t0 = now()
-                put(spec, TARGET)
+                put(spec, TARGET, disp)
                 flush(TARGET)
                 ts[i] = now() - t0
         finally:
@@ -122,7 +131,10 @@ def bare_put_bandwidth(link: engine.PairLink, size: int, iters: int, warmup: int
     if comm.Get_rank() == ORIGIN:
         win = link.win
         put, flush = win.Put, win.Flush
-        spec = [link.send[:size], MPI.BYTE]
+        # The harness's slots: each Put of an iteration to its own place (Slots.plan, as put_bandwidth).
+        slots = Slots.plan(size, window, iters, min(len(link.send), len(link.window_mem)))
+        plans = [[([link.send[o:o + size], MPI.BYTE], o) for o in slots.offsets(t)]
+                 for t in range(slots.iters_per_batch)]
         t = np.empty(iters, dtype=np.int64)
         ts = memoryview(t)
         now = time.perf_counter_ns
@@ -131,13 +143,15 @@ def bare_put_bandwidth(link: engine.PairLink, size: int, iters: int, warmup: int
         win.Lock(TARGET, MPI.LOCK_SHARED)
         try:
             for _ in range(warmup):
-                for _ in range(window):
-                    put(spec, TARGET)
+                for spec, disp in plans[0]:
+                    put(spec, TARGET, disp)
                 flush(TARGET)
+            n = len(plans)
             for i in range(iters):
+                plan = plans[i % n]
                 t0 = now()
-                for _ in range(window):
-                    put(spec, TARGET)
+                for spec, disp in plan:
+                    put(spec, TARGET, disp)
                 flush(TARGET)
                 ts[i] = now() - t0
         finally:
@@ -179,7 +193,7 @@ def bare_allreduce(comm: MPI.Comm, send: np.ndarray, recv: np.ndarray, iters: in
 
 def latency_round(lat_link, iters, warmup, harness_first):
     def harness():
-        t = lat_link.put_latency(LAT_SIZE, iters, warmup, origin=ORIGIN)
+        t = lat_link.put_latency(LAT_SIZE, iters, warmup, origin=ORIGIN).times_ns
         return None if t is None else percentiles(us(t)).p50
 
     def bare():
@@ -195,8 +209,8 @@ def bandwidth_round(bw_link, iters, warmup, harness_first):
 
     def harness():
         tr = bw_link.put_bandwidth(BW_SIZE, iters, warmup, window=BW_WINDOW, origin=ORIGIN, seed=(0, 1, 0))
-        if tr.mismatch is not None:  # on the target: the harness's own check failed
-            raise RuntimeError(f"put_bandwidth data verification failed: {tr.mismatch}")
+        if tr.tally is not None and tr.tally.failed:  # on the target: the harness's own check failed
+            raise RuntimeError(f"put_bandwidth data verification failed: {tr.tally.summary('writes')}")
         return rate(tr.times_ns)
 
     def bare():
@@ -272,8 +286,10 @@ def run(comm: MPI.Comm, args) -> list[str]:
              f"bandwidth {'+'.join(map(str, counts['bandwidth']))} x window {BW_WINDOW}, "
              f"allreduce {'+'.join(map(str, counts['allreduce']))}"]
 
-    lat_link = engine.PairLink(comm, LAT_SIZE)
-    bw_link = engine.PairLink(comm, BW_SIZE)
+    # Link memory as the suites size it (acceptance.measure.p2p): room for each write's own slot.
+    region = Policy().slot_region
+    lat_link = engine.PairLink(comm, LAT_SIZE, min(LAT_SIZE * counts["latency"][0], region))
+    bw_link = engine.PairLink(comm, BW_SIZE, min(BW_SIZE * BW_WINDOW, region))
     count = AR_SIZE // 8
     ramp = (np.arange(count, dtype=np.float64) % 13) + 1.0  # as the engine builds its inputs
     send, recv = ramp * (rank + 1), np.empty(count, dtype=np.float64)

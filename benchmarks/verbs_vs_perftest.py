@@ -56,14 +56,14 @@ def default_devices() -> list[str]:
 def engine_bandwidth(link, size, window, iters, warmup) -> float:
     t = link.put_bandwidth(size, iters, warmup, window, WRITER, seed=(WRITER, TARGET, 0))
     if link.me != WRITER:
-        if t.mismatch:
-            raise RuntimeError(f"data corrupted: {t.mismatch}")
+        if t.tally is not None and t.tally.failed:
+            raise RuntimeError(f"data corrupted: {t.tally.summary('writes')}")
         return float("nan")
     return gbit_per_s(size * window * len(t.times_ns), int(t.times_ns.sum()))
 
 
 def engine_latency(link, iters, warmup) -> float:
-    times = link.put_latency(LAT_SIZE, iters, warmup, WRITER)
+    times = link.put_latency(LAT_SIZE, iters, warmup, WRITER).times_ns
     return percentiles(us(times)).p50 if times is not None else float("nan")
 
 

@@ -1,6 +1,6 @@
 """Two threads standing in for the two ranks of an mpi4py pair communicator.
 
-PairLink only calls Get_size, Get_rank, allgather and Barrier on its communicator, so a
+PairLink only calls Get_size, Get_rank, allgather, bcast and Barrier on its communicator, so a
 pair of threads can play both ranks: the verbs engine's data path runs against a
 simulated device (test_verbs.py) or a real one in loopback (test_verbs_device.py).
 """
@@ -16,7 +16,7 @@ class PairShared:
 
 
 class ThreadComm:
-    """The two calls PairLink makes on an mpi4py pair communicator, between two threads."""
+    """The calls PairLink makes on an mpi4py pair communicator, between two threads."""
 
     def __init__(self, shared, rank):
         self.shared, self.rank = shared, rank
@@ -33,6 +33,9 @@ class ThreadComm:
         out = list(self.shared.slots)
         self.shared.barrier.wait()
         return out
+
+    def bcast(self, obj, root=0):
+        return self.allgather(obj)[root]
 
     def Barrier(self):
         self.shared.barrier.wait()

@@ -203,8 +203,9 @@ def check_counter(raw: bytes, expected_value: int) -> CounterMismatch | None:
 
 
 def slot_tally(buf, slot: int, *seed: int) -> Tally:
-    """check_slots() of one verified batch (its seed's last part is the batch) as a Tally."""
-    corrupt_for_test(buf)
+    """check_slots() of one verified batch (its seed's last part is the batch) as a Tally. The test
+    hook (corrupt_for_test) flips its bit in the batch's first slot."""
+    corrupt_for_test(buf[:slot])
     c = check_slots(buf, slot, *seed)
     t = Tally()
     where = f"batch {seed[-1]}, slot {c.first_slot}: {c.first}" if c.first else None
@@ -212,11 +213,12 @@ def slot_tally(buf, slot: int, *seed: int) -> Tally:
     return t
 
 
-def fetched_tally(fetched, first_value: int) -> Tally:
+def fetched_tally(fetched, want) -> Tally:
     """Atomic fetch-and-adds of 1, each into its own slot poisoned with -1: slot t must hold the
-    counter before add t, first_value + t. A slot still -1 is an add that never came back."""
+    counter before its add, want[t] (an int: want + t). A slot still -1 is an add that never came back."""
     xp = _xp_of(fetched)
-    want = xp.arange(first_value, first_value + len(fetched), dtype=xp.int64)
+    if isinstance(want, int):
+        want = xp.arange(want, want + len(fetched), dtype=xp.int64)
     bad = fetched != want
     failed = int(xp.count_nonzero(bad))
     t = Tally()

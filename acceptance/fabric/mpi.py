@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..measure import Tally, timed, timed_capped, timed_sequence, timed_verified
-from ..measure.verify import Policy, Slots, WriteCheck
+from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers
 from .memory import (
     Mismatch,
@@ -162,6 +162,13 @@ class PairLink:
 
             def op_at(t: int):
                 plan = [([send[off:off + size], MPI.BYTE], off) for off in slots.offsets(t)]
+                if window == 1:  # no inner loop: it would add to every latency sample
+                    (spec, disp), = plan
+
+                    def op():
+                        put(spec, target, disp)
+                        flush(target)
+                    return op
 
                 def op():
                     for spec, disp in plan:
@@ -200,18 +207,19 @@ class PairLink:
         return Transfer(times, tally)
 
     def put_latency(self, size: int, iters: int, warmup: int, origin: int,
-                    seed: tuple[int, int, int] = (0, 1, 0)) -> Transfer:
+                    seed: tuple[int, int, int] = (0, 1, 0), policy: Policy | None = None) -> Transfer:
         """osu_put_latency with flush: one Put + Flush per sample (not halved), each to its own slot
-        while the link's memory lasts; the target checks every slot afterwards (WriteCheck)."""
-        return self.put_bandwidth(size, iters, warmup, 1, origin, seed)
+        while the link's memory lasts; the target checks the slots afterwards (WriteCheck)."""
+        return self.put_bandwidth(size, iters, warmup, 1, origin, seed, policy=policy)
 
     def read_latency(self, size: int, iters: int, warmup: int, origin: int,
-                     seed: tuple[int, int, int] = (0, 1, 0)) -> Transfer:
+                     seed: tuple[int, int, int] = (0, 1, 0), policy: Policy | None = None) -> Transfer:
         """osu_get_latency with flush: one Get + Flush per sample, a full round trip. The target's
-        slots hold a pattern; each Get reads its own into the origin's poisoned memory, which the
-        origin checks afterwards (a slot read again later is checked once, for its last read)."""
-        n = max(1, min(iters, len(self.send) // max(size, 1), len(self.window_mem) // max(size, 1)))
-        region = n * size
+        slots hold a pattern; each Get of a batch reads its own slot into the origin's memory, which
+        the origin poisons before the batch and checks after it (measure.verify.batched)."""
+        capacity = min(len(self.send), len(self.window_mem))
+        slots = Slots.plan(size, 1, iters, capacity)
+        region = slots.bytes
         if self.me != origin:
             self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
             fill_pattern(self.window_mem[:region], *seed, 0)
@@ -221,26 +229,25 @@ class PairLink:
         if self.me == origin:
             win, target, local = self.win, self.peer, self.send
             get, flush = win.Get, win.Flush
-            specs = [([local[t * size:(t + 1) * size], MPI.BYTE], t * size) for t in range(n)]
+            tally = Tally()
 
             def op_at(t: int):
-                spec, disp = specs[t % n]
+                spec, disp = [local[t * size:(t + 1) * size], MPI.BYTE], t * size
 
                 def op():
                     get(spec, target, disp)
                     flush(target)
                 return op
 
-            ops = [op_at(t) for t in range(iters)]
+            def after(batch: int, written: int, last: bool) -> None:
+                tally.merge(slot_tally(local[:written * size], size, *seed, 0))
+
             win.Lock(target, MPI.LOCK_SHARED)
             try:
-                for _ in range(warmup):
-                    ops[0]()
-                poison(local[:region], *seed, 0)
-                times = timed_sequence(ops)
+                times = batched(op_at, iters, warmup, slots, planned_batches(slots, iters, policy, seed),
+                                lambda b: poison(local[:region], *seed, 0), after)
             finally:
                 win.Unlock(target)
-            tally = slot_tally(local[:min(iters, n) * size], size, *seed, 0)
         self.comm.Barrier()
         return Transfer(times, tally)
 

@@ -42,9 +42,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .. import nics
-from ..measure import timed, timed_capped
+from ..measure import Tally, timed, timed_capped, timed_sequence
+from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from . import gpumem
-from .memory import allocate, check_counter, corrupt_for_test, fill_pattern, verify
+from .memory import (allocate, corrupt_for_test, counter_tally, fetched_tally, fill_pattern, poison, slot_tally,
+                     verify)
 from .mpi import Transfer, resident_bytes
 
 NAME = "verbs"
@@ -71,6 +73,7 @@ MIN_RNR_TIMER = 12          # MIN_RNR_TIMER: the encoded RNR NAK timer 12 = 0.64
 INLINE_WRITE = 220          # DEF_INLINE_WRITE: writes and sends up to this size go inline
 RX_DEPTH = 16               # receives kept posted for SEND / WRITE_WITH_IMM
 POLL_BATCH = 16             # completions taken per poll
+MAX_SLOTS = 1024            # distinct slots (prebuilt WRs) of one verified batch
 SPIN_TIMEOUT_S = 30.0       # a wait for the peer or a completion gives up after this long
 IPV4_MAPPED = "0000:0000:0000:0000:0000:ffff:"
 GID_TYPE_ROCE_V2 = 1        # IBV_GID_TYPE_SYSFS_ROCE_V2; sysfs gid_attrs/types says "RoCE v2"
@@ -843,7 +846,9 @@ class PairLink:
     naming it, so neither hangs in a collective the other left.
     """
 
-    def __init__(self, comm, max_size: int, memory: str = "host"):
+    def __init__(self, comm, max_size: int, slot_bytes: int = 0, memory: str = "host"):
+        """slot_bytes: buffer memory for the distinct slots of windowed writes and reads, and of the
+        fetched values of atomics (at least max_size)."""
         if comm.Get_size() != 2:
             raise ValueError(f"a PairLink needs a communicator of 2 ranks, got {comm.Get_size()}")
         if memory not in ("host", "cuda"):
@@ -856,7 +861,7 @@ class PairLink:
         self.comm = comm
         self.me = comm.Get_rank()
         self.peer = 1 - self.me
-        self.max_size = max(int(max_size), 1)
+        self.max_size = max(int(max_size), int(slot_bytes), 1)
         self.ctx = self.pd = self.scq = self.rcq = self.qp = None
         self._mrs: list = []
         self._keep: list = []  # WRs and SGEs that live as long as the link; closed once in free()
@@ -921,7 +926,7 @@ class PairLink:
             self.local_buf = allocate(self.max_size)
             self.window = allocate(self.max_size)
         self.counter = allocate(8)
-        self.fetched = allocate(8)
+        self.fetched = allocate(8 * min(MAX_SLOTS, max(1, self.max_size // 8)))
         for buf in (self.local_buf, self.window, self.counter, self.fetched):
             buf[:] = 0
         self.local_mr = self._mr(self.local_buf, "IBV_ACCESS_LOCAL_WRITE")
@@ -1074,63 +1079,116 @@ class PairLink:
 
     # -- bandwidth
 
+    def _slot_wrs(self, stack: contextlib.ExitStack, make, slots: Slots, local, remote_addr: int,
+                  local_mr) -> list[tuple]:
+        """(signaled, unsignaled) WR pairs, one per slot of a batch: slot k moves local[k] <-> remote k."""
+        out = []
+        for k in range(slots.per_iter * slots.iters_per_batch):
+            off = k * slots.size
+            sg = stack.enter_context(sge(self._addr(local) + off, slots.size, local_mr.lkey))
+            out.append((stack.enter_context(make(sg, remote_addr + off, True)),
+                        stack.enter_context(make(sg, remote_addr + off, False))))
+        return out
+
+    def _slot_op_at(self, wrs: list[tuple], slots: Slots, window: int, what: str):
+        """op_at(t) for measure.verify.batched: iteration t posts `window` WRs to its slots."""
+        win = Window(window, self.settings.tx_depth, self.settings.cq_mod)
+        post_send, cq_poll = self.qp.post_send, self.scq.poll
+
+        def poll() -> list[int]:
+            _, wcs = cq_poll(POLL_BATCH)
+            for wc in wcs:
+                check_completion(wc, what)
+            return [wc.wr_id for wc in wcs]
+
+        def op_at(t: int):
+            mine = [wrs[t * slots.per_iter + j % slots.per_iter] for j in range(window)]
+
+            def post(index: int, signaled: bool) -> None:
+                wr = mine[index][0 if signaled else 1]
+                wr.wr_id = index
+                post_send(wr)
+            return lambda: win.run(post, poll)
+        return op_at
+
+    def _capacity(self, size: int) -> int:
+        """Buffer bytes for the slots of one batch: both sides' memory, and at most MAX_SLOTS WRs."""
+        return min(self.max_size, self.remote.length, MAX_SLOTS * size)
+
     def put_bandwidth(self, size: int, iters: int, warmup: int, window: int, origin: int,
-                      seed: tuple[int, int, int], budget_s: float | None = None) -> Transfer:
+                      seed: tuple[int, int, int], budget_s: float | None = None,
+                      policy: Policy | None = None) -> Transfer:
         """ib_write_bw: each iteration posts `window` RDMA WRITEs (at most tx_depth in flight, one
-        completion per cq_mod) and ends when all are acknowledged. The target verifies the data.
+        completion per cq_mod) and ends when all are acknowledged; every WRITE of a batch goes to
+        its own slot, which the target poisons before and checks after (measure.verify.WriteCheck).
 
         seed = (source world rank, destination world rank, iteration) of the pattern.
         budget_s caps the timed loop (at least 2 iterations), so a crippled link costs seconds.
         """
         self._check(size, origin)
-        times = mismatch = None
+        slots = Slots.plan(size, window, iters, self._capacity(size))
+        check = WriteCheck.planned(self.comm, origin, slots, iters, policy, seed)
+        region = slots.bytes
+        times = tally = None
         with self._step(), contextlib.ExitStack() as stack:
             if self.me == origin:
-                fill_pattern(self.local_buf[:size], *seed)
-                sg = self._sge(stack, self.local_buf, size, self.local_mr)
                 r, inline = self.remote, self._inline(size)
-                sig = stack.enter_context(write_wr(0, sg, r.rkey, r.addr, True, inline))
-                unsig = stack.enter_context(write_wr(0, sg, r.rkey, r.addr, False, inline))
-                times = self._timed(self._windowed(sig, unsig, window, "RDMA WRITE"), iters, warmup, budget_s)
-        with self._step():  # every write was acknowledged before the target looks
-            if self.me != origin:
-                got = self.window[:size]
-                corrupt_for_test(got)
-                mismatch = verify(got, *seed)
-        return Transfer(times, mismatch)
+                wrs = self._slot_wrs(stack, lambda sg, addr, sig: write_wr(0, sg, r.rkey, addr, sig, inline),
+                                     slots, self.local_buf, r.addr, self.local_mr)
+                times = check.origin_loop(
+                    self._slot_op_at(wrs, slots, window, "RDMA WRITE"), iters, warmup,
+                    fill=lambda b: fill_pattern(self.local_buf[:region], *seed, b),
+                    pause=lambda: None, resume=lambda: None,
+                    budget_ns=None if budget_s is None else int(budget_s * 1e9), min_iters=2)
+            else:
+                # Every write of a batch was acknowledged before the origin says it ended.
+                tally = check.target_loop(lambda b: poison(self.window[:region], *seed, b),
+                                          lambda b, written: slot_tally(self.window[:written * size], size, *seed, b))
+        return Transfer(times, tally)
 
     def read_bandwidth(self, size: int, iters: int, warmup: int, window: int, origin: int,
-                       seed: tuple[int, int, int], budget_s: float | None = None) -> Transfer:
-        """ib_read_bw: the origin READs the target's patterned buffer `window` times per iteration and
-        verifies what it read; times and verification are both returned at the origin.
+                       seed: tuple[int, int, int], budget_s: float | None = None,
+                       policy: Policy | None = None) -> Transfer:
+        """ib_read_bw: the origin READs the target's patterned slots, `window` per iteration, each
+        into its own local slot, poisoned before each verified batch and checked after it; times
+        and the check are both returned at the origin.
         """
         self._check(size, origin)
-        times = mismatch = None
+        slots = Slots.plan(size, window, iters, self._capacity(size))
+        region = slots.bytes
+        times = tally = None
         with self._step():  # the pattern is in place before the first READ
-            if self.me == origin:
-                self.local_buf[:size] = 0
-            else:
-                fill_pattern(self.window[:size], *seed)
+            if self.me != origin:
+                fill_pattern(self.window[:region], *seed, 0)
         with self._step(), contextlib.ExitStack() as stack:
             if self.me == origin:
-                sg = self._sge(stack, self.local_buf, size, self.local_mr)
                 r = self.remote
-                sig = stack.enter_context(read_wr(0, sg, r.rkey, r.addr, True))
-                unsig = stack.enter_context(read_wr(0, sg, r.rkey, r.addr, False))
-                times = self._timed(self._windowed(sig, unsig, window, "RDMA READ"), iters, warmup, budget_s)
-                got = self.local_buf[:size]
-                corrupt_for_test(got)
-                mismatch = verify(got, *seed)
-        return Transfer(times, mismatch)
+                wrs = self._slot_wrs(stack, lambda sg, addr, sig: read_wr(0, sg, r.rkey, addr, sig),
+                                     slots, self.local_buf, r.addr, self.local_mr)
+                tally = Tally()
+
+                def after(batch: int, written: int, last: bool) -> None:
+                    tally.merge(slot_tally(self.local_buf[:written * size], size, *seed, 0))
+
+                times = batched(self._slot_op_at(wrs, slots, window, "RDMA READ"), iters, warmup, slots,
+                                planned_batches(slots, iters, policy, seed),
+                                lambda b: poison(self.local_buf[:region], *seed, 0), after,
+                                None if budget_s is None else int(budget_s * 1e9), min_iters=2)
+        return Transfer(times, tally)
 
     # -- latency
 
-    def put_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
+    def put_latency(self, size: int, iters: int, warmup: int, origin: int,
+                    seed: tuple[int, int, int] | None = None, policy: Policy | None = None) -> Transfer:
         """ib_write_lat: RDMA WRITE ping-pong; each side spins on the last byte of its receive buffer.
 
         One sample is half a round trip, as perftest reports it (the mpi engine's put latency is
-        a full Put + Flush round trip).
+        a full Put + Flush round trip). Each write carries the running count its peer waits for, so
+        a write that does not arrive stops the ping-pong (a timeout), never passes: no data tally.
         """
+        return Transfer(self._write_pingpong(size, iters, warmup, origin), None)
+
+    def _write_pingpong(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
         self._check(size, origin)
         if self.memory == "cuda":
             return self._completion_latency(size, iters, warmup, origin)
@@ -1245,23 +1303,45 @@ class PairLink:
 
             return self._pingpong(origin, iters, warmup, origin_op, target_op, halve=True)
 
-    def read_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None:
-        """ib_read_lat: one RDMA READ posted and polled per sample; a full round trip."""
+    def read_latency(self, size: int, iters: int, warmup: int, origin: int,
+                     seed: tuple[int, int, int] = (0, 1, 0), policy: Policy | None = None) -> Transfer:
+        """ib_read_lat: one RDMA READ posted and polled per sample; a full round trip. Each READ of a
+        batch reads its own slot of the target's pattern into its own local slot, poisoned before
+        the batch and checked after it (measure.verify.batched)."""
         self._check(size, origin)
-        with contextlib.ExitStack() as stack:
-            sg = self._sge(stack, self.local_buf, size, self.local_mr)
-            wr = stack.enter_context(read_wr(0, sg, self.remote.rkey, self.remote.addr, True))
-            post, scq = self.qp.post_send, self.scq
+        slots = Slots.plan(size, 1, iters, self._capacity(size))
+        region = slots.bytes
+        times = tally = None
+        with self._step():
+            if self.me != origin:
+                fill_pattern(self.window[:region], *seed, 0)
+        with self._step(), contextlib.ExitStack() as stack:
+            if self.me == origin:
+                r, post, scq = self.remote, self.qp.post_send, self.scq
+                wrs = self._slot_wrs(stack, lambda sg, addr, sig: read_wr(0, sg, r.rkey, addr, sig),
+                                     slots, self.local_buf, r.addr, self.local_mr)
+                tally = Tally()
 
-            def origin_op() -> None:
-                post(wr)
-                wait_completion(scq, "RDMA READ")
+                def op_at(t: int):
+                    wr = wrs[t][0]
 
-            return self._pingpong(origin, iters, warmup, origin_op, None, halve=False)
+                    def op() -> None:
+                        post(wr)
+                        wait_completion(scq, "RDMA READ")
+                    return op
+
+                def after(batch: int, written: int, last: bool) -> None:
+                    tally.merge(slot_tally(self.local_buf[:written * size], size, *seed, 0))
+
+                times = batched(op_at, iters, warmup, slots, planned_batches(slots, iters, policy, seed),
+                                lambda b: poison(self.local_buf[:region], *seed, 0), after)
+        return Transfer(times, tally)
 
     def atomic_latency(self, iters: int, warmup: int, origin: int) -> Transfer:
         """ib_atomic_lat: one fetch-and-add of 1 on the target's 8-byte counter per sample (a full
-        round trip). Afterwards the target checks the counter holds warmup + iters.
+        round trip). Sample t fetches into slot t (of at most MAX_SLOTS, reused in turn), poisoned
+        with -1 beforehand, so the origin sees what each add returned (the last add of each slot);
+        afterwards the target checks the counter holds warmup + iters.
         """
         self._check(1, origin)
         if not (self.local.atomics and self.remote.atomics):  # both sides know both: both raise
@@ -1270,18 +1350,34 @@ class PairLink:
         with self._step():
             if self.me != origin:
                 self.counter[:] = 0
-        with contextlib.ExitStack() as stack:
-            sg = self._sge(stack, self.fetched, 8, self.fetched_mr)
-            wr = stack.enter_context(atomic_faa_wr(0, sg, self.remote.atomic_rkey, self.remote.atomic_addr, 1))
-            post, scq = self.qp.post_send, self.scq
+        fetched = self.fetched.view(np.int64)
+        n = max(1, min(iters, len(fetched)))
+        times = tally = None
+        with self._step(), contextlib.ExitStack() as stack:
+            if self.me == origin:
+                r, post, scq = self.remote, self.qp.post_send, self.scq
+                wrs = [stack.enter_context(atomic_faa_wr(0, stack.enter_context(
+                    sge(self._addr(self.fetched) + 8 * k, 8, self.fetched_mr.lkey)), r.atomic_rkey, r.atomic_addr, 1))
+                    for k in range(n)]
 
-            def origin_op() -> None:
-                post(wr)
-                wait_completion(scq, "ATOMIC_FETCH_AND_ADD")
+                def op_at(k: int):
+                    wr = wrs[k % n]
 
-            times = self._pingpong(origin, iters, warmup, origin_op, None, halve=False)
-        mismatch = None
+                    def op() -> None:
+                        post(wr)
+                        wait_completion(scq, "ATOMIC_FETCH_AND_ADD")
+                    return op
+
+                ops = [op_at(t) for t in range(iters)]
+                for _ in range(warmup):
+                    ops[0]()
+                fetched[:n] = -1
+                times = timed_sequence(ops)
+                # Slot k last held the add of the last sample t with t % n == k: the counter before it.
+                k = np.arange(min(n, iters))
+                tally = fetched_tally(fetched[:len(k)], warmup + k + n * ((iters - 1 - k) // n))
+        mismatch_tally = None
         with self._step():
             if self.me != origin:
-                mismatch = check_counter(bytes(self.counter), warmup + iters)
-        return Transfer(times, mismatch)
+                mismatch_tally = counter_tally(bytes(self.counter), warmup + iters)
+        return Transfer(times, tally if self.me == origin else mismatch_tally)

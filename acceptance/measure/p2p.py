@@ -184,6 +184,7 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
         return []
     prefix, what = LATENCY_OPS[op]
     errors_metric, noun = DATA_CHECKS[op]
+    policy = Policy.from_profile(profile)
     size = 8 if op == "atomic" else profile.get("latency.size")
     iters, warmup = profile.get("latency.iters"), profile.get("latency.warmup")
     problems = []
@@ -196,10 +197,10 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
             seed = (ranks[0], ranks[1], 1 << 20)  # apart from the bandwidth sweep's iterations
             pingpong = None
             if op == "write":
-                got = link.put_latency(size, iters, warmup, origin, seed)
+                got = link.put_latency(size, iters, warmup, origin, seed, policy)
                 pingpong = link.pingpong_latency(size, iters, warmup, origin)
             elif op == "read":
-                got = link.read_latency(size, iters, warmup, origin, seed)
+                got = link.read_latency(size, iters, warmup, origin, seed, policy)
             else:
                 got = link.atomic_latency(iters, warmup, origin)
             if got.tally is not None:  # the side that checked: the target of writes, the origin of reads and fetches
@@ -226,7 +227,7 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
                                  samples=pp.samples, detail=pp.note(field) if field != "max" else None, **common)
 
     rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure,
-                 slot_bytes=min(size * iters, Policy.from_profile(profile).slot_region))
+                 slot_bytes=min(size * iters, policy.slot_region))
     return problems
 
 

@@ -95,6 +95,7 @@ class Tally:
         if self.failed - self.missing:
             more = " more" if self.missing else f" of {self.ops} {what}"
             parts.append(f"{self.failed - self.missing}{more} arrived wrong")
+        unit = unit[:-1] if self.wrong == 1 and unit.endswith("s") else unit
         return "; ".join(parts) + f": {self.wrong} wrong {unit}" + (f"; first: {self.first}" if self.first else "")
 
     def fields(self) -> dict:
@@ -172,14 +173,61 @@ class Slots:
         return -(-iters // self.iters_per_batch)
 
 
+def batched(op_at: Callable[[int], Callable[[], None]], iters: int, warmup: int, slots: Slots,
+            verified: frozenset[int], before: Callable[[int], None], after: Callable[[int, int, bool], None],
+            budget_ns: int | None = None, min_iters: int = 1) -> np.ndarray:
+    """Per-iteration ns of a loop whose iteration t of a batch is op_at(t)(); before(batch) and
+    after(batch, slots written, last) run around each verified batch, outside the timers.
+
+    The last batch is always verified. With budget_ns the loop stops once the timed iterations add
+    up to it (after min_iters); if that happens inside a batch that is not verified, one more
+    iteration runs as a verified batch of its own, so the loop always ends checked.
+    """
+    ops = [op_at(t) for t in range(slots.iters_per_batch)]
+    out = np.empty(max(iters, 0), dtype=np.int64)
+    buf = memoryview(out)
+    now = time.perf_counter_ns
+    spent, i, batch, force = 0, 0, 0, False
+    with GcOff():
+        for _ in itertools.repeat(None, warmup):
+            ops[0]()
+        while i < iters:
+            first = i
+            end = first + 1 if force else min(iters, first + slots.iters_per_batch)
+            check = force or batch in verified or end == iters
+            if check:
+                before(batch)
+            cut = False
+            while i < end:
+                t0 = now()
+                ops[i - first]()
+                t = now() - t0
+                buf[i] = t
+                spent += t
+                i += 1
+                if budget_ns is not None and spent >= budget_ns and i >= min_iters:
+                    cut = True
+                    break
+            if check:
+                after(batch, (i - first) * slots.per_iter, cut or i == iters)
+                if cut:
+                    break
+            elif cut:
+                force = True
+            batch += 1
+    return out[:i]
+
+
 class WriteCheck:
     """The two-sided protocol of a verified windowed-write loop over a pair communicator.
 
-    The origin drives (origin()): before a verified batch it fills its source slots with content
-    of their own (fill(batch)) and tells the target, which poisons its slots (poison(batch)); after the
-    batch it tells the target how many iterations ran, and the target compares the slots they
-    wrote (check(batch, slots) -> Tally). A batch's seed part is its number. Messages are pickled bcasts and Barriers, all untimed;
-    pause()/resume() bracket them on the origin (an MPI engine leaves its access epoch there).
+    The origin drives (origin_loop()): before a verified batch it fills its source slots with
+    content of their own (fill(batch)) and tells the target, which poisons its slots
+    (poison(batch)); after the batch it tells the target how many slots were written, and the
+    target compares them (check(batch, slots) -> Tally). A batch's seed part is its number.
+    Messages are pickled bcasts and Barriers, all untimed; pause()/resume() bracket them on the
+    origin (an MPI engine leaves its access epoch there). An error on the origin is announced
+    ("abort"), so the target never waits for a batch that will not come.
     """
 
     def __init__(self, comm, origin: int, slots: Slots, verified_batches: frozenset[int]):
@@ -189,58 +237,40 @@ class WriteCheck:
     def planned(cls, comm, origin: int, slots: Slots, iters: int, policy: Policy | None,
                 seed: tuple[int, ...]) -> WriteCheck:
         """The batches `policy` verifies (default Policy()), drawn from the measurement's seed."""
-        batches = slots.batches(iters)
-        draw = hash(tuple(seed) + (slots.size,)) & 0xFFFF_FFFF  # ints hash alike on every rank
-        return cls(comm, origin, slots, (policy or Policy()).iterations(batches, slots.bytes, draw))
+        return cls(comm, origin, slots, planned_batches(slots, iters, policy, seed))
+
+    def _say(self, msg) -> None:
+        self.comm.bcast(msg, root=self.origin)
+        self.comm.Barrier()
 
     def origin_loop(self, op_at: Callable[[int], Callable[[], None]], iters: int, warmup: int,
                     fill: Callable[[int], None], pause: Callable[[], None], resume: Callable[[], None],
                     budget_ns: int | None = None, min_iters: int = 1) -> np.ndarray:
         """Per-iteration ns of the windowed writes; op_at(t) is iteration t (of its batch)'s op."""
-        s, bcast, barrier = self.slots, self.comm.bcast, self.comm.Barrier
-        ops = [op_at(t) for t in range(s.iters_per_batch)]
-        out = np.empty(max(iters, 0), dtype=np.int64)
-        buf = memoryview(out)
-        now = time.perf_counter_ns
-        spent, i, batch, force = 0, 0, 0, False
-        with GcOff():
-            for _ in itertools.repeat(None, warmup):
-                ops[0]()
-            while i < iters:
-                first = i
-                end = first + 1 if force else min(iters, first + s.iters_per_batch)
-                check = force or batch in self.verified or end == iters
-                if check:
-                    pause()
-                    fill(batch)
-                    bcast(("start", batch), root=self.origin)
-                    barrier()
-                    resume()
-                cut = False
-                while i < end:
-                    t0 = now()
-                    ops[i - first]()
-                    t = now() - t0
-                    buf[i] = t
-                    spent += t
-                    i += 1
-                    if budget_ns is not None and spent >= budget_ns and i >= min_iters:
-                        cut = True
-                        break
-                if check:
-                    pause()
-                    bcast(("end", batch, (i - first) * s.per_iter, cut or i == iters), root=self.origin)
-                    barrier()
-                    resume()
-                    if cut:
-                        break
-                elif cut:
-                    force = True  # the loop ends with a verified iteration of its own
-                batch += 1
-        if iters <= 0:
-            bcast(("end", -1, 0, True), root=self.origin)
-            barrier()
-        return out[:i]
+        ended = False
+
+        def before(batch: int) -> None:
+            pause()
+            fill(batch)
+            self._say(("start", batch))
+            resume()
+
+        def after(batch: int, written: int, last: bool) -> None:
+            nonlocal ended
+            pause()
+            self._say(("end", batch, written, last))
+            ended = last
+            resume()
+
+        try:
+            times = batched(op_at, iters, warmup, self.slots, self.verified, before, after, budget_ns, min_iters)
+        except BaseException:
+            if not ended:
+                self._say(("abort",))
+            raise
+        if not ended:  # no timed iterations at all
+            self._say(("end", -1, 0, True))
+        return times
 
     def target_loop(self, poison: Callable[[int], None], check: Callable[[int, int], Tally]) -> Tally:
         """The target's side: poison and check on the origin's word, until its last batch."""
@@ -249,10 +279,15 @@ class WriteCheck:
             msg = self.comm.bcast(None, root=self.origin)
             if msg[0] == "start":
                 poison(msg[1])
-            else:
-                _, batch, written, last = msg
-                if written:
-                    tally.merge(check(batch, written))
+            elif msg[0] == "end" and msg[2]:
+                tally.merge(check(msg[1], msg[2]))
             self.comm.Barrier()
-            if msg[0] == "end" and last:
+            if msg[0] == "abort" or (msg[0] == "end" and msg[3]):
                 return tally
+
+
+def planned_batches(slots: Slots, iters: int, policy: Policy | None, seed: tuple[int, ...]) -> frozenset[int]:
+    """The batches `policy` (default Policy()) verifies, drawn with the measurement's seed: the same
+    draw on every rank (ints hash alike in every process)."""
+    draw = hash(tuple(seed) + (slots.size,)) & 0xFFFF_FFFF
+    return (policy or Policy()).iterations(slots.batches(iters), slots.bytes, draw)

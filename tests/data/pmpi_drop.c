@@ -1,5 +1,5 @@
 /* A PMPI interposer that silently drops MPI operations, for the mutation tests of the data checks
- * (tests/integration/test_data_checks.py). Built in the test with the venv's mpicc, loaded with
+ * (tests/integration/test_data_mutations.py). Built in the test with the venv's mpicc, loaded with
  * LD_PRELOAD. Past ACCEPTANCE_TEST_DROP_ONSET calls (default 100) of the operation named by
  * ACCEPTANCE_TEST_DROP (MPI_Allreduce, MPI_Alltoall or MPI_Put; unset: drop nothing), every
  * ACCEPTANCE_TEST_DROP_EVERY-th call (default 2) returns MPI_SUCCESS without doing anything.

@@ -40,7 +40,11 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     assert sizes[0] == 8 and sizes[-1] == 4 * 2**20 and len(sizes) == 20
     assert all(r["value"] > 0 and r["unit"] == "Gbit/s" and r["engine"] == "mpi" for r in bw)
     # The target of every transfer verified it: one errors record per bandwidth record.
-    assert Counter(r["metric"] for r in recs if r["suite"] == "rdma_write")["errors"] == len(bw)
+    assert Counter(r["metric"] for r in recs if r["suite"] == "rdma_write"
+                   and "bandwidth" in r["test"])["errors"] == len([r for r in bw if r["suite"] == "rdma_write"])
+    # Every verified operation was counted: ops on every data check, none failed.
+    checks = [r for r in recs if r["metric"] in catalog.DATA_ERROR_NAMES]
+    assert checks and all(r["ops"] > 0 and r["ops_failed"] == 0 and r["ops_missing"] == 0 for r in checks)
     lat = [r for r in recs if r["metric"] in ("latency_p50", "latency_p99", "latency_p999")]
     assert {(r["rail"], tuple(r["nodes"]), r["metric"]) for r in lat} == {
         (rail, d, m) for rail in (0, 1) for d in permutations(("node1", "node2"))
@@ -64,8 +68,10 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     for op in ("read", "atomic"):
         assert {(r["rail"], tuple(r["nodes"])) for r in recs if r["metric"] == f"{op}_latency_p99"} == {
             (rail, d) for rail in (0, 1) for d in permutations(("node1", "node2"))}
-    atomic_checks = [r for r in recs if r["metric"] == "errors" and r.get("detail") == "atomic counter exact"]
-    assert len(atomic_checks) == 4 and all(r["value"] == 0 and r["size"] == 8 for r in atomic_checks)
+    # The origin checks what every fetch-and-add returned; the target, that its counter is exact.
+    atomic_checks = [r for r in recs if r["metric"] == "atomic_errors"]
+    assert len(atomic_checks) == 8 and all(r["value"] == 0 and r["size"] == 8 for r in atomic_checks)
+    assert sorted(r["ops"] for r in atomic_checks)[:4] == [1] * 4  # the four counters
     # Which engine measured each suite, and why (no RDMA device here: not the verbs engine).
     engines = json.loads((folder_of(p) / "run.json").read_text())["engines"]
     assert set(engines) == {"memreg", "rdma_write", "collective", "incast"}
@@ -105,8 +111,9 @@ def test_flipped_bit_is_caught_with_its_offset(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "2", "--ranks-per-node", "1", "--", "-m", "p2p", "-k", "bandwidth",
                        env={"ACCEPTANCE_TEST_FLIP_BIT": "4096:3"})
     assert p.returncode == 1, p.stdout + p.stderr
-    assert re.search(r"node1 -> node2 rail 0, size 8192 B: data corrupted: first wrong byte at offset 4096 "
-                     r"of 8192: expected 0x[0-9a-f]{2}, got 0x[0-9a-f]{2} \(1 wrong byte\)", p.stdout), p.stdout
+    assert re.search(r"node1 -> node2 rail 0, size 8192 B: 1 of \d+ writes arrived wrong: 1 wrong byte; first: "
+                     r"batch 0, slot 0: first wrong byte at offset 4096 of 8192: expected 0x[0-9a-f]{2}, "
+                     r"got 0x[0-9a-f]{2} \(1 wrong byte\)", p.stdout), p.stdout
     errors = [r for r in records(folder_of(p)) if r["metric"] == "errors" and r["verdict"] == "fail"]
     # Every size above the offset, both directions; smaller sizes are intact.
     assert errors and all(r["size"] > 4096 and "offset 4096" in r["detail"] for r in errors)
@@ -161,8 +168,8 @@ def test_incast_records_fairness_and_catches_unfairness_and_corruption(acceptanc
     assert p.returncode == 1, p.stdout + p.stderr
     assert re.search(r"incast of 2 into node1 rail 0: fairness [\d.]+ < bound 1.01 \(slowest node[23] [\d.]+ "
                      r"Gbit/s, fastest node[23] [\d.]+ Gbit/s\)", p.stdout), p.stdout
-    assert re.search(r"incast of 2 into node2 rail 0: data from node1 corrupted: first wrong byte at offset 100",
-                     p.stdout), p.stdout
+    assert re.search(r"incast of 2 into node2 rail 0: data from node1: 1 of \d+ writes arrived wrong: 1 wrong byte; "
+                     r"first: batch 0, slot 0: first wrong byte at offset 100", p.stdout), p.stdout
     recs = [r for r in records(folder_of(p)) if r["suite"] == "incast"]
     fair = [r for r in recs if r["metric"] == "fairness"]
     assert sorted(r["nodes"][0] for r in fair) == ["node1", "node2", "node3"]

@@ -10,10 +10,10 @@ from acceptance.measure.p2p import write_bandwidth
 def test_write_bandwidth_around_a_dead_node(topology, profile, record, progress):
     nodes = [topology.ranks[r].node for r in range(topology.world.Get_size())]
 
-    def pair_link(comm, size, **kw):
+    def pair_link(comm, size, *args, **kw):
         if "node2" in {nodes[r] for r in comm.allgather(topology.rank)}:
             raise RuntimeError("8 work requests got no completion in 30 s")  # as the verbs engine says
-        return mpi.PairLink(comm, size, **kw)
+        return mpi.PairLink(comm, size, *args, **kw)
 
     engine = SimpleNamespace(NAME="mpi", PairLink=pair_link)
     problems = write_bandwidth(engine, topology, topology.rail, profile, record, progress)

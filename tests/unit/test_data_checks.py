@@ -1,6 +1,6 @@
 """Mutation tests of the data checks on one rank: a transport that drops, halves, flips or delivers a
 stale result of every second collective must fail the check at every size; a faithful one passes.
-The two-rank operations (writes, reads, atomics, incast) are in tests/integration/test_data_checks.py."""
+The two-rank operations (writes, reads, atomics, incast) are in tests/integration/test_data_mutations.py."""
 
 import numpy as np
 import pytest

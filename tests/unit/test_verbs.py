@@ -516,9 +516,9 @@ def test_fresh_pages_are_page_aligned_and_writable():
 
 
 def test_counter_check_in_either_byte_order():
-    assert verbs.check_counter((1010).to_bytes(8, "little"), 1010) is None
-    assert verbs.check_counter((1010).to_bytes(8, "big"), 1010) is None
-    bad = verbs.check_counter((1009).to_bytes(8, "little"), 1010)
+    assert memory.check_counter((1010).to_bytes(8, "little"), 1010) is None
+    assert memory.check_counter((1010).to_bytes(8, "big"), 1010) is None
+    bad = memory.check_counter((1009).to_bytes(8, "little"), 1010)
     assert isinstance(bad, memory.Mismatch) and bad.nbytes == 8 and bad.offset == 0
     assert (bad.value, bad.expected_value) == (1009, 1010)
     assert str(bad) == "atomic counter holds 1009 after 1010 fetch-and-adds of 1: lost atomic updates"
@@ -677,6 +677,30 @@ class Fabric:
         self.mrs, self.qps, self.next_key, self.lids = {}, {}, 0x100, iter(range(1, 100))
         self.modifies = []
         self.link_layers = {0: IB, 1: IB}  # per pair rank
+        self.fault: tuple[int, str] | None = None  # (opcode, mode): every second such WR misbehaves
+        self.calls, self.last = 0, None
+
+    def deliver(self, op, dst: int, src: int, length: int) -> bool:
+        """memmove, or the fault of tests/faults.py on every second WR of the faulty opcode; False
+        when nothing moved (a dropped atomic applies no add)."""
+        if self.fault is None or self.fault[0] != op:
+            ctypes.memmove(dst, src, length)
+            return True
+        self.calls += 1
+        previous, self.last = self.last, ctypes.string_at(src, length)
+        mode = self.fault[1]
+        if self.calls % 2:
+            ctypes.memmove(dst, src, length)
+        elif mode == "drop":
+            return False
+        elif mode == "half":
+            ctypes.memmove(dst, src, length // 2)
+        elif mode == "flip":
+            ctypes.memmove(dst, src, length)
+            (ctypes.c_uint8 * length).from_address(dst)[length // 3] ^= 1 << 4
+        elif previous is not None and len(previous) == length:
+            ctypes.memmove(dst, previous, length)
+        return True
 
     def key(self):
         with self.lock:
@@ -792,7 +816,7 @@ class FakeQP(FakeObject):
             if dst is None:
                 status = e.ibv_wc_status.IBV_WC_REM_ACCESS_ERR
             else:
-                ctypes.memmove(dst, laddr, length)
+                self.fabric.deliver(op, dst, laddr, length)
                 if op == e.ibv_wr_opcode.IBV_WR_RDMA_WRITE_WITH_IMM:
                     recv = peer.rq.popleft()
                     peer.rcq.push(WC(wr_id=recv.wr_id, status=OK, byte_len=length, imm_data=c.imm_data,
@@ -809,15 +833,15 @@ class FakeQP(FakeObject):
             if src is None:
                 status = e.ibv_wc_status.IBV_WC_REM_ACCESS_ERR
             else:
-                ctypes.memmove(laddr, src, length)
+                self.fabric.deliver(op, laddr, src, length)
         elif op == e.ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD:
             dst = self._remote(c.atomic_rkey, c.remote_addr, 8, ACC.IBV_ACCESS_REMOTE_ATOMIC)
             if dst is None or length != 8:
                 status = e.ibv_wc_status.IBV_WC_REM_ACCESS_ERR
             else:
-                old = ctypes.c_uint64.from_address(dst).value
-                ctypes.c_uint64.from_address(laddr).value = old
-                ctypes.c_uint64.from_address(dst).value = old + c.compare_add
+                old = ctypes.c_uint64(ctypes.c_uint64.from_address(dst).value)
+                if self.fabric.deliver(op, laddr, ctypes.addressof(old), 8):
+                    ctypes.c_uint64.from_address(dst).value = old.value + c.compare_add
         self.in_flight += 1
         self.unsignaled += 1
         if status != OK:
@@ -884,14 +908,16 @@ def test_put_bandwidth_moves_and_verifies_the_pattern(fake_device, origin):
     results = no_errors(with_link(4096, body))
     for size_index, size in enumerate((1, 100, 4096)):
         mine, theirs = results[origin][size_index], results[1 - origin][size_index]
-        assert mine.mismatch is None and len(mine.times_ns) == 3 and (mine.times_ns > 0).all()
-        assert theirs.times_ns is None and theirs.mismatch is None
+        assert mine.tally is None and len(mine.times_ns) == 3 and (mine.times_ns > 0).all()
+        assert theirs.times_ns is None and theirs.tally.ops > 0 and not theirs.tally.failed
 
 
 def test_put_bandwidth_reports_a_flipped_bit(fake_device, monkeypatch):
     monkeypatch.setenv(memory.FLIP_ENV, "10:3")
     results = no_errors(with_link(64, lambda link: link.put_bandwidth(64, 2, 0, 4, 0, (0, 1, 0))))
-    assert results[1].mismatch.offset == 10 and results[1].mismatch.wrong_bytes == 1
+    # One slot of 64 B fits the link: each of the 2 iterations is a verified batch, each flipped once.
+    assert results[1].tally.ops == results[1].tally.failed == results[1].tally.wrong == 2
+    assert "first wrong byte at offset 10 of 64" in results[1].tally.first
 
 
 def test_put_bandwidth_budget_keeps_two_iterations(fake_device):
@@ -901,22 +927,53 @@ def test_put_bandwidth_budget_keeps_two_iterations(fake_device):
 
 def test_read_bandwidth_verifies_at_the_origin(fake_device):
     results = no_errors(with_link(4096, lambda link: link.read_bandwidth(4096, 3, 1, 10, 1, (1, 0, 2))))
-    assert results[1].mismatch is None and len(results[1].times_ns) == 3
-    assert results[0].times_ns is None and results[0].mismatch is None
+    assert results[1].tally.ops > 0 and not results[1].tally.failed and len(results[1].times_ns) == 3
+    assert results[0].times_ns is None and results[0].tally is None
 
 
 @pytest.mark.parametrize("method", ["put_latency", "pingpong_latency", "write_imm_latency", "read_latency"])
 def test_latencies_return_samples_at_the_origin(fake_device, method):
+    def times(got):  # put_latency and read_latency return a Transfer (with its data check)
+        return getattr(got, "times_ns", got)
+
     results = no_errors(with_link(64, lambda link: [getattr(link, method)(size, 10, 2, 1) for size in (8, 64)]))
     for samples in results[1]:
+        samples = times(samples)
         assert samples.dtype == np.int64 and len(samples) == 10 and (samples >= 0).all()
-    assert results[0] == [None, None]
+    assert [times(t) for t in results[0]] == [None, None]
 
 
 def test_atomic_latency_counts_on_the_target(fake_device):
     results = no_errors(with_link(64, lambda link: link.atomic_latency(25, 5, 0)))
-    assert len(results[0].times_ns) == 25 and results[0].mismatch is None
-    assert results[1].times_ns is None and results[1].mismatch is None
+    # 64 B of fetched slots: 8 slots, reused in turn; each is checked for its last add.
+    assert len(results[0].times_ns) == 25 and results[0].tally.ops == 8 and not results[0].tally.failed
+    assert results[1].times_ns is None and results[1].tally.ops == 1 and not results[1].tally.failed
+
+
+# Mutation tests at the engine boundary: the simulated device drops, halves, flips or delivers a stale
+# payload for every second WR of one opcode; every verified operation's check must fail.
+W = e.ibv_wr_opcode
+
+
+@pytest.mark.parametrize("mode", ["drop", "half", "flip", "stale"])
+@pytest.mark.parametrize("name, opcode, run, checker", [
+    ("write", W.IBV_WR_RDMA_WRITE, lambda link, size: link.put_bandwidth(size, 6, 1, 4, 0, (0, 1, 3)), 1),
+    ("read", W.IBV_WR_RDMA_READ, lambda link, size: link.read_bandwidth(size, 6, 1, 4, 0, (0, 1, 4)), 0),
+    ("read latency", W.IBV_WR_RDMA_READ, lambda link, size: link.read_latency(size, 20, 2, 0, (0, 1, 5)), 0),
+    ("atomic", W.IBV_WR_ATOMIC_FETCH_AND_ADD, lambda link, size: link.atomic_latency(20, 2, 0), 0),
+])
+@pytest.mark.parametrize("size", [8, 512, 4096])
+def test_every_fault_of_a_verified_operation_fails_its_check(fake_device, mode, name, opcode, run, checker, size):
+    if name == "atomic" and size != 8:
+        pytest.skip("an atomic is 8 bytes")
+    if name == "atomic" and mode == "half":
+        pytest.skip("half of 8 bytes of a small counter value is the same value")
+    fake_device.fault = (opcode, mode)
+    results = no_errors(with_link(4096 * 8, lambda link: run(link, size)))
+    tally = results[checker].tally
+    assert tally.ops > 0 and tally.failed > 0 and tally.wrong > 0, (name, mode, tally)
+    if mode == "drop" and name != "atomic":
+        assert tally.missing > 0
 
 
 def test_a_failed_completion_is_raised_on_both_ranks(fake_device):
@@ -962,7 +1019,7 @@ def test_roce_pair_picks_the_roce_v2_gid_and_runs(fake_device):
     fake_device.link_layers = {0: ETH, 1: ETH}
 
     def body(link):
-        return link.local, link.put_latency(8, 5, 1, 0)
+        return link.local, link.put_latency(8, 5, 1, 0).times_ns
 
     (local0, samples), (local1, none) = no_errors(with_link(64, body))
     assert local0.gid_index == local1.gid_index == 3 and local0.gid != local1.gid

@@ -106,8 +106,39 @@ def test_loopback_pair_link(configured):
     (r0, e0), (r1, e1) = run_pair(rank)
     assert e0 is None and e1 is None, (e0, e1)
     for t0, t1 in zip(r0["write"], r1["write"]):
-        assert len(t0.times_ns) == 3 and t0.mismatch is None and t1.mismatch is None
-    assert len(r1["read"].times_ns) == 3 and r1["read"].mismatch is None
+        assert len(t0.times_ns) == 3 and t0.tally is None and t1.tally.ops > 0 and not t1.tally.failed
+    assert len(r1["read"].times_ns) == 3 and r1["read"].tally.ops > 0 and not r1["read"].tally.failed
     for key, origin in (("put_lat", r0), ("send_lat", r0), ("imm_lat", r1), ("read_lat", r1)):
-        assert len(origin[key]) == 50 and (origin[key] > 0).all(), key
-    assert len(r0["atomic"].times_ns) == 50 and r1["atomic"].mismatch is None
+        times = getattr(origin[key], "times_ns", origin[key])
+        assert len(times) == 50 and (times > 0).all(), key
+    assert not r1["read_lat"].tally.failed and r1["read_lat"].tally.ops == 50
+    assert len(r0["atomic"].times_ns) == 50 and not r0["atomic"].tally.failed and not r1["atomic"].tally.failed
+
+
+@pytest.mark.parametrize("mode", ["drop", "half", "shifted"])
+def test_faulty_work_requests_fail_the_checks_on_the_device(configured, monkeypatch, mode):
+    """Mutation at the engine boundary on real hardware: every second slot's work request moves
+    nothing (a zero-length SGE), half of its bytes, or bytes from one place off; the target of the
+    writes and the origin of the reads must count those slots as failed."""
+    real, calls = verbs.sge, [0]
+
+    def faulty(addr, length, lkey):
+        calls[0] += 1
+        if length > 8 and calls[0] % 2 == 0:  # the slots' SGEs (8 B: the atomics', untouched)
+            addr, length = {"drop": (addr, 0), "half": (addr, length // 2), "shifted": (addr + 1, length - 1)}[mode]
+        return real(addr, length, lkey)
+
+    def rank(comm):
+        link = verbs.PairLink(comm, 1 << 16)
+        monkeypatch.setattr(verbs, "sge", faulty)  # after the link's own receive SGE
+        try:
+            return (link.put_bandwidth(4096, 3, 1, 8, 0, (0, 1, 1)), link.read_bandwidth(4096, 3, 1, 8, 1, (1, 0, 2)))
+        finally:
+            link.free()
+
+    (r0, e0), (r1, e1) = run_pair(rank)
+    assert e0 is None and e1 is None, (e0, e1)
+    for tally in (r1[0].tally, r1[1].tally):
+        assert tally.ops > 0 and tally.failed > 0 and tally.wrong > 0, tally
+        if mode == "drop":
+            assert tally.missing == tally.failed
