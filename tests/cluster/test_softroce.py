@@ -122,7 +122,7 @@ def findings(folder: Path) -> list[dict]:
 
 def test_the_verbs_engine_passes_its_device_tests_on_rxe(session):
     rc, out = session.part("device")
-    assert rc == 0 and re.search(r"\b3 passed\b", out) and "skipped" not in out, out[-3000:]
+    assert rc == 0 and re.search(r"\b6 passed\b", out) and "skipped" not in out, out[-3000:]
 
 
 def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
