@@ -447,6 +447,22 @@ def test_engine_code_path_reports_a_wrong_element_with_its_index(monkeypatch):
     assert fake.calls == [("allReduce", 128)] * 4  # 1 warm-up + 3 timed, 128 doubles each
 
 
+@pytest.mark.parametrize("op", [nccl.allreduce, nccl.alltoall])
+@pytest.mark.parametrize("mode", ["drop", "half", "flip", "stale"])
+def test_every_fault_of_a_gpu_collective_fails_its_check(monkeypatch, op, mode):
+    """Mutation at the engine boundary of the GPU path: the stand-in NCCL drops, halves, flips or
+    delivers the previous result of every second operation; every verified iteration is checked."""
+    fake = _fake_gpu(monkeypatch)
+    fake.fault = mode
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        res = op(comm, 4096, 10, 1, verified=frozenset(range(10)))
+    finally:
+        comm.Free()
+    assert res.ops == 10 and res.ops_failed >= 4 and res.wrong > 0, res
+    assert (res.missing > 0) == (mode == "drop")
+
+
 def test_gpu_check_runs_end_to_end_on_a_stand_in_gpu(monkeypatch, capsys, tmp_path):
     """Every check of benchmarks/gpu_check.py on the numpy stand-in: its code paths, not a GPU's numbers."""
     _fake_gpu(monkeypatch)

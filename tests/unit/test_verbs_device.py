@@ -118,13 +118,17 @@ def test_loopback_pair_link(configured):
 @pytest.mark.parametrize("mode", ["drop", "half", "shifted"])
 def test_faulty_work_requests_fail_the_checks_on_the_device(configured, monkeypatch, mode):
     """Mutation at the engine boundary on real hardware: every second slot's work request moves
-    nothing (a zero-length SGE), half of its bytes, or bytes from one place off; the target of the
-    writes and the origin of the reads must count those slots as failed."""
-    real, calls = verbs.sge, [0]
+    nothing (a zero-length SGE), half of its bytes, or bytes from one place off, and every second
+    fetch-and-add returns its value into the wrong slot; the target of the writes and the origin of
+    the reads and atomics must count those as failed."""
+    real, calls, fetches = verbs.sge, [0], [0]
 
     def faulty(addr, length, lkey):
+        if length == 8:  # a fetched value's slot: every second add returns into the slot before
+            fetches[0] += 1
+            return real(addr - 8 if fetches[0] % 2 == 0 else addr, length, lkey)
         calls[0] += 1
-        if length > 8 and calls[0] % 2 == 0:  # the slots' SGEs (8 B: the atomics', untouched)
+        if calls[0] % 2 == 0:  # the slots' SGEs
             addr, length = {"drop": (addr, 0), "half": (addr, length // 2), "shifted": (addr + 1, length - 1)}[mode]
         return real(addr, length, lkey)
 
@@ -132,12 +136,15 @@ def test_faulty_work_requests_fail_the_checks_on_the_device(configured, monkeypa
         link = verbs.PairLink(comm, 1 << 16)
         monkeypatch.setattr(verbs, "sge", faulty)  # after the link's own receive SGE
         try:
-            return (link.put_bandwidth(4096, 3, 1, 8, 0, (0, 1, 1)), link.read_bandwidth(4096, 3, 1, 8, 1, (1, 0, 2)))
+            return (link.put_bandwidth(4096, 3, 1, 8, 0, (0, 1, 1)), link.read_bandwidth(4096, 3, 1, 8, 1, (1, 0, 2)),
+                    link.atomic_latency(20, 2, 1))
         finally:
             link.free()
 
     (r0, e0), (r1, e1) = run_pair(rank)
     assert e0 is None and e1 is None, (e0, e1)
+    atomic = r1[2].tally  # the origin's: every second fetched slot never got its value
+    assert atomic.ops == 20 and atomic.failed >= 10 and atomic.missing >= 1, atomic
     for tally in (r1[0].tally, r1[1].tally):
         assert tally.ops > 0 and tally.failed > 0 and tally.wrong > 0, tally
         if mode == "drop":
