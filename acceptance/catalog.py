@@ -191,6 +191,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                setting=lambda f: f.Rate(None, unit="GB/s", help="GPU -> GPU peer copy bandwidth every ordered pair must reach; unset = not checked")),
         Metric(("p2p_bidir_bandwidth",), "GB/s", True, label="GPU to GPU copy, both ways"),
         Metric(("gpu_bandwidth_outliers",), "count", False, "zero", label="GPUs below their node's median"),
+        DATA_ERRORS,
     )),
     Suite("counters", (), measures=False, metrics=(
         Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise",

@@ -38,6 +38,7 @@ Python and numpy, tested with fake copiers and fake timings.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -47,8 +48,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fabric.memory import MemoryUnavailable, array_module
+from ..fabric.memory import MemoryUnavailable, array_module, fill_pattern, poison, slot_tally
 from .. import judge
+from .verify import Tally
 
 SUITE = "intranode"
 UNIT = "GB/s"
@@ -116,6 +118,7 @@ class Measurement:
     pci: str | None = None      # the GPU's PCI address, for h2d / d2h
     peer_access: bool | None = None
     note: str | None = None     # something the reader of the record should know
+    check: Tally | None = None  # the data check of the last timed copy (each direction for p2p_bidir)
 
     @property
     def moved(self) -> int:
@@ -204,6 +207,14 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
         verdict = judge.against(value, bound, higher=True)
         record(METRIC[m.kind], value, UNIT, rail=m.gpu, samples=m.samples, threshold=bound,
                verdict=verdict, detail=m.detail(), **common)
+        if m.check is not None:  # the copy's own data check: must be exact (docs/methodology.md §7)
+            what = f"{LABEL[m.kind]} copies"
+            record("errors", m.check.wrong, "count", rail=m.gpu, samples=m.samples, threshold=0,
+                   verdict="fail" if m.check.failed else "pass",
+                   detail=f"{m.where()}: {m.check.summary(what) or f'{m.check.ops} checked, exact'}",
+                   **m.check.fields(), **common)
+            if m.check.failed:
+                problems.append(f"{node}: {m.where()} {LABEL[m.kind]}: {m.check.summary(what)}")
         if bound is not None and value < bound:
             problems.append(f"{node}: {m.where()} {LABEL[m.kind]} {value:.1f} {UNIT} < bound {bound:g} {UNIT}")
         if id(m) in flagged:
@@ -326,7 +337,8 @@ def host_device(copier, settings: Settings, gpu: int) -> list[Measurement]:
     out = []
     for kind in ("h2d", "d2h"):
         times, note = copier.host_device(gpu, kind, settings.size, settings.iters, settings.warmup)
-        out.append(Measurement(kind, gpu, settings.size, np.asarray(times, dtype=float), pci=pci, note=note))
+        out.append(Measurement(kind, gpu, settings.size, np.asarray(times, dtype=float), pci=pci, note=note,
+                               check=copier.last_check))
     return out
 
 
@@ -339,13 +351,13 @@ def peers_from(copier, settings: Settings, src: int, gpus: int, bidirectional: b
         access = copier.enable_peer(src, dst) & copier.enable_peer(dst, src)
         times = copier.peer(src, dst, settings.size, settings.iters, settings.warmup)
         out.append(Measurement("p2p", src, settings.size, np.asarray(times, dtype=float), peer=dst,
-                               peer_access=bool(access)))
+                               peer_access=bool(access), check=copier.last_check))
     if bidirectional:
         for dst in range(src + 1, gpus):
             access = copier.enable_peer(src, dst) & copier.enable_peer(dst, src)
             times = copier.peer_bidir(src, dst, settings.size, settings.iters, settings.warmup)
             out.append(Measurement("p2p_bidir", src, settings.size, np.asarray(times, dtype=float), peer=dst,
-                                   peer_access=bool(access)))
+                                   peer_access=bool(access), check=copier.last_check))
     return out
 
 
@@ -450,11 +462,73 @@ def bound_to(cpus: set[int] | None):
 class CupyCopier:
     """Copies and CUDA-event timings through the cupy module it is given (never imported here)."""
 
+    HOST = -1  # the host's place in a copy's seed
+
     def __init__(self, cupy, sysfs: Path | str = "/sys"):
         self.cp = cupy
         self.rt = cupy.cuda.runtime
         self.sysfs = Path(sysfs)
         self._peer: dict[tuple[int, int], bool] = {}
+        # The data check of the last copy method's last timed copy: before it (outside its events)
+        # the source gets content of its own and the destination poison; after it, the destination
+        # is read back and compared (docs/methodology.md §7).
+        self.last_check: Tally | None = None
+
+    # -- the data check, through pinned staging memory (host buffers are written directly)
+
+    @staticmethod
+    def _host(pinned, nbytes: int) -> np.ndarray:
+        return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pinned.ptr))
+
+    def _put(self, device: int | None, ptr: int, data: np.ndarray) -> None:
+        """Write `data` to `ptr` (device memory of `device`, or pinned host memory when None); synchronous."""
+        if device is None:
+            ctypes.memmove(ptr, data.ctypes.data, data.nbytes)
+            return
+        cuda = self.cp.cuda
+        stage = cuda.PinnedMemory(data.nbytes, getattr(self.rt, "hostAllocPortable", 1))
+        self._host(stage, data.nbytes)[:] = data
+        with cuda.Device(device):
+            s = cuda.Stream(non_blocking=True)
+            self.rt.memcpyAsync(ptr, stage.ptr, data.nbytes, self.rt.memcpyHostToDevice, s.ptr)
+            s.synchronize()
+
+    def _get(self, device: int | None, ptr: int, nbytes: int) -> np.ndarray:
+        """A host copy of `nbytes` at `ptr` (as _put)."""
+        out = np.empty(nbytes, np.uint8)
+        if device is None:
+            ctypes.memmove(out.ctypes.data, ptr, nbytes)
+            return out
+        cuda = self.cp.cuda
+        stage = cuda.PinnedMemory(nbytes, getattr(self.rt, "hostAllocPortable", 1))
+        with cuda.Device(device):
+            s = cuda.Stream(non_blocking=True)
+            self.rt.memcpyAsync(stage.ptr, ptr, nbytes, self.rt.memcpyDeviceToHost, s.ptr)
+            s.synchronize()
+        out[:] = self._host(stage, nbytes)
+        return out
+
+    def _checked(self, copies: list[tuple[int | None, int, int | None, int]], nbytes: int):
+        """(before_last, after_last) for copies [(src device or None, src ptr, dst device or None, dst ptr)]:
+        stamp each source and poison each destination; then compare what arrived, into last_check."""
+        seeds = [(self.HOST if sd is None else sd, self.HOST if dd is None else dd, nbytes, 1 << 30)
+                 for sd, _, dd, _ in copies]
+
+        def before() -> None:
+            for (sd, sp, dd, dp), seed in zip(copies, seeds):
+                data = np.empty(nbytes, np.uint8)
+                fill_pattern(data, *seed, 0)
+                self._put(sd, sp, data)
+                poison(data, *seed, 0)
+                self._put(dd, dp, data)
+
+        def after() -> None:
+            tally = Tally()
+            for (_, _, dd, dp), seed in zip(copies, seeds):
+                tally.merge(slot_tally(self._get(dd, dp, nbytes), nbytes, *seed, 0))
+            self.last_check = tally
+
+        return before, after
 
     def device_count(self) -> int:
         return int(self.rt.getDeviceCount())
@@ -484,20 +558,32 @@ class CupyCopier:
             self._peer[key] = ok
         return self._peer[key]
 
-    def _timed(self, device: int, enqueue: Callable, iters: int, warmup: int) -> np.ndarray:
-        """ms of each of `iters` enqueue(stream) calls, by events on one stream of `device`."""
+    def _timed(self, device: int, enqueue: Callable, iters: int, warmup: int, check=None) -> np.ndarray:
+        """ms of each of `iters` enqueue(stream) calls, by events on one stream of `device`. With
+        check = (before, after) from _checked(), the last copy is checked: the stream drains, before()
+        stamps and poisons, the last copy gets a start event of its own, and after() compares."""
         cuda = self.cp.cuda
+        self.last_check = None
         with cuda.Device(device):
             stream = cuda.Stream(non_blocking=True)
             events = [cuda.Event() for _ in range(iters + 1)]
+            last_start = cuda.Event() if check and iters else None
             for _ in range(warmup):
                 enqueue(stream)
             events[0].record(stream)
             for i in range(iters):
+                if last_start is not None and i == iters - 1:
+                    stream.synchronize()
+                    check[0]()
+                    last_start.record(stream)
                 enqueue(stream)
                 events[i + 1].record(stream)
             stream.synchronize()
-            return np.array([cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(iters)])
+            times = [cuda.get_elapsed_time(last_start if last_start is not None and i == iters - 1 else events[i],
+                                           events[i + 1]) for i in range(iters)]
+        if last_start is not None:
+            check[1]()
+        return np.array(times)
 
     def host_device(self, gpu: int, kind: str, nbytes: int, iters: int, warmup: int) -> tuple[np.ndarray, str | None]:
         """(ms per copy, note) of pinned host -> GPU ("h2d") or GPU -> pinned host ("d2h")."""
@@ -513,8 +599,11 @@ class CupyCopier:
             dst, src, direction = host.ptr, dev.ptr, rt.memcpyDeviceToHost
         else:
             raise ValueError(f"unknown kind {kind!r}: expected 'h2d' or 'd2h'")
+        host_dev, dev_dev = None, gpu
+        copy = (host_dev, host.ptr, dev_dev, dev.ptr) if kind == "h2d" else (dev_dev, dev.ptr, host_dev, host.ptr)
         try:
-            times = self._timed(gpu, lambda s: rt.memcpyAsync(dst, src, nbytes, direction, s.ptr), iters, warmup)
+            times = self._timed(gpu, lambda s: rt.memcpyAsync(dst, src, nbytes, direction, s.ptr), iters, warmup,
+                                self._checked([copy], nbytes))
         finally:
             del dev, host
         return times, note
@@ -531,7 +620,7 @@ class CupyCopier:
         rt = self.rt
         a, b = self._buffers(nbytes, src, dst)
         return self._timed(src, lambda s: rt.memcpyPeerAsync(b.ptr, dst, a.ptr, src, nbytes, s.ptr),
-                           iters, warmup)
+                           iters, warmup, self._checked([(src, a.ptr, dst, b.ptr)], nbytes))
 
     def peer_bidir(self, x: int, y: int, nbytes: int, iters: int, warmup: int) -> np.ndarray:
         """ms per iteration of x -> y and y -> x at once, each on its source's stream: from
@@ -548,7 +637,13 @@ class CupyCopier:
             go = [cuda.Event(disable_timing=True) for _ in range(n)]
             start = [cuda.Event() for _ in range(n)]
             stop = [cuda.Event() for _ in range(n)]
+        check = self._checked([(x, xa.ptr, y, ya.ptr), (y, yb.ptr, x, xb.ptr)], nbytes)
+        self.last_check = None
         for i in range(n):
+            if i == n - 1 and iters:  # the last iteration is checked, both ways; its start event follows
+                sx.synchronize()
+                sy.synchronize()
+                check[0]()
             with cuda.Device(x):
                 start[i].record(sx)
                 go[i].record(sx)
@@ -562,6 +657,8 @@ class CupyCopier:
                 stop[i].record(sx)
         sx.synchronize()
         sy.synchronize()
+        if iters:
+            check[1]()
         return np.array([cuda.get_elapsed_time(start[i], stop[i]) for i in range(warmup, n)])
 
     def close(self) -> None:

@@ -306,6 +306,8 @@ def test_lockstep_error_ends_the_wait_everywhere():
 class FakeCopier:
     """GB/s per GPU and pair; times are what a copy of that size takes at that rate."""
 
+    last_check = None  # moves no bytes, so checks none
+
     def __init__(self, gpus=8, h2d=None, slow_pairs=(), no_access=()):
         self.gpus, self.h2d = gpus, h2d or [55.0] * gpus
         self.slow_pairs, self.no_access = set(slow_pairs), set(no_access)
@@ -386,6 +388,7 @@ class FakeCuda:
     def __init__(self, gpus=2, can_peer=lambda s, d: True):
         self.RATES = {"h2d": 50e9, "d2h": 45e9, "p2p": 400e9}
         self.gpus, self.can_peer = gpus, can_peer
+        self.fault, self.peer_copies = None, 0  # every second peer copy: "drop", "half" or "flip"
         self.current = 0
         self.owner = {}          # pointer -> device (or "host")
         self.keep = []
@@ -460,7 +463,15 @@ class FakeCuda:
 
         def memcpy_peer_async(dst, dst_device, src, src_device, size, stream):
             assert cuda.owner[dst] == dst_device and cuda.owner[src] == src_device, "peer copy names the wrong device"
-            ctypes.memmove(dst, src, size)
+            cuda.peer_copies += 1
+            if cuda.fault is None or cuda.peer_copies % 2:
+                ctypes.memmove(dst, src, size)
+            elif cuda.fault == "half":
+                ctypes.memmove(dst, src, size // 2)
+            elif cuda.fault == "flip":
+                ctypes.memmove(dst, src, size)
+                (ctypes.c_uint8 * size).from_address(dst)[size // 3] ^= 1 << 4
+            # "drop": nothing moves
             cuda.streams[stream].clock += size / cuda.RATES["p2p"]
 
         def enable_peer(peer):
@@ -485,6 +496,7 @@ def test_cupy_copier_host_device_and_peer_on_a_stand_in(tmp_path):
     assert copier.device_count() == 2 and copier.pci_bus_id(1) == "0000:19:00.0"
     times, note = copier.host_device(1, "h2d", MiB, iters=4, warmup=2)
     assert len(times) == 4 and gbyte_per_s_ms(MiB, float(np.median(times))) == pytest.approx(50.0)
+    assert (copier.last_check.ops, copier.last_check.failed) == (1, 0)
     assert note.startswith("host buffer not bound to the GPU's CPUs")   # no local_cpulist in tmp_path
     times, _ = copier.host_device(0, "d2h", MiB, iters=3, warmup=0)
     assert gbyte_per_s_ms(MiB, float(np.median(times))) == pytest.approx(45.0)
@@ -495,11 +507,29 @@ def test_cupy_copier_host_device_and_peer_on_a_stand_in(tmp_path):
     assert copier.enable_peer(0, 1)               # cudaErrorPeerAccessAlreadyEnabled is fine
     times = copier.peer(0, 1, MiB, iters=3, warmup=1)
     assert gbyte_per_s_ms(MiB, float(np.median(times))) == pytest.approx(400.0)
+    assert (copier.last_check.ops, copier.last_check.failed) == (1, 0)  # the last copy arrived exactly
     both = copier.peer_bidir(0, 1, MiB, iters=3, warmup=1)
     assert len(both) == 3 and gbyte_per_s_ms(2 * MiB, float(np.median(both))) == pytest.approx(800.0)
+    assert (copier.last_check.ops, copier.last_check.failed) == (2, 0)
     assert cp.current == 0
     copier.close()
     assert cp.freed
+
+
+@pytest.mark.parametrize("fault", ["drop", "half", "flip"])
+def test_a_faulty_peer_copy_fails_its_check_and_its_record(tmp_path, fault):
+    cp = FakeCuda(gpus=2)
+    cp.fault = fault  # every second peer copy: the last of 2 timed copies
+    copier = CupyCopier(cp, tmp_path)
+    copier.peer(0, 1, MiB, iters=2, warmup=0)
+    check = copier.last_check
+    assert check.ops == 1 and check.failed == 1 and check.wrong > 0 and check.missing == (fault == "drop")
+    rec, record = recorder()
+    measured = intranode.Measurement("p2p", 0, MiB, np.full(3, 0.01), peer=1, check=check)
+    problems = record_node([measured], settings(), "n", [0], record, ("p2p",))
+    errors = [r for r in rec.take() if r["metric"] == "errors"]
+    assert len(errors) == 1 and errors[0]["verdict"] == "fail" and errors[0]["ops_failed"] == 1
+    assert any("GPU0 -> GPU1 P2P: 1 of 1 P2P copies" in p for p in problems), problems
 
 
 def test_cupy_copier_through_the_driver(tmp_path):
