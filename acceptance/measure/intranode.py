@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fabric.memory import MemoryUnavailable, array_module, fill_pattern, poison, slot_tally
+from ..fabric.memory import POISON, MemoryUnavailable, array_module, expected
 from .. import judge
 from .verify import Tally
 
@@ -459,6 +459,44 @@ def bound_to(cpus: set[int] | None):
         os.sched_setaffinity(0, before)
 
 
+COPY_BLOCK = 1 << 20  # a copy's content repeats a pattern of this many bytes (cheap at 256 MiB)
+
+
+def _blocks(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(whole COPY_BLOCK rows of buf, its tail): views, so a block pattern applies by broadcasting."""
+    whole = len(buf) // COPY_BLOCK * COPY_BLOCK
+    return buf[:whole].reshape(-1, COPY_BLOCK), buf[whole:]
+
+
+def fill_content(buf: np.ndarray, seed: tuple[int, ...], poisoned: bool = False) -> None:
+    """What a checked copy's source holds (or, poisoned, its destination before it): a pattern block of
+    the copy's own seed, repeated; generating one block is the cost, repeating it a memory pass."""
+    block = expected(min(len(buf), COPY_BLOCK), *seed, POISON if poisoned else 0)
+    rows, tail = _blocks(buf)
+    rows[:] = block
+    tail[:] = block[:len(tail)]
+
+
+def check_content(got: np.ndarray, seed: tuple[int, ...]) -> Tally:
+    """One copy's check: `got` against fill_content(seed); all poison means it never arrived."""
+    block = expected(min(len(got), COPY_BLOCK), *seed, 0)
+    rows, tail = _blocks(got)
+    wrong = int(np.count_nonzero(rows != block)) + int(np.count_nonzero(tail != block[:len(tail)]))
+    tally = Tally()
+    if not wrong:
+        tally.ops = 1
+        return tally
+    want = np.empty_like(got)
+    fill_content(want, seed)
+    i = int(np.argmax(got != want))
+    fill_content(want, seed, poisoned=True)
+    missing = bool(np.array_equal(got, want))
+    tally.add(0, 1, 1, int(missing), wrong,
+              f"first wrong byte at offset {i} of {len(got)}: expected 0x{int(block[i % len(block)]):02x}, "
+              f"got 0x{int(got[i]):02x}")
+    return tally
+
+
 class CupyCopier:
     """Copies and CUDA-event timings through the cupy module it is given (never imported here)."""
 
@@ -476,56 +514,59 @@ class CupyCopier:
 
     # -- the data check, through pinned staging memory (host buffers are written directly)
 
-    @staticmethod
-    def _host(pinned, nbytes: int) -> np.ndarray:
-        return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(pinned.ptr))
+    @classmethod
+    def _host(cls, pinned, nbytes: int) -> np.ndarray:
+        return cls._host_at(pinned.ptr, nbytes)
 
-    def _put(self, device: int | None, ptr: int, data: np.ndarray) -> None:
-        """Write `data` to `ptr` (device memory of `device`, or pinned host memory when None); synchronous."""
-        if device is None:
-            ctypes.memmove(ptr, data.ctypes.data, data.nbytes)
-            return
+    def _put(self, device: int | None, ptr: int, nbytes: int, seed: tuple[int, ...], poisoned: bool) -> None:
+        """Write copy_content() to `ptr` (device memory of `device`, or pinned host memory when None),
+        synchronously."""
         cuda = self.cp.cuda
-        stage = cuda.PinnedMemory(data.nbytes, getattr(self.rt, "hostAllocPortable", 1))
-        self._host(stage, data.nbytes)[:] = data
-        with cuda.Device(device):
-            s = cuda.Stream(non_blocking=True)
-            self.rt.memcpyAsync(ptr, stage.ptr, data.nbytes, self.rt.memcpyHostToDevice, s.ptr)
-            s.synchronize()
-
-    def _get(self, device: int | None, ptr: int, nbytes: int) -> np.ndarray:
-        """A host copy of `nbytes` at `ptr` (as _put)."""
-        out = np.empty(nbytes, np.uint8)
+        stage = None
         if device is None:
-            ctypes.memmove(out.ctypes.data, ptr, nbytes)
-            return out
+            view = self._host_at(ptr, nbytes)
+        else:
+            stage = cuda.PinnedMemory(nbytes, getattr(self.rt, "hostAllocPortable", 1))
+            view = self._host(stage, nbytes)
+        fill_content(view, seed, poisoned)
+        if stage is not None:
+            with cuda.Device(device):
+                s = cuda.Stream(non_blocking=True)
+                self.rt.memcpyAsync(ptr, stage.ptr, nbytes, self.rt.memcpyHostToDevice, s.ptr)
+                s.synchronize()
+
+    def _get(self, device: int | None, ptr: int, nbytes: int) -> tuple[np.ndarray, object]:
+        """(a host view of the `nbytes` at `ptr`, what keeps it alive), as _put."""
+        if device is None:
+            return self._host_at(ptr, nbytes), None
         cuda = self.cp.cuda
         stage = cuda.PinnedMemory(nbytes, getattr(self.rt, "hostAllocPortable", 1))
         with cuda.Device(device):
             s = cuda.Stream(non_blocking=True)
             self.rt.memcpyAsync(stage.ptr, ptr, nbytes, self.rt.memcpyDeviceToHost, s.ptr)
             s.synchronize()
-        out[:] = self._host(stage, nbytes)
-        return out
+        return self._host(stage, nbytes), stage
+
+    @staticmethod
+    def _host_at(ptr: int, nbytes: int) -> np.ndarray:
+        return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr))
 
     def _checked(self, copies: list[tuple[int | None, int, int | None, int]], nbytes: int):
         """(before_last, after_last) for copies [(src device or None, src ptr, dst device or None, dst ptr)]:
         stamp each source and poison each destination; then compare what arrived, into last_check."""
-        seeds = [(self.HOST if sd is None else sd, self.HOST if dd is None else dd, nbytes, 1 << 30)
+        seeds = [(self.HOST if sd is None else sd, self.HOST if dd is None else dd, nbytes)
                  for sd, _, dd, _ in copies]
 
         def before() -> None:
             for (sd, sp, dd, dp), seed in zip(copies, seeds):
-                data = np.empty(nbytes, np.uint8)
-                fill_pattern(data, *seed, 0)
-                self._put(sd, sp, data)
-                poison(data, *seed, 0)
-                self._put(dd, dp, data)
+                self._put(sd, sp, nbytes, seed, poisoned=False)
+                self._put(dd, dp, nbytes, seed, poisoned=True)
 
         def after() -> None:
             tally = Tally()
             for (_, _, dd, dp), seed in zip(copies, seeds):
-                tally.merge(slot_tally(self._get(dd, dp, nbytes), nbytes, *seed, 0))
+                got, _keep = self._get(dd, dp, nbytes)
+                tally.merge(check_content(got, seed))
             self.last_check = tally
 
         return before, after

@@ -49,31 +49,41 @@ def interposer(tmp_path_factory) -> Path:
     return lib
 
 
-def _run(acceptance_cli, lib: Path, drop: str | None, marks: str, *pytest_args: str):
+# The embedded default with a shorter sweep and latency loop: the same checks at every size, a quarter of
+# the CPU beside the rig in `make test` (by hand, the embedded default itself fails and passes alike).
+LIGHT = 'extends = "local"\n[sweep]\nmax_size = "256KiB"\nbytes_per_size = "8MiB"\n[latency]\niters = 2000\n'
+
+
+def _run(acceptance_cli, lib: Path, drop: str | None, marks: str, *pytest_args: str, light: bool = False):
     env = {"LD_PRELOAD": str(lib)}
     if drop:
         env["ACCEPTANCE_TEST_DROP"] = drop
-    p = acceptance_cli("run", "--no-report", "--", "-m", marks, *pytest_args, env=env, timeout=600)
+    profile = []
+    if light:
+        path = lib.parent / "light.toml"
+        path.write_text(LIGHT)
+        profile = ["--profile", str(path)]
+    p = acceptance_cli("run", "--no-report", *profile, "--", "-m", marks, *pytest_args, env=env, timeout=600)
     folder = Path(re.findall(r"^run folder: (\S+)$", p.stdout, re.M)[-1])
     recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line.strip()]
     found = json.loads((folder / "findings.json").read_text())
     return p, recs, found if isinstance(found, list) else found.get("findings", [])
 
 
-@pytest.mark.parametrize("drop, marks, tests", [
-    ("MPI_Allreduce", "collective", "test_allreduce"),
-    ("MPI_Alltoall", "collective", "test_alltoall"),
-    ("MPI_Put", "p2p or incast", "test_write_bandwidth"),
+@pytest.mark.parametrize("drop, marks, tests, light", [
+    ("MPI_Allreduce", "collective", "test_allreduce", False),
+    ("MPI_Alltoall", "collective", "test_alltoall", False),
+    ("MPI_Put", "p2p or incast", "test_write_bandwidth", True),
 ])
-def test_dropping_every_second_operation_fails_every_size(acceptance_cli, interposer, drop, marks, tests):
-    p, recs, found = _run(acceptance_cli, interposer, drop, marks, "-k", "not latency and not atomic")
+def test_dropping_every_second_operation_fails_every_size(acceptance_cli, interposer, drop, marks, tests, light):
+    p, recs, found = _run(acceptance_cli, interposer, drop, marks, "-k", "not latency and not atomic", light=light)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     assert re.search(r"pmpi_drop: dropped [1-9]\d* of", p.stdout + p.stderr)
     checks = [r for r in recs if r["metric"] in catalog.DATA_ERROR_NAMES and r["test"].split("::")[1].startswith(tests)]
     by_size = defaultdict(list)
     for r in checks:
         by_size[(r["test"], r["size"])].append(r)
-    assert len({size for _, size in by_size}) >= 10, sorted(by_size)
+    assert len({size for _, size in by_size}) >= 6, sorted(by_size)
     for key, rs in by_size.items():  # every size of every scope: some checked operation did not arrive
         assert any(r["value"] > 0 and r["ops_failed"] > 0 and r["ops_missing"] > 0 for r in rs), (key, rs)
         assert all(r["verdict"] == "fail" for r in rs if r["value"] > 0)
@@ -82,7 +92,7 @@ def test_dropping_every_second_operation_fails_every_size(acceptance_cli, interp
 
 
 def test_the_interposer_dropping_nothing_passes(acceptance_cli, interposer):
-    p, recs, _ = _run(acceptance_cli, interposer, None, "collective or p2p or incast")
+    p, recs, _ = _run(acceptance_cli, interposer, None, "collective or p2p or incast", light=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     checks = [r for r in recs if r["metric"] in catalog.DATA_ERROR_NAMES]
     assert checks and all(r["value"] == 0 and r["ops"] > 0 and r["ops_failed"] == 0 for r in checks)

@@ -534,11 +534,12 @@ def test_a_faulty_peer_copy_fails_its_check_and_its_record(tmp_path, fault):
 
 def test_cupy_copier_through_the_driver(tmp_path):
     cp = FakeCuda(gpus=3, can_peer=lambda s, d: {s, d} != {0, 2})
-    measured = intranode.peers_from(CupyCopier(cp, tmp_path), settings(), 0, 3)
+    small = Settings(size=8 * MiB, iters=5, warmup=1, outlier_fraction=0.75, bounds={})  # each copy is checked
+    measured = intranode.peers_from(CupyCopier(cp, tmp_path), small, 0, 3)
     p2p = [m for m in measured if m.kind == "p2p"]
     assert [(m.gpu, m.peer, m.peer_access) for m in p2p] == [(0, 1, True), (0, 2, False)]
     assert p2p[1].detail() == "GPU0 -> GPU2 (no peer access: staged through host memory)"
-    hd = intranode.host_device(CupyCopier(cp, tmp_path), settings(), 2)
+    hd = intranode.host_device(CupyCopier(cp, tmp_path), small, 2)
     assert [(m.kind, m.pci) for m in hd] == [("h2d", "0000:1a:00.0"), ("d2h", "0000:1a:00.0")]
 
 
