@@ -610,14 +610,15 @@ def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, in
 
     The count record carries the count bound and verdict for error and discard counters. Pause and
     CNP counters get a second record, name + "_rate" in 1/s, which carries the rate bound and the
-    verdict (their count record is info). Every detail starts with "<device> port <n>".
+    verdict (their count record is info). Each carries the counter's device, port and saturation.
     """
     out = []
     for d in deltas:
         if d.kind not in RECORDED_KINDS:
             continue
         verdict = judge(d, limits)
-        common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d)}
+        common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d), "device": d.device,
+                  "port": d.port, "saturated": d.saturated}
         rated = d.kind in ("pause", "cnp")
         out.append({"metric": d.name, "value": d.delta, "unit": "us" if d.kind == "pause_duration" else "count",
                     "threshold": _count_bound(d.kind, limits), "verdict": "info" if rated else verdict, **common})

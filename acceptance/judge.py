@@ -241,20 +241,16 @@ def memlock(values: np.ndarray, profile: Profile, key: str) -> tuple[np.ndarray,
 COUNTER_SEVERITY = {"error": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
 
 
-def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, details: np.ndarray,
+def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,
             profile: Profile) -> tuple[np.ndarray, np.ndarray]:
     """Port counter deltas: an error counter fails when it rises more than errors_max, a discard
     counter warns above discards_max; pause and CNP rates (unit 1/s) warn above their bounds. A
-    saturated counter has no delta (value null) and says so in its detail: one that saturated
-    during the window rose; one saturated before the window only warns."""
-    pd = _pd()
+    saturated counter has no delta (value null) and a `saturated` field: one that saturated during
+    the window ("during") rose; one saturated before it ("before") only warns."""
     from .counters import kind_of
     threshold = np.full(len(values), np.nan)
     verdict = np.full(len(values), INFO, dtype=np.int8)
-    text = pd.Series(details, dtype=object).fillna("").astype(str)
-    during = (text.str.contains("saturated at", regex=False) & text.str.contains("during the window", regex=False)
-              ).to_numpy()
-    before = text.str.contains("saturated before", regex=False).to_numpy()
+    during, before = saturated == "during", saturated == "before"
     for name, unit in set(zip(names, units)):
         sel = (names == name) & (units == unit)
         is_rate = unit == "1/s"
@@ -295,7 +291,7 @@ class Judged:
 
 def judge_records(df: pd.DataFrame, profile: Profile) -> Judged:
     """Threshold, verdict and bound kind of every record of `df` (columns suite, metric, value, size,
-    unit, detail, iteration, threshold, op, scope; src, dst, rail, memory, engine for fleet bounds),
+    unit, iteration, threshold, op, scope, saturated; src, dst, rail, memory, engine for fleet bounds),
     INFO where nothing could be judged."""
     n = len(df)
     out = Judged.empty(n)
@@ -309,10 +305,9 @@ def judge_records(df: pd.DataFrame, profile: Profile) -> Judged:
             continue
         if suite.name == "counters":
             idx = np.flatnonzero(in_suite)
-            detail = df["detail"].to_numpy()[idx].astype(object) if "detail" in df.columns else np.full(len(idx), None)
             out.threshold[idx], out.verdict[idx] = counter(df["metric"].to_numpy()[idx].astype(object),
                                                            df["unit"].to_numpy()[idx].astype(object), value[idx],
-                                                           detail, profile)
+                                                           _text(df, "saturated", idx), profile)
             out.bound[idx] = np.where(np.isnan(out.threshold[idx]), None, ABSOLUTE)
             continue
         for m in suite.metrics:
@@ -403,12 +398,13 @@ def against(value: float | None, bound: float | None, higher: bool | None) -> st
 
 
 def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: float | None,
-           size: int | None = None, when: dict | None = None, peers: bool = True,
-           **fields) -> tuple[float | None, str]:
+           size: int | None = None, peers: bool = True, **fields) -> tuple[float | None, str]:
     """Record `value` with its catalog unit, the judged threshold, verdict and bound kind; returns
-    (threshold, verdict). `peers` False: the value has nothing in this run to compare it with (the world
+    (threshold, verdict). A collective's `op` and `scope` fields pick its bound, as they do in
+    judge_records. `peers` False: the value has nothing in this run to compare it with (the world
     communicator), so no fleet-relative bound applies to it."""
-    m = catalog.metric(suite, name, **(when or {}))
-    threshold, verdict, kind = judge_one(suite, name, value, profile, size, peers, **(when or {}))
+    when = {"op": fields.get("op"), "node": fields.get("scope") == "node"} if suite == "collective" else {}
+    m = catalog.metric(suite, name, **when)
+    threshold, verdict, kind = judge_one(suite, name, value, profile, size, peers, **when)
     record_fn(name, value, m.unit, size=size, threshold=threshold, verdict=verdict, bound=kind, **fields)
     return threshold, verdict

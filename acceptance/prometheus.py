@@ -216,17 +216,17 @@ def _collectives(records: pd.DataFrame, fam: _Family) -> None:
     c = pd.DataFrame({
         "op": records["op"].take(idx).astype(object).fillna("").to_numpy(),
         "scope": records["scope"].take(idx).astype(object).fillna("").to_numpy(),
+        "rail": _floats(records["rail"])[idx],
         "size": _floats(records["size"])[idx],
         "value": _floats(records["value"])[idx] * _scale(records["unit"].take(idx), BANDWIDTH_BYTES)})
     c = c[~np.isnan(c["value"].to_numpy()) & ~np.isnan(c["size"].to_numpy())]
     if c.empty:
         return
-    c = c[c["size"] == c.groupby(["op", "scope"])["size"].transform("max")]
-    for (op, scope, size), v in c.groupby(["op", "scope", "size"])["value"].median().items():
-        rail = None
-        if scope.startswith("rail") and scope[4:].isdigit():
-            scope, rail = "rail", int(scope[4:])
-        fam.add({"op": op or None, "scope": scope or None, "rail": rail, "size_bytes": _size_label(size)}, v)
+    c["rail"] = np.where(c["scope"] == "rail", c["rail"], -1)
+    c = c[c["size"] == c.groupby(["op", "scope", "rail"])["size"].transform("max")]
+    for (op, scope, rail, size), v in c.groupby(["op", "scope", "rail", "size"])["value"].median().items():
+        fam.add({"op": op or None, "scope": scope or None, "rail": None if rail < 0 else int(rail),
+                 "size_bytes": _size_label(size)}, v)
 
 
 def _counters(records: pd.DataFrame, fam: _Family) -> None:

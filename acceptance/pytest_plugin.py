@@ -34,7 +34,8 @@ from . import outcomes, overrides, pulse
 from .preflight import software_versions
 from .profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from .naming import natural_key
-from .results import ENV_ITERATION, FAILED_METRIC, Recorder, RunFolder, make_record, new_run_id, utc_now
+from .results import (ENV_ITERATION, FAILED_METRIC, SCHEMA_VERSION, Recorder, RunFolder, make_record, new_run_id,
+                      utc_now)
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
 from .watchdog import END_GRACE_S, Phase, Watchdog
@@ -216,7 +217,8 @@ class CollectivePlugin:
             self.folder = self._make_folder()
             run_dir = str(self.folder.path)
             if not self.folder.run_json.exists():  # (a later burn-in iteration keeps the run's)
-                self.folder.write_run({"run_id": self.folder.run_id, "start": utc_now(), "end": None,
+                self.folder.write_run({"run_id": self.folder.run_id, "schema": SCHEMA_VERSION,
+                                       "start": utc_now(), "end": None,
                                        "command": self._command(), "complete": False, "exit_code": None})
         census = self._agree({"me": me, "run_dir": run_dir},
                              lambda got: {"run_dir": got[0]["run_dir"],
@@ -253,6 +255,7 @@ class CollectivePlugin:
             return
         self.folder.write_run({
             "run_id": self.folder.run_id,
+            "schema": SCHEMA_VERSION,
             "iterations": 1,
             "start": utc_now(),
             "end": None,

@@ -25,7 +25,18 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
                  "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
 # ops / ops_failed / ops_missing: a data check's verified operations, how many of them did not deliver
 # exactly, and how many of those left their destination's poison untouched (never arrived).
-OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing")
+# op / scope: what a record measured and over which communicator (a collective: allreduce, alltoall over
+# world, rail or node; a pairwise one: write, read, atomic, pingpong); device / port: the RDMA device
+# and port a node-local record is about (port counters, port facts); saturated: a port counter at its
+# cap, "during" or "before" the window. Analysis reads these fields, never the test id or the detail.
+OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
+                 "saturated")
+# The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
+# device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
+# test id and the detail, for such folders only. A folder of a newer schema than this is refused.
+SCHEMA_VERSION = 2
+SCOPES = ("world", "rail", "node")
+SATURATED = ("during", "before")
 # How a record's threshold was derived: a number in the profile ("absolute"), the line-rate floor
 # ("line_rate"), the bound the test itself set ("recorded"), or the run's own population of comparable
 # measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
@@ -85,12 +96,18 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 iteration: int = 0, samples: int = 1, threshold: float | None = None,
                 verdict: str = "info", bound: str | None = None, detail: str | None = None,
                 ops: int | None = None, ops_failed: int | None = None,
-                ops_missing: int | None = None) -> dict[str, Any]:
+                ops_missing: int | None = None, op: str | None = None, scope: str | None = None,
+                device: str | None = None, port: int | None = None,
+                saturated: str | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
     if bound is not None and bound not in BOUND_KINDS:
         raise RecordError(f"bound must be one of {BOUND_KINDS} or None, got {bound!r}")
+    if scope is not None and scope not in SCOPES:
+        raise RecordError(f"scope must be one of {SCOPES} or None, got {scope!r}")
+    if saturated is not None and saturated not in SATURATED:
+        raise RecordError(f"saturated must be one of {SATURATED} or None, got {saturated!r}")
     if memory not in MEMORY:
         raise RecordError(f"memory must be one of {MEMORY}, got {memory!r}")
     if value is not None:
@@ -114,6 +131,15 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
             if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
                 raise RecordError(f"{key} of {metric!r} must be a count >= 0, got {count!r}")
             rec[key] = int(count)
+    for key, text in (("op", op), ("scope", scope), ("device", device)):
+        if text is not None:
+            rec[key] = str(text)
+    if port is not None:
+        if isinstance(port, bool) or not isinstance(port, numbers.Integral) or port < 0:
+            raise RecordError(f"port of {metric!r} must be a port number >= 0, got {port!r}")
+        rec["port"] = int(port)
+    if saturated is not None:
+        rec["saturated"] = saturated
     return rec
 
 
@@ -212,8 +238,3 @@ class RunFolder:
             f.flush()
             os.fsync(f.fileno())
         return len(lines)
-
-    def read_records(self) -> list[dict]:
-        if not self.results.exists():
-            return []
-        return [json.loads(line) for line in self.results.read_text().splitlines() if line.strip()]

@@ -39,7 +39,8 @@ def _run(op, engine, topology, profile, record, progress, scope):
         pytest.skip(f"{op} over {scope} needs at least 2 ranks in the communicator: this run has {why_not}")
     if comm is None or comm.Get_size() < 2:
         return
-    problems = sweep_collective(engine, op, comm, scope, rail, nodes, profile, record, progress)
+    problems = sweep_collective(engine, op, comm, "rail" if rail is not None else scope, rail, nodes, profile,
+                                record, progress)
     assert not problems, "\n".join(problems)
 
 

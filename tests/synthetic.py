@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from acceptance.profile import load_profile
+from acceptance.results import SCHEMA_VERSION
 
 # Local's bounds with the real-cluster outlier settings (tests/profiles/synthetic.toml).
 SYNTHETIC_PROFILE = str(Path(__file__).resolve().parent / "profiles" / "synthetic.toml")
@@ -78,13 +79,14 @@ def _time(iteration: int, seconds: float = 0.0) -> str:
 
 
 def _record(test, suite, metric, value, unit, *, nodes, ranks, size=None, rail=None, engine="verbs",
-            iteration=0, samples=1, time=None, detail=None):
+            iteration=0, samples=1, time=None, detail=None, op=None, scope=None):
     rec = {"test": test, "suite": suite, "metric": metric, "value": value, "unit": unit,
            "size": size, "rail": rail, "nodes": list(nodes), "ranks": [int(r) for r in ranks],
            "engine": engine, "memory": "host", "iteration": iteration, "time": time or _time(iteration),
            "samples": samples, "threshold": None, "verdict": "info"}
-    if detail is not None:
-        rec["detail"] = detail
+    for key, v in (("detail", detail), ("op", op), ("scope", scope)):
+        if v is not None:
+            rec[key] = v
     return rec
 
 
@@ -182,7 +184,7 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
 
     with open(directory / "results.jsonl", "w") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in records)
-    run = {"run_id": run_id, "start": _time(0), "end": _time(iterations),
+    run = {"run_id": run_id, "schema": SCHEMA_VERSION, "start": _time(0), "end": _time(iterations),
            "command": "synthetic", "launcher": "synthetic",
            "profile": prof.to_json(),
            "topology": {"nodes": names, "rails": list(range(rails)), "ranks": nodes * rails,
@@ -207,7 +209,7 @@ def _collectives(names, rails, it, rng):
                 alg = bus / SPECS[op].busbw_factor(len(ranks))
                 test = f"suites/test_collectives.py::test_{op}[{scope}]"
                 common = {"nodes": nodes, "ranks": ranks, "size": size, "rail": rail, "iteration": it, "samples": 50,
-                              "engine": "nccl", "time": _time(it, 100)}
+                          "engine": "nccl", "time": _time(it, 100), "op": op, "scope": kind}
                 out.append(_record(test, "collective", "algbw", round(alg, 6), "GB/s", **common))
                 out.append(_record(test, "collective", "busbw", round(bus, 6), "GB/s", **common))
                 out.append(_record(test, "collective", "errors", 0, "count", **common))
@@ -301,7 +303,7 @@ def make_run_fast(directory, nodes: int = 1024, rails: int = 8, size: int = 8388
                 hi = min(src.size, lo + chunk)
                 fh.write("".join([template % (rail, vals[k], rail, s_names[k], d_names[k], s_ranks[k],
                                               d_ranks[k], time) for k in range(lo, hi)]))
-    run = {"run_id": f"synthetic-fast-{nodes}x{rails}", "start": _time(0), "end": _time(1),
+    run = {"run_id": f"synthetic-fast-{nodes}x{rails}", "schema": SCHEMA_VERSION, "start": _time(0), "end": _time(1),
            "command": "synthetic fast", "launcher": "synthetic", "profile": prof.to_json(),
            "topology": {"nodes": names.tolist(), "rails": list(range(rails)), "ranks": nodes * rails,
                         "ranks_per_node": rails},

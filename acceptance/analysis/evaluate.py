@@ -11,7 +11,7 @@ from ..judge import judge_records
 from ..profile import Profile
 from ..results import BOUND_KINDS
 from .base import _INFO, VERDICTS, _floats_of
-from .load import _derive
+from .load import with_fields
 
 
 
@@ -35,8 +35,7 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     test wrote.
     """
     out = df.copy(deep=False)
-    if "op" not in out.columns or "scope" not in out.columns:
-        out = _derive(out)
+    out = with_fields(out)
     n = len(out)
     judged = judge_records(out, profile)
     threshold, verdict = judged.threshold, judged.verdict

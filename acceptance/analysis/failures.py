@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,6 +12,7 @@ from .. import catalog
 from ..results import FAILED_METRIC
 from .base import EVIDENCE_MAX, _codes_of, _floats_of
 from .evaluate import _direction
+from .load import FIELD_COLUMNS, with_fields
 from .wording import _cap, _finding, _fmt, _size_text, data_loss, fleet_basis
 
 
@@ -105,8 +105,9 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         if scope == "node":
             for node, gg in g.groupby("src", sort=True):
                 make("node", gg, node=node, subject=f"{op or 'collective'} inside {node}")
-        elif isinstance(scope, str) and scope.startswith("rail") and scope[4:].isdigit():
-            make("rail", g, rail=int(scope[4:]), subject=f"{label} (rail {scope[4:]} plane)")
+        elif scope == "rail":
+            for rail, gg in g.groupby("rail", sort=True):
+                make("rail", gg, rail=int(rail), subject=f"{op or 'collective'} over rail {int(rail)} (the rail {int(rail)} plane)")
         else:
             make("cluster", g, subject=label)
     rest = f[~per_comm]
@@ -125,21 +126,17 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     return out
 
 
-_PORT = re.compile(r"^(\S+) port (\d+)")
-
-
 def _counter_findings(ev: pd.DataFrame) -> list[dict]:
     """One finding per port whose counters fail or warn (suite counters), naming node, device, port, rail."""
     sel = _codes_of(ev["suite"], "counters") & (_codes_of(ev["verdict"], "fail") | _codes_of(ev["verdict"], "warn"))
     if not sel.any():
         return []
-    cols = ["metric", "value", "unit", "rail", "src", "threshold", "verdict", "detail", "test"]
-    c = ev.loc[sel, [x for x in cols if x in ev.columns]].copy()
-    for col in ("metric", "unit", "src", "verdict", "detail", "test"):
-        if col in c.columns:
-            c[col] = c[col].astype(object)
-    port = c["detail"].fillna("").astype(str).str.extract(_PORT)
-    c["device"], c["port"] = port[0].fillna("?"), port[1].fillna("?")
+    cols = ["metric", "value", "unit", "rail", "src", "threshold", "verdict", "test", "device", "port", "saturated"]
+    c = with_fields(ev).loc[sel, [x for x in cols if x in ev.columns or x in FIELD_COLUMNS]].copy()
+    for col in ("metric", "unit", "src", "verdict", "test", "device", "saturated"):
+        c[col] = c[col].astype(object)
+    c["device"] = c["device"].where(c["device"].notna(), "?")
+    c["port"] = c["port"].astype(object).where(c["port"].notna(), "?").astype(str)
     c["rail"] = _floats_of(c["rail"])
     c["_fail"] = c["verdict"] == "fail"
     out = []
@@ -152,9 +149,8 @@ def _counter_findings(ev: pd.DataFrame) -> list[dict]:
         on = f"{node} {device} port {port_no}" + (f" (rail {rail})" if rail is not None else "")
 
         def what(row) -> str:
-            detail = row.detail if isinstance(row.detail, str) else ""
-            if "saturated" in detail:
-                return f"{row.metric} {detail.split('; ', 1)[-1]}"
+            if isinstance(row.saturated, str):
+                return f"{row.metric} saturated {row.saturated} the window"
             if row.unit == "1/s":
                 return f"{row.metric} {_fmt(row.value)}/s > {_fmt(row.threshold)}/s"
             return f"{row.metric} rose by {_fmt(row.value)} (bound {_fmt(row.threshold)})"

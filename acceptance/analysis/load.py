@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..results import InputError
+from ..results import SCHEMA_VERSION, InputError
 
 
 
@@ -35,16 +35,17 @@ _CANONICAL = (rb'\{"test": (' + _S + rb', "suite": ' + _S + rb', "metric": ' + _
               + _LIST[2:-2] + rb')\], "ranks": ' + _LIST + rb', "engine": (' + _SN + rb', "memory": ' + _SN
               + rb', "iteration": ' + _NUM + rb'), "time": (' + _SN + rb'), "samples": (' + _NUM
               + rb', "threshold": ' + _NUM + rb', "verdict": ' + _SN + rb'(?:, "bound": ' + _SN + rb')?(?:, "detail": ' + _SN
-              + rb')?(?:, "ops": ' + _NUM + rb')?(?:, "ops_failed": ' + _NUM + rb')?(?:, "ops_missing": ' + _NUM + rb')?)\}\r?\n')
+              + rb')?(?:, "ops": ' + _NUM + rb')?(?:, "ops_failed": ' + _NUM + rb')?(?:, "ops_missing": ' + _NUM
+              + rb')?(?:, "op": ' + _S + rb')?(?:, "scope": ' + _S + rb')?(?:, "device": ' + _S + rb')?(?:, "port": '
+              + _NUM + rb')?(?:, "saturated": ' + _S + rb')?)\}\r?\n')
 _LINE = re.compile(_CANONICAL + rb'|([^\n]*)\n')
 # segment group -> the key its text starts after, and the record keys it holds
 _SEGMENTS = {0: ("test", ("test", "suite", "metric")), 2: ("unit", ("unit", "size", "rail")),
              4: ("engine", ("engine", "memory", "iteration")),
-             6: ("samples", ("samples", "threshold", "verdict", "bound", "detail", "ops", "ops_failed", "ops_missing"))}
+             6: ("samples", ("samples", "threshold", "verdict", "bound", "detail", "ops", "ops_failed", "ops_missing",
+                             "op", "scope", "device", "port", "saturated"))}
 _VALUE, _NODES, _TIME, _OTHER = 1, 3, 5, 7
 _CHUNK = 16 << 20
-_STRING_COLUMNS = ("test", "suite", "metric", "unit", "engine", "memory", "verdict", "bound", "detail")
-_NUMBER_COLUMNS = ("size", "rail", "iteration", "samples", "threshold")
 
 
 def _jstr(raw: bytes) -> str:
@@ -108,13 +109,19 @@ def _canonical_line(obj) -> bytes:
            "iteration": num(obj.get("iteration")), "time": text(obj.get("time")),
            "samples": num(obj.get("samples")), "threshold": num(obj.get("threshold")),
            "verdict": text(obj.get("verdict"))}
-    if obj.get("bound") is not None:
-        rec["bound"] = str(obj["bound"])
-    if obj.get("detail") is not None:
-        rec["detail"] = str(obj["detail"])
+    for key in ("bound", "detail"):
+        if obj.get(key) is not None:
+            rec[key] = str(obj[key])
     for key in ("ops", "ops_failed", "ops_missing"):
         if num(obj.get(key)) is not None:
             rec[key] = num(obj[key])
+    for key in ("op", "scope", "device"):
+        if obj.get(key) is not None:
+            rec[key] = str(obj[key])
+    if num(obj.get("port")) is not None:
+        rec["port"] = num(obj["port"])
+    if obj.get("saturated") is not None:
+        rec["saturated"] = str(obj["saturated"])
     return json.dumps(rec).encode() + b"\n"
 
 
@@ -256,8 +263,9 @@ def load_records(run_dir) -> pd.DataFrame:
     value, threshold (float64; null -> NaN); size, rail, samples (nullable Int64);
     iteration (int64, 0 when absent); time (datetime64 UTC, NaT when absent); nodes
     (tuple of node names); src (nodes[0]) and dst (nodes[1] or NaN), categoricals
-    sharing one list of node names; op (allreduce / alltoall, collective records only)
-    and scope (world / node / railN from the test id's [...]). `ranks` is not loaded
+    sharing one list of node names; op, scope, device, saturated (categorical) and port
+    (nullable Int64), the record's own fields (derived for schema 1 folders only: run_schema).
+    `ranks` is not loaded
     (analysis does not use it, and a large run has one distinct list per record).
     Rows are in file order. A truncated last line (a crash mid-write) is skipped and
     counted in df.attrs["skipped_lines"]; any other unreadable line is an error naming it.
@@ -320,6 +328,9 @@ def load_records(run_dir) -> pd.DataFrame:
     data["ops"] = _ints(_floats(*fields["ops"]))
     data["ops_failed"] = _ints(_floats(*fields["ops_failed"]))
     data["ops_missing"] = _ints(_floats(*fields["ops_missing"]))
+    for name in ("op", "scope", "device", "saturated"):
+        data[name] = _categorical(*fields[name])
+    data["port"] = _ints(_floats(*fields["port"]))
     node_cats = pd.Index(node_names, dtype=object)
     data["src"] = pd.Categorical.from_codes(f_code[list_codes] if len(tuples) else list_codes, categories=node_cats)
     data["dst"] = pd.Categorical.from_codes(s_code[list_codes] if len(tuples) else list_codes, categories=node_cats)
@@ -329,37 +340,100 @@ def load_records(run_dir) -> pd.DataFrame:
     lines = joined("line")
     if len(lines) and (np.diff(lines) < 0).any():
         df = df.take(np.argsort(lines, kind="stable")).reset_index(drop=True)
-    df = _derive(df)
+    schema = run_schema(path)
+    if schema == 1:
+        df = _schema1(df)
+    df.attrs["schema"] = schema
     df.attrs["skipped_lines"] = out["skipped"]
     df.attrs["source"] = str(path)
     return df
 
 
-_TEST_PARAM = re.compile(r"\[([^\[\]]*)\]\s*$")
-_TEST_FUNC = re.compile(r"::test_([A-Za-z0-9]+)")
-_SCOPE = re.compile(r"world|node|rail\d+")
+FIELD_COLUMNS = ("op", "scope", "device", "port", "saturated")
 
 
-def _derive(df: pd.DataFrame) -> pd.DataFrame:
-    """op and scope from the test id (per distinct test id, not per record)."""
-    tests = df["test"].astype("category") if df["test"].dtype != "category" else df["test"]
-    cats = list(tests.cat.categories)
-    scopes, ops = [], []
-    for t in cats:
-        m = _TEST_PARAM.search(t)
-        scopes.append(m[1] if m and _SCOPE.fullmatch(m[1]) else None)
-        f = _TEST_FUNC.search(t)
-        ops.append(f[1] if f and f[1] in ("allreduce", "alltoall") else None)
-    codes = tests.cat.codes.to_numpy()
-    suite_coll = (df["suite"] == "collective").to_numpy()
+def with_fields(df: pd.DataFrame) -> pd.DataFrame:
+    """df with the optional record fields (FIELD_COLUMNS) it lacks as empty columns (a frame built
+    by hand rather than by load_records)."""
+    missing = [c for c in FIELD_COLUMNS if c not in df.columns]
+    if not missing:
+        return df
+    n = len(df)
+    return df.assign(**{c: (pd.array([None] * n, dtype="Int64") if c == "port"
+                            else pd.Categorical([None] * n)) for c in missing})
 
-    def cat_of(values, only=None):
-        table = pd.Categorical(values)
-        c = np.where(codes >= 0, table.codes[np.maximum(codes, 0)] if len(cats) else -1, -1)
-        if only is not None:
-            c = np.where(only, c, -1)
-        return pd.Categorical.from_codes(c, categories=table.categories)
 
-    df["op"] = cat_of(ops, suite_coll)
-    df["scope"] = cat_of(scopes)
+def run_schema(results: Path) -> int:
+    """The schema version of the run folder holding `results` (run.json "schema"; 1 where run.json
+    has none or there is no run.json: a folder written before the version was kept, or by hand).
+    A newer version than this harness reads is refused."""
+    run_json = results.parent / "run.json"
+    version = 1
+    if run_json.is_file():
+        try:
+            run = json.loads(run_json.read_text())
+        except (OSError, ValueError) as e:
+            raise InputError(f"{run_json}: not valid JSON: {e}") from None
+        if isinstance(run, dict) and run.get("schema") is not None:
+            version = run["schema"]
+            if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+                raise InputError(f"{run_json}: schema must be a version number >= 1, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise InputError(f"{run_json}: schema {version} is newer than this harness reads ({SCHEMA_VERSION}): "
+                         "upgrade acceptance to analyze it")
+    return version
+
+
+# Schema 1 only (docs/records.md "Schema versions"): a collective's op and scope were the test's
+# function name and parameter (test_allreduce[rail0]: allreduce over rail 0), a port counter's device,
+# port and saturation the start and end of its detail ("mlx5_0 port 1; saturated before the window").
+_V1_PARAM = re.compile(r"\[([^\[\]]*)\]\s*$")
+_V1_FUNC = re.compile(r"::test_([A-Za-z0-9]+)")
+_V1_SCOPE = re.compile(r"(world|node|rail)\d*")
+_V1_PORT = re.compile(r"^(\S+) port (\d+)")
+
+
+def _categories_map(column: pd.Series, fn) -> pd.Categorical:
+    """fn applied once per distinct value of a categorical column (None -> NaN)."""
+    cats = list(column.cat.categories)
+    table = pd.Categorical([fn(c) for c in cats] or [None])
+    codes = column.cat.codes.to_numpy()
+    mapped = np.where(codes >= 0, table.codes[np.maximum(codes, 0)] if cats else -1, -1)
+    return pd.Categorical.from_codes(mapped, categories=table.categories)
+
+
+def _fill(df: pd.DataFrame, column: str, derived: pd.Categorical, where: np.ndarray) -> None:
+    have = df[column].astype(object)
+    df[column] = pd.Categorical(np.where(where & have.isna().to_numpy(), np.asarray(derived, dtype=object),
+                                         have.to_numpy()))
+
+
+def _schema1(df: pd.DataFrame) -> pd.DataFrame:
+    """The fields schema 1 lacked, derived as it derived them (per distinct test id or detail)."""
+    coll = (df["suite"] == "collective").to_numpy()
+    if coll.any():
+        def op_of(t):
+            f = _V1_FUNC.search(t)
+            return f[1] if f and f[1] in ("allreduce", "alltoall") else None
+
+        def scope_of(t):
+            m = _V1_PARAM.search(t)
+            s = _V1_SCOPE.fullmatch(m[1]) if m else None
+            return s[1] if s else None
+        _fill(df, "op", _categories_map(df["test"], op_of), coll)
+        _fill(df, "scope", _categories_map(df["test"], scope_of), coll)
+    ctr = (df["suite"] == "counters").to_numpy()
+    if ctr.any() and df["detail"].notna().any():
+        def port_of(d, i):
+            m = _V1_PORT.match(d)
+            return m[i] if m else None
+        _fill(df, "device", _categories_map(df["detail"], lambda d: port_of(d, 1)), ctr)
+        port = np.asarray(_categories_map(df["detail"], lambda d: port_of(d, 2)), dtype=object)
+        got = ctr & pd.notna(port) & df["port"].isna().to_numpy()
+        ports = df["port"].to_numpy(dtype=np.float64, na_value=np.nan)
+        ports[got] = port[got].astype(np.float64)
+        df["port"] = _ints(ports)
+        sat = _categories_map(df["detail"], lambda d: "during" if "during the window" in d and "saturated at" in d
+                              else "before" if "saturated before" in d else None)
+        _fill(df, "saturated", sat, ctr)
     return df

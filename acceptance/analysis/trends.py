@@ -8,7 +8,7 @@ import pandas as pd
 
 from .. import catalog
 from ..profile import Profile, format_size
-from .load import _derive
+from .load import with_fields
 from .base import _codes_of, _floats_of
 from .evaluate import TREND_METRICS, _KEYS, _direction
 from .localize import _localize
@@ -99,8 +99,8 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
         scope_name = row.scope or ""
         if scope_name == "node" and node:
             scope, rail, subject = "node", None, f"{row.op or row.metric} inside {node}"
-        elif scope_name.startswith("rail") and scope_name[4:].isdigit():
-            scope, rail, node, subject = "rail", int(scope_name[4:]), None, f"{row.op} over rail {scope_name[4:]}"
+        elif scope_name == "rail" and row.rail == row.rail and row.rail is not None:
+            scope, rail, node, subject = "rail", int(row.rail), None, f"{row.op} over rail {int(row.rail)}"
         else:
             scope, rail, node, subject = "cluster", None, None, f"{row.op or row.suite} over {scope_name or 'the job'}"
         higher = _direction(row.suite, row.metric)
@@ -203,8 +203,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
     if "src" not in df.columns or "dst" not in df.columns:
         nodes = df["nodes"]
         df = df.assign(src=nodes.str[0], dst=nodes.str[1].where(nodes.str.len() == 2, None))
-    if "op" not in df.columns or "scope" not in df.columns:
-        df = _derive(df.copy())
+    df = with_fields(df)
     tolerance = profile.get("analysis.drift_tolerance")
     out = []
     for suite, name in catalog.with_role("trend"):
@@ -214,7 +213,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
             continue
         higher = catalog.direction(suite, name) is not False
         if suite == "collective":
-            kind = sub["scope"].astype(object).fillna("world").astype(str).str.replace(r"\d+$", "", regex=True)
+            kind = sub["scope"].astype(object).fillna("world").astype(str)
             groups = [((op, scope), g) for (op, scope), g in sub.assign(kind=kind).groupby(["op", "kind"], sort=True)]
         else:
             groups = [(None, sub)]

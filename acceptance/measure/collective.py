@@ -23,16 +23,17 @@ OPS = ("allreduce", "alltoall")
 
 def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | None, nodes: list[str],
                      profile: Profile, record: Callable, progress: Callable[[], None] | None = None) -> list[str]:
-    """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm."""
+    """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm.
+
+    scope: "world", "rail" (`rail` says which) or "node" (results.SCOPES); records carry op and scope."""
     run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
     sweep = sweep_from_profile(profile)
     policy = Policy.from_profile(profile)
     statistic = profile.get("sweep.statistic")
-    when = {"op": op, "node": scope == "node"}  # which of the catalog's busbw bounds applies
     n, root = comm.Get_size(), comm.Get_rank() == 0
     ranks = comm.allgather(MPI.COMM_WORLD.Get_rank())
     problems = []
-    where = f"{op} over {scope} ({n} ranks on {', '.join(nodes)})"
+    where = f"{op} over {f'rail {rail}' if scope == 'rail' else scope} ({n} ranks on {', '.join(nodes)})"
     for size in sweep.sizes:
         iters = sweep.iters(size)
         res = run(comm, size, iters, sweep.warmup(iters), verified=policy.iterations(iters, size, seed=size))
@@ -42,11 +43,11 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
             continue
         # The world communicator is one of a kind: nothing in the run to hold it against (fleet bounds).
         common = dict(size=res.nbytes, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME,
-                      samples=iters, peers=scope != "world")
+                      samples=iters, peers=scope != "world", op=op, scope=scope)
         alg = gbyte_per_s(res.nbytes, iteration_time(res.times_ns, statistic))
         bus = busbw(op, alg, n)
         judge.record(record, profile, "collective", "algbw", alg, **common)
-        bound, verdict = judge.record(record, profile, "collective", "busbw", bus, when=when, **common)
+        bound, verdict = judge.record(record, profile, "collective", "busbw", bus, **common)
         tally = Tally(ops=res.ops, failed=res.ops_failed, missing=res.missing, wrong=res.wrong, first=res.first_wrong)
         judge.record(record, profile, "collective", "errors", res.wrong, detail=tally.summary(f"{op} operations", "elements"),
                      **tally.fields(), **common)

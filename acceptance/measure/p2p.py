@@ -137,7 +137,8 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
             _, _, nodes, ranks = rp.direction(low, high, origin)
             where = f"{nodes[0]} -> {nodes[1]} rail {rail}"
             for i, size in enumerate(sweep.sizes):
-                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
+                common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory,
+                              op="write")
                 if (origin, i) in checked:
                     tally = checked[origin, i]
                     judge.record(record, profile, suite, "errors", tally.wrong, samples=rounds,
@@ -192,7 +193,7 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
     def measure(link, low, high):
         for origin in (0, 1):
             _, _, nodes, ranks = rp.direction(low, high, origin)
-            common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory)
+            common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory, op=op)
             where = f"{nodes[0]} -> {nodes[1]} rail {rail}, size {size} B"
             seed = (ranks[0], ranks[1], 1 << 20)  # apart from the bandwidth sweep's iterations
             pingpong = None
@@ -224,7 +225,8 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
                 pp = percentiles(us(pingpong))
                 for field, metric in LATENCY_METRICS:
                     judge.record(record, profile, suite, f"pingpong_{metric}", getattr(pp, field),
-                                 samples=pp.samples, detail=pp.note(field) if field != "max" else None, **common)
+                                 samples=pp.samples, detail=pp.note(field) if field != "max" else None,
+                                 **{**common, "op": "pingpong"})
 
     rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure,
                  slot_bytes=min(size * iters, policy.slot_region))

@@ -64,20 +64,12 @@ def prepare(records: pd.DataFrame | None) -> pd.DataFrame:
 
 
 def collective_labels(sub: pd.DataFrame) -> pd.DataFrame:
-    """op, scope ("world", "rail", "node", ...) and the communicator of collective records.
-
-    op and scope come from analysis; where absent, from the test id
-    (``test_allreduce[rail0]`` -> allreduce, rail). "rail0" and "rail1" are one scope, "rail".
-    """
+    """op, scope ("world", "rail", "node") and the communicator of collective records, from their
+    fields (acceptance.analysis.load)."""
     sub = sub.copy()
-    parsed = sub["test"].astype(object).fillna("").astype(str).str.extract(
-        r"::test_([A-Za-z0-9_]+?)(?:\[([^\]]*)\])?$")
-    op = sub["op"].astype(object)
-    scope = sub["scope"].astype(object)
-    op = op.where(op.notna() & (op != ""), parsed[0]).fillna("collective").astype(str)
-    scope = scope.where(scope.notna() & (scope != ""), parsed[1]).fillna("world").astype(str)
-    scope = scope.str.replace(r"\d+$", "", regex=True).replace("", "world")
-    sub["op"], sub["scope"] = op, scope
+    sub["op"] = sub["op"].astype(object).fillna("collective").astype(str)
+    scope = sub["scope"].astype(object).fillna("world").astype(str)
+    sub["scope"] = scope
     rail = sub["rail"]
     src = sub["src"].astype(object).fillna("?").astype(str)
     comm = np.where(scope == "rail", "rail " + rail.fillna(-1).astype(int).astype(str),

@@ -402,7 +402,7 @@ def test_to_records_details_and_values(tmp_path, monkeypatch):
     get = {(r["detail"].split(";")[0], r["metric"]): r for r in recs}
     assert get[("mlx5_0 port 1", "port_rcv_errors")] == {
         "metric": "port_rcv_errors", "value": 7, "unit": "count", "rail": 0, "threshold": 0, "verdict": "fail",
-        "samples": 1, "detail": "mlx5_0 port 1"}
+        "samples": 1, "detail": "mlx5_0 port 1", "device": "mlx5_0", "port": 1, "saturated": None}
     sat = get[("mlx5_1 port 1", "symbol_error")]
     assert (sat["value"], sat["verdict"], sat["rail"]) == (None, "fail", 1)
     assert sat["detail"] == "mlx5_1 port 1; saturated at 65535 (16-bit) during the window"
