@@ -542,3 +542,50 @@ def test_a_crash_in_analysis_or_report_exits_3_with_the_traceback(tmp_path, monk
     err = capsys.readouterr().err
     assert "Traceback" in err and "ZeroDivisionError: a bug in the report" in err
     assert "analysis or report failed (a harness error" in err
+
+
+# ---- fields, not test ids ---------------------------------------------------------------
+
+def _rename_tests(run: Path, old: str, new: str) -> None:
+    results = run / "results.jsonl"
+    results.write_text(results.read_text().replace(old, new))
+
+
+def test_renaming_a_collective_test_keeps_its_bound_and_findings(tmp_path):
+    profile = load_profile(profile_file(tmp_path, '[collectives]\nallreduce_busbw_min = { "1MiB" = "320Gbit/s" }\n'))
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, memreg=False)
+    before = evaluate(load_records(run), profile)
+    _rename_tests(run, "::test_allreduce[", "::test_sum_everywhere[")
+    after = evaluate(load_records(run), profile)
+    assert after["test"].astype(str).str.contains("test_sum_everywhere").any()
+    cols = ["op", "scope", "threshold", "verdict", "bound"]
+    pd.testing.assert_frame_equal(before[cols].astype(object), after[cols].astype(object))
+    assert (before["verdict"] == "fail").any()
+    strip = lambda fs: [{k: v for k, v in f.items() if k != "evidence"} for f in fs]  # noqa: E731
+    assert strip(find(after, profile)) == strip(find(before, profile))
+
+
+def test_schema_1_folders_derive_op_and_scope_from_test_ids(tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=3, rails=2, latency=False, memreg=False)
+    lines = [json.loads(x) for x in (run / "results.jsonl").read_text().splitlines()]
+    for r in lines:  # as schema 1 wrote them: no op / scope fields, no schema in run.json
+        r.pop("op", None), r.pop("scope", None)
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    meta = json.loads((run / "run.json").read_text())
+    meta.pop("schema")
+    (run / "run.json").write_text(json.dumps(meta))
+    df = load_records(run)
+    assert df.attrs["schema"] == 1
+    coll = df[df["suite"] == "collective"]
+    assert set(coll["op"].astype(str)) == {"allreduce", "alltoall"}
+    assert set(coll["scope"].astype(str)) == {"world", "rail", "node"}
+    assert df.loc[df["suite"] != "collective", "op"].isna().all()
+
+
+def test_a_newer_schema_is_refused(tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=2, rails=1, latency=False, memreg=False, collectives=False)
+    meta = json.loads((run / "run.json").read_text())
+    meta["schema"] = 99
+    (run / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match=r"run.json: schema 99 is newer than this harness reads"):
+        load_records(run)
