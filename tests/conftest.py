@@ -72,6 +72,45 @@ def cpu_hog(request):
             h.kill()
             h.wait()
 
+_CHECKED: set = set()  # (results.jsonl, mtime, size) already held to the record schema
+_ODD: set = set()      # tmp_path folders of odd_records tests
+
+
+@pytest.fixture(autouse=True)
+def records_match_the_schema(request):
+    """After each test that used tmp_path: every record it left there matches docs/record.schema.json."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    if request.node.get_closest_marker("odd_records"):
+        _ODD.add(str(request.getfixturevalue("tmp_path")))
+        yield
+        return
+    tmp = request.getfixturevalue("tmp_path")  # set up before this fixture's teardown runs, torn down after
+    yield
+    import recordschema
+    bad = recordschema.folders_problems(tmp, _CHECKED)
+    assert not bad, "records that break docs/record.schema.json:\n" + "\n".join(bad[:20])
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Run folders of module-wide rigs (tmp_path_factory) too: every results.jsonl under the basetemp."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None or (session.config.getoption("numprocesses", None)
+                           and not hasattr(session.config, "workerinput")):
+        return  # the xdist controller: each worker checks its own
+    import recordschema
+    try:
+        base = factory.getbasetemp()
+    except (OSError, ValueError):
+        return
+    bad = recordschema.folders_problems(base, _CHECKED, skip=_ODD)
+    if bad:
+        session.config.get_terminal_writer().line("records that break docs/record.schema.json:\n" + "\n".join(bad[:20]),
+                                                   red=True)
+        session.exitstatus = 1
+
+
 # Small suites that the integration tests run under mpiexec; never collected directly.
 collect_ignore = ["mpi_suites"]
 

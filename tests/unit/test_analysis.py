@@ -494,6 +494,7 @@ def test_load_records_columns(tmp_path):
     assert str(df["suite"].dtype) == "category" and str(df["size"].dtype) == "Int64"
 
 
+@pytest.mark.odd_records
 def test_load_records_odd_lines(tmp_path):
     base = {"test": "t::x[rail0]", "suite": "rdma_write", "metric": "bandwidth", "value": 1.5, "unit": "Gbit/s",
             "size": 8, "rail": 0, "nodes": ["a", "b"], "ranks": [0, 1], "engine": "mpi", "memory": "host",

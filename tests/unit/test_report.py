@@ -336,6 +336,7 @@ def test_banner_verdicts(tmp_path, verdict, findings, complete, code):
     assert f"exit code {code}" in html
 
 
+@pytest.mark.odd_records
 def test_renders_the_frame_load_records_returns(tmp_path):
     """Categorical text columns, nullable integers, railN scopes: the frame analysis hands over."""
     import json

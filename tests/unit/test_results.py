@@ -3,6 +3,7 @@ import json
 import math
 import re
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +11,7 @@ from acceptance.results import (
     REQUIRED_KEYS, Recorder, RecordError, RunFolder, make_record, new_run_id, utc_now,
 )
 
-BASE = dict(test="t::x", suite="p2p", metric="bw", unit="GB/s", nodes=["n1"], ranks=[0])
+BASE = dict(test="t::x", suite="rdma_write", metric="bw", unit="GB/s", nodes=["n1"], ranks=[0])
 
 
 def test_make_record_has_every_required_key():
@@ -185,3 +186,30 @@ def test_utc_now_format():
     now = utc_now()
     assert now.endswith("Z")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", now)
+
+
+def test_the_published_record_schema_is_the_records_contract():
+    """docs/record.schema.json says what results.py and the catalog say, key for key."""
+    from acceptance import catalog
+    from acceptance.results import (BOUND_KINDS, MEMORY, OPTIONAL_KEYS, REQUIRED_KEYS, SATURATED, SCOPES,
+                                    VERDICTS)
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "record.schema.json").read_text())
+    props = schema["properties"]
+    assert schema["required"] == list(REQUIRED_KEYS)
+    assert list(props) == [*REQUIRED_KEYS, *OPTIONAL_KEYS]
+    assert props["suite"]["enum"] == list(catalog.SUITES)
+    assert props["verdict"]["enum"] == list(VERDICTS) and props["bound"]["enum"] == list(BOUND_KINDS)
+    assert props["memory"]["enum"] == list(MEMORY) and props["scope"]["enum"] == list(SCOPES)
+    assert props["saturated"]["enum"] == list(SATURATED)
+
+
+def test_records_made_here_match_the_schema(tmp_path):
+    import recordschema
+    f = RunFolder.create(tmp_path, "r")
+    f.append_records([make_record(value=1, op="allreduce", scope="rail", **BASE),
+                      make_record(value=None, detail="d", device="mlx5_0", port=1, saturated="before", **BASE)])
+    assert recordschema.problems(f.results) == []
+    f.results.write_text(f.results.read_text().replace('"scope": "rail"', '"scope": "rail0"'))
+    (bad,) = recordschema.problems(f.results)
+    assert ":1: scope: 'rail0' is not one of" in bad
+    f.results.unlink()  # not left for the after-test check
