@@ -45,6 +45,12 @@ class Metric:
     outlier: bool = False           # compared with the fleet (point-to-point pairs)
     trend: bool = False             # followed by burn-in (drift, instability) and baseline comparison
     line_rate: bool = False         # analysis.line_rate floor applies (point-to-point bandwidth)
+    # Where a pairwise metric is shown: a source x destination matrix per rail in the report
+    # (`heatmap`), a curve against message size per rail (`curve`), and `export`: the stem of its
+    # Prometheus families (acceptance_nic_<export>_<unit>, acceptance_rail_<export>_<unit>).
+    heatmap: bool = False
+    curve: bool = False
+    export: str | None = None
     when: tuple[tuple[str, object], ...] = ()  # a collective's (op, node) this entry's key is for
     # The profile key the metric owns: setting(acceptance.profile) builds its Field (type, default, help).
     # None where the key is a general setting defined in acceptance.profile (topology.rails).
@@ -73,18 +79,25 @@ class Suite:
     engine_needs: tuple[str, ...]   # what its engine must offer (acceptance.fabric.engines)
     metrics: tuple[Metric, ...] = field(default=())
     measures: bool = True           # False: facts about nodes and ports (preflight, counters), no fleet bounds
+    # Records between two nodes on a rail: analysis compares them with the fleet and localizes them
+    # (link, NIC, node, rail plane), as it does every pairwise suite; `finding` starts their findings.
+    pairwise: bool = False
+    finding: str = ""
 
 
 def _latencies(prefix: str, label: str, key_prefix: str | None, bounded=("p50", "p99", "p999"), outlier=(),
-               trend=(), what: str = ""):
+               trend=(), heatmap=(), export=(), what: str = ""):
     """Latency p50, p99, p99.9 and max of one operation; `bounded` percentiles have a profile key
-    (a duration, unset by default), `outlier` and `trend` say which percentiles have those roles."""
+    (a duration, unset by default), `outlier`, `trend`, `heatmap` and `export` say which percentiles
+    have those roles (export: the family stem is the metric's name, prefixed "write_" for a write)."""
     out = []
     for p, shown in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
         has = key_prefix is not None and p in bounded
-        out.append(Metric((f"{prefix}latency_{p}",), "us", False, "scalar" if has else "none",
+        name = f"{prefix}latency_{p}"
+        out.append(Metric((name,), "us", False, "scalar" if has else "none",
                           f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
-                          outlier=p in outlier, trend=p in trend,
+                          outlier=p in outlier, trend=p in trend, heatmap=p in heatmap,
+                          export=(f"{prefix or 'write_'}latency_{p}" if p in export else None),
                           setting=_duration(f"{what or label + ' latency'} {shown} bound") if has else None))
     return tuple(out)
 
@@ -141,11 +154,16 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                setting=lambda f: f.Size("16MiB", help="resident memory growth over the leak cycles that counts as a leak")),
         Metric(("memlock_enforced",), "bool", True, label="memlock limit enforced"),
     )),
-    Suite("rdma_write", ("PairLink",), (
+    Suite("rdma_write", ("PairLink",), pairwise=True, metrics=(
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth",
-               outlier=True, trend=True, line_rate=True,
+               outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
+        Metric(("read_bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.read_bandwidth_min", label="read bandwidth",
+               outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="read_bandwidth",
+               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="RDMA READ bandwidth bound by size (Gbit/s): "
+                                           "the origin reads the target's memory")),
         *_latencies("", "write", "rdma_write.latency", outlier=("p50", "p99", "p999"), trend=("p50", "p99"),
+                    heatmap=("p99",), export=("p99",),
                     what="write latency (verbs: half a round trip, as ib_write_lat; mpi: a Put + Flush round trip)"),
         *_latencies("read_", "read", "rdma_write.read_latency", bounded=("p50", "p99"), what="RDMA read latency"),
         *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", bounded=("p50", "p99"),
@@ -153,8 +171,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         *_latencies("pingpong_", "ping-pong", None),
         DATA_ERRORS,
     )),
-    Suite("gpudirect", ("PairLink",), (
+    Suite("gpudirect", ("PairLink",), pairwise=True, finding="GPUDirect: ", metrics=(
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth",
+               outlier=True, heatmap=True, curve=True, export="gpu_write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),
         *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99"),
                     what="GPU-to-GPU RDMA write latency (post to completion)"),
@@ -204,7 +223,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                setting=lambda f: f.Float(None, help="CNP / ECN-marked packets per second above which a port warns; unset = recorded only")),
     )),
     # ib_write_bw / ib_write_lat beside the harness's own numbers: information only.
-    Suite("perftest", (), (
+    Suite("perftest", (), pairwise=True, finding="perftest: ", metrics=(
         Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average"),
         *_latencies("", "ib_write_lat", None),
         Metric(("latency_avg",), "us", False, label="ib_write_lat average"),
@@ -241,6 +260,11 @@ def direction(suite_name: str, name: str) -> bool | None:
 def label(suite_name: str, name: str) -> str:
     found = metrics(suite_name, name)
     return found[0].label if found and found[0].label else name
+
+
+def pairwise() -> list[Suite]:
+    """The suites whose records are between two nodes on a rail (analysis compares and localizes them)."""
+    return [s for s in SUITES.values() if s.pairwise]
 
 
 def with_role(role: str) -> list[tuple[str, str]]:

@@ -49,8 +49,9 @@ def latency_direction_seconds(latency: dict) -> float:
 
 
 def pair_direction_seconds(sweep: dict, latency: dict, rate_gbits: float) -> float:
-    """One pair in one direction: the bandwidth sweep plus put latency and a send/recv ping-pong."""
-    return sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
+    """One pair in one direction: the write and the read bandwidth sweeps plus put latency and a
+    send/recv ping-pong."""
+    return 2 * sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
 
 
 def longest_step(sweep: dict, latency: dict, rate_gbits: float) -> tuple[float, str]:

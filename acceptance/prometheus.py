@@ -26,12 +26,11 @@ Families:
   acceptance_run_iterations                         burn-in iterations seen in the records
   acceptance_findings{severity,scope}               count; every fail/warn x scope, zeros included
   acceptance_finding{severity,scope,kind,node,rail,peer,metric,size_bytes}   findings with those labels (1)
-  acceptance_nic_write_bandwidth_bytes_per_second{node,rail,size_bytes}
-        median RDMA-write bandwidth of the NIC (both directions, every partner) at the largest size
-  acceptance_nic_write_latency_p99_seconds{node,rail,size_bytes}
-        median put latency p99 of the NIC at the latency size
-  acceptance_rail_write_bandwidth_bytes_per_second{rail,size_bytes}   the same over a rail plane
-  acceptance_rail_write_latency_p99_seconds{rail,size_bytes}
+  acceptance_nic_<metric>_bytes_per_second{node,rail,size_bytes}   (or _seconds for a latency)
+        median of the NIC (both directions, every partner) at the largest size (the latency size), for
+        every pairwise metric the catalog exports (acceptance.catalog Metric.export): write_bandwidth,
+        read_bandwidth, write_latency_p99, gpu_write_bandwidth
+  acceptance_rail_<metric>_bytes_per_second{rail,size_bytes}        the same over a rail plane
   acceptance_collective_busbw_bytes_per_second{op,scope,rail,size_bytes}
         median bus bandwidth at the largest size; scope world, rail (with rail) or node (median over nodes)
   acceptance_port_error_increase{node,rail,device,port,counter,kind}
@@ -46,7 +45,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 import tempfile
 from pathlib import Path
@@ -68,8 +66,6 @@ SECONDS = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}
 # Counter kinds (acceptance.counters.kind_of) that count something going wrong, not traffic, pause
 # frames, waits or congestion notifications.
 ERROR_KINDS = ("error", "discard")
-# A counters record's detail starts with "<device> port <n>".
-_PORT = re.compile(r"^\s*(\S+) port (\d+)")
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,13 +147,13 @@ def _node_codes(df: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
     return names, s.codes.astype(np.int64), d.codes.astype(np.int64)
 
 
-def _p2p(records: pd.DataFrame, metric: str, size: float | None, names_codes) -> pd.DataFrame:
-    """rdma_write `metric` between two nodes on a rail at `size` (None: the largest measured):
+def _p2p(records: pd.DataFrame, suite: str, metric: str, size: float | None, names_codes) -> pd.DataFrame:
+    """A pairwise suite's `metric` between two nodes on a rail at `size` (None: the largest measured):
     one value per (rail, s, d), the median over burn-in iterations, in the base unit."""
     _, s, d = names_codes
     rail = _floats(records["rail"])
     sizes = _floats(records["size"])
-    mask = (_is(records["suite"], "rdma_write") & _is(records["metric"], metric) & ~np.isnan(rail)
+    mask = (_is(records["suite"], suite) & _is(records["metric"], metric) & ~np.isnan(rail)
             & (s >= 0) & (d >= 0) & (s != d))
     if not mask.any():
         return pd.DataFrame({"rail": [], "s": [], "d": [], "value": []})
@@ -165,7 +161,7 @@ def _p2p(records: pd.DataFrame, metric: str, size: float | None, names_codes) ->
         size = np.nanmax(sizes[mask]) if size is None else np.nanmin(sizes[mask])
     mask &= sizes == size
     idx = np.flatnonzero(mask)
-    table = BANDWIDTH_BYTES if catalog.direction("rdma_write", metric) else SECONDS  # higher-is-better: a rate
+    table = BANDWIDTH_BYTES if catalog.direction(suite, metric) else SECONDS  # higher-is-better: a rate
     value = _floats(records["value"])[idx] * _scale(records["unit"].take(idx), table)
     p = pd.DataFrame({"rail": rail[idx].astype(np.int64), "s": s[idx], "d": d[idx], "value": value,
                       "iteration": records["iteration"].to_numpy()[idx]})
@@ -193,10 +189,8 @@ def _size_label(size) -> str | None:
 def _p2p_families(records: pd.DataFrame, latency_size, fams: dict) -> None:
     codes = _node_codes(records)
     names = codes[0]
-    for metric, size, key in ((catalog.metric("rdma_write", "bandwidth").name, None, "write_bandwidth_bytes_per_second"),
-                              (catalog.metric("rdma_write", "latency_p99").name, latency_size,
-                               "write_latency_p99_seconds")):
-        p = _p2p(records, metric, size, codes)
+    for suite, metric, key in EXPORTED:
+        p = _p2p(records, suite, metric, None if catalog.direction(suite, metric) else latency_size, codes)
         if p.empty:
             continue
         label = _size_label(p.attrs.get("size"))
@@ -244,10 +238,11 @@ def _counters(records: pd.DataFrame, fam: _Family) -> None:
     if not keep.any():
         return
     c, kind = c[keep], kind[keep]
-    port = c["detail"].astype(object).fillna("").str.extract(_PORT) if "detail" in c.columns else \
-        pd.DataFrame({0: [None] * len(c), 1: [None] * len(c)}, index=c.index)
+    def field(name):
+        return c[name].astype(object).to_numpy() if name in c.columns else np.full(len(c), None, dtype=object)
+    port = field("port")
     t = pd.DataFrame({"node": c["src"].astype(object).to_numpy(), "rail": _floats(c["rail"]),
-                      "device": port[0].to_numpy(), "port": port[1].to_numpy(),
+                      "device": field("device"), "port": [None if _missing(p) else str(int(p)) for p in port],
                       "counter": c["metric"].astype(object).to_numpy(), "kind": kind.to_numpy(),
                       "value": value[keep]})
     keys = ["node", "rail", "device", "port", "counter", "kind"]
@@ -290,6 +285,22 @@ def _timestamp(text) -> float | None:
 # The file
 # ---------------------------------------------------------------------------------------
 
+def _exported() -> tuple[list[tuple[str, str, str]], dict[str, str]]:
+    """(suite, metric, family key) of every pairwise metric the catalog exports, and the HELP of its NIC
+    and rail families: acceptance_{nic,rail}_<export>_{bytes_per_second,seconds}."""
+    out, helps = [], {}
+    for suite, name in catalog.with_role("export"):
+        m = catalog.metric(suite, name)
+        key = f"{m.export}_{'bytes_per_second' if m.higher else 'seconds'}"
+        at = "the largest measured size" if m.higher else "the latency size"
+        out.append((suite, name, key))
+        helps[f"nic_{key}"] = f"Median {m.label} of a NIC over its partners and both directions at {at}."
+        helps[f"rail_{key}"] = f"Median {m.label} of the links of a rail plane at {at}."
+    return out, helps
+
+
+EXPORTED, _EXPORTED_HELP = _exported()
+
 _HELP = {
     "run_info": "Acceptance run: 1, with its verdict (pass, warn, fail) as a label.",
     "run_complete": "1 when every rank finished the run, 0 when it was incomplete (hang, crash, lost rank).",
@@ -300,13 +311,7 @@ _HELP = {
     "run_iterations": "Burn-in iterations in the records (1 without burn-in).",
     "findings": "Findings of the run by severity and scope.",
     "finding": f"One series per finding (value: how many findings share these labels); at most {FINDINGS_MAX}.",
-    "nic_write_bandwidth_bytes_per_second": "Median RDMA-write bandwidth of a NIC over its partners and both "
-                                            "directions at the largest measured size.",
-    "nic_write_latency_p99_seconds": "Median put (write + flush) latency p99 of a NIC over its partners and "
-                                     "both directions at the latency size.",
-    "rail_write_bandwidth_bytes_per_second": "Median RDMA-write bandwidth of the links of a rail plane at the "
-                                             "largest measured size.",
-    "rail_write_latency_p99_seconds": "Median put latency p99 of the links of a rail plane at the latency size.",
+    **_EXPORTED_HELP,
     "collective_busbw_bytes_per_second": "Median collective bus bandwidth at the largest size, per operation "
                                          "and communicator (world, rail, node: median over nodes).",
     "port_error_increase": "Largest rise of a port error or discard counter in one measurement window "

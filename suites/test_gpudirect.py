@@ -12,7 +12,7 @@ test_gpudirect, which carries this marker too.
 import pytest
 
 from acceptance.fabric import nccl
-from acceptance.measure.p2p import op_latency, write_bandwidth
+from acceptance.measure.p2p import op_latency, pair_bandwidth
 from acceptance.measure.stats import percentiles
 from acceptance.measure.sweep import sizes
 from acceptance.measure.units import us
@@ -49,7 +49,7 @@ def _needs_verbs(engine):
 
 def test_gpu_write_bandwidth(gpu, engine, topology, rail, profile, record, progress):
     _needs_verbs(engine)
-    problems = write_bandwidth(engine, topology, rail, profile, record, progress, memory="cuda", suite="gpudirect")
+    problems = pair_bandwidth(engine, topology, rail, profile, record, progress, "write", memory="cuda", suite="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 

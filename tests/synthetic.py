@@ -56,6 +56,8 @@ MEMREG_SIZES = (4096, 65536, 1048576, 16777216)
 
 BW_TEST = "suites/test_rdma_write.py::test_write_bandwidth[rail{}]"
 LAT_TEST = "suites/test_rdma_write.py::test_write_latency[rail{}]"
+READ_TEST = "suites/test_rdma_write.py::test_read_bandwidth[rail{}]"
+GPU_TEST = "suites/test_gpudirect.py::test_gpu_write_bandwidth[rail{}]"
 
 
 def node_names(n: int) -> list[str]:
@@ -79,12 +81,14 @@ def _time(iteration: int, seconds: float = 0.0) -> str:
 
 
 def _record(test, suite, metric, value, unit, *, nodes, ranks, size=None, rail=None, engine="verbs",
-            iteration=0, samples=1, time=None, detail=None, op=None, scope=None):
+            iteration=0, samples=1, time=None, detail=None, op=None, scope=None, device=None, port=None,
+            saturated=None, memory="host"):
     rec = {"test": test, "suite": suite, "metric": metric, "value": value, "unit": unit,
            "size": size, "rail": rail, "nodes": list(nodes), "ranks": [int(r) for r in ranks],
-           "engine": engine, "memory": "host", "iteration": iteration, "time": time or _time(iteration),
+           "engine": engine, "memory": memory, "iteration": iteration, "time": time or _time(iteration),
            "samples": samples, "threshold": None, "verdict": "info"}
-    for key, v in (("detail", detail), ("op", op), ("scope", scope)):
+    for key, v in (("detail", detail), ("op", op), ("scope", scope), ("device", device), ("port", port),
+                   ("saturated", saturated)):
         if v is not None:
             rec[key] = v
     return rec
@@ -131,8 +135,14 @@ def healthy_bandwidth(size: int) -> float:
 def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, slow_link=None, slow_nic=None,
              slow_node=None, slow_rail=None, iterations: int = 1, drift=None, noisy=None, seed: int = 0,
              profile: str = SYNTHETIC_PROFILE, collectives: bool = True, memreg: bool = True, preflight: bool = True,
-             latency: bool = True, run_id: str | None = None) -> Path:
-    """Write run.json and results.jsonl into `directory` (created if needed); return it."""
+             latency: bool = True, run_id: str | None = None, read: bool = False, gpudirect: bool = False,
+             slow_gpu_nic=None) -> Path:
+    """Write run.json and results.jsonl into `directory` (created if needed); return it.
+
+    read: RDMA READ bandwidth beside the writes (the same links' factors); gpudirect: GPU-to-GPU write
+    bandwidth (suite gpudirect, memory cuda), slow_gpu_nic = (node, rail, factor) slows one node's GPU
+    path on a rail there only. Their noise comes from a generator of its own, so the other values do
+    not change with them."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -146,6 +156,11 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
 
     records = []
     pairs = [(i, j) for i in range(nodes) for j in range(nodes) if i != j]
+    extra_rng = np.random.default_rng(seed + 7919)
+    gpu_factor = {}
+    if slow_gpu_nic:
+        node, r, k = _fault(slow_gpu_nic, 2, 0.6)
+        gpu_factor = {(r, names.index(node)): k}
     for it in range(iterations):
         # Noise is drawn before faults are applied, for every value, so the same seed gives the
         # same healthy numbers whatever is injected (a baseline and a faulty run differ only there).
@@ -163,6 +178,15 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
                                            size=size, samples=1000, **common))
                     records.append(_record(BW_TEST.format(rail), "rdma_write", "errors", 0, "count",
                                            size=size, **common))
+                    if read:
+                        rbw = 0.95 * healthy_bandwidth(size) * (1 + extra_rng.uniform(-BW_NOISE, BW_NOISE)) * f
+                        records.append(_record(READ_TEST.format(rail), "rdma_write", "read_bandwidth", round(rbw, 6),
+                                               "Gbit/s", size=size, samples=1000, **common))
+                    if gpudirect:
+                        g = f * gpu_factor.get((rail, i), 1.0) * gpu_factor.get((rail, j), 1.0)
+                        gbw = 0.9 * healthy_bandwidth(size) * (1 + extra_rng.uniform(-BW_NOISE, BW_NOISE)) * g
+                        records.append(_record(GPU_TEST.format(rail), "gpudirect", "bandwidth", round(gbw, 6),
+                                               "Gbit/s", size=size, samples=1000, memory="cuda", **common))
                 if not latency:
                     continue
                 for k, (metric, nominal) in enumerate(LATENCY.items()):

@@ -19,7 +19,11 @@ from .load import with_fields
 # and what burn-in and baseline comparison look at.
 DIRECTION: dict[tuple[str, str], bool | None] = {
     (s.name, n): m.higher for s in catalog.SUITES.values() for m in s.metrics for n in m.names}
-OUTLIER_METRICS = {n: DIRECTION[(s, n)] for s, n in catalog.with_role("outlier") if s == "rdma_write"}
+# Pairwise metrics compared with the fleet, by suite, and by name (one direction per name across
+# suites: a bandwidth is higher-is-better wherever it is measured).
+OUTLIERS_BY_SUITE: dict[str, dict[str, bool | None]] = {
+    s.name: {n: m.higher for m in s.metrics if m.outlier for n in m.names} for s in catalog.pairwise()}
+OUTLIER_METRICS = {n: h for by_name in OUTLIERS_BY_SUITE.values() for n, h in by_name.items()}
 TREND_METRICS = set(catalog.with_role("trend"))
 _KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
 

@@ -93,7 +93,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         if scope == "node":
             msg += f": drain {node}"
         out.append(_finding("fail", scope, node, rail, None, h["metric"], value, bound,
-                            _cap(lines, len(g)), msg, "bound", h["unit"], h["size"], bound=h["bound"],
+                            _cap(lines, len(g)), msg, "bound", h["unit"], h["size"], bound=h["bound"], suite=h["suite"],
                             basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
                                               h["unit"])))
 

@@ -207,7 +207,8 @@ def _ints(a: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.arrays.IntegerArray(np.where(mask, 0, a).astype(np.int64), mask)
 
 
-_SIMPLE_LIST = re.compile(rb'(?m)^(?:(")([^"\\\n]*)"(?:, "([^"\\\n]*)")?|[^\n]*)$')
+# One or two plain, non-empty names; anything else (an empty name, escapes, three names) goes to json.loads.
+_SIMPLE_LIST = re.compile(rb'(?m)^(?:(")([^"\\\n]+)"(?:, "([^"\\\n]+)")?|[^\n]*)$')
 
 
 def _node_lists(raws: list[bytes]):

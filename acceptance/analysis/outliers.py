@@ -11,7 +11,7 @@ from ..measure.stats import samples_needed
 from ..results import FAILED_METRIC
 from ..profile import Profile
 from .base import MAD_SCALE, MIN_GROUP, _codes_of, _floats_of
-from .evaluate import OUTLIER_METRICS
+from .evaluate import OUTLIER_METRICS, OUTLIERS_BY_SUITE
 from .wording import fleet_basis
 
 
@@ -34,12 +34,12 @@ PERCENTILE_SAMPLES = {"latency_p50": samples_needed(50.0), "latency_p99": sample
                       "latency_p999": samples_needed(99.9)}
 
 
-def _p2p(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str], np.ndarray]:
-    """rdma_write records between two nodes on a rail, with integer node codes s, d."""
+def _p2p(ev: pd.DataFrame, suite: str = "rdma_write") -> tuple[pd.DataFrame, list[str], np.ndarray]:
+    """One pairwise suite's records between two nodes on a rail, with integer node codes s, d."""
     names, s, d = _node_names(ev)
     rail = _floats_of(ev["rail"])
     # A failed test's own record (test_failed) names its ranks' nodes, not a pair: analysis.failures has it.
-    mask = (_codes_of(ev["suite"], "rdma_write") & ~_codes_of(ev["metric"], FAILED_METRIC) & ~np.isnan(rail)
+    mask = (_codes_of(ev["suite"], suite) & ~_codes_of(ev["metric"], FAILED_METRIC) & ~np.isnan(rail)
             & (s >= 0) & (d >= 0) & (s != d))
     idx = np.flatnonzero(mask)
     p = pd.DataFrame({
@@ -71,9 +71,10 @@ def _fleet_columns(ev: pd.DataFrame, idx: np.ndarray) -> dict:
     return cols
 
 
-def _pair_values(p: pd.DataFrame) -> pd.DataFrame:
-    """One value per (metric, size, rail, s, d): the median over burn-in iterations."""
-    om = p[p["metric"].isin(list(OUTLIER_METRICS))]
+def _pair_values(p: pd.DataFrame, suite: str = "rdma_write") -> pd.DataFrame:
+    """One value per (metric, size, rail, s, d) of the suite's outlier metrics: the median over
+    burn-in iterations."""
+    om = p[p["metric"].isin(list(OUTLIERS_BY_SUITE.get(suite, {})))]
     # A percentile from fewer samples than it needs (100/(1-p)) is close to the maximum: one
     # scheduler hiccup. It is still held to its bound, but it is no basis for calling a link an outlier.
     need = om["metric"].astype(str).map(PERCENTILE_SAMPLES).fillna(0).to_numpy(np.float64)
@@ -137,7 +138,7 @@ def _rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     return med.loc[outlier, cols].reset_index(drop=True)
 
 
-def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
     """Evidence rows (one per pair, metric and size): outliers and failed bounds."""
     key = ["rail", "s", "d", "metric", "size"]
     failed = p[p["fail"]]
@@ -177,21 +178,22 @@ def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile) -> pd.Da
     bad["worse"] = worse
     # A metric the profile holds to the fleet fails by its fleet bound (the judge); the statistical
     # detector then only warns, or it would be a second, stricter judge of the same question.
-    bad["grade"] = is_fail | (_statistical(bad["metric"], profile) & bad["median"].notna().to_numpy()
+    bad["grade"] = is_fail | (_statistical(bad["metric"], profile, suite) & bad["median"].notna().to_numpy()
                               & (worse >= 2 * min_dev))
     bad["expected"] = bad["median"].fillna(bad["bound"])
     return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
                 "unit", "how", "basis", "ops", "ops_failed", "ops_missing"]].reset_index(drop=True)
 
 
-def _statistical(metrics: pd.Series, profile: Profile) -> np.ndarray:
+def _statistical(metrics: pd.Series, profile: Profile, suite: str = "rdma_write") -> np.ndarray:
     """Where the statistical detector may fail a pair: metrics the profile does not hold to the fleet."""
     names = metrics.astype(str)
-    fleet = {m for m in names.unique() if judge.fleet_factor(profile, "rdma_write", m) is not None}
+    fleet = {m for m in names.unique() if judge.fleet_factor(profile, suite, m) is not None}
     return ~names.isin(fleet).to_numpy()
 
 
-def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile,
+                   suite: str = "rdma_write") -> pd.DataFrame:
     """On a rail slow against the others, its pairs that are slow against the other rails' median
     become evidence too (localization then decides: the plane, or a few NICs or links on it)."""
     ref = planes[["rail", "metric", "size", "median"]].astype({"metric": str})
@@ -208,7 +210,7 @@ def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame,
                           "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),
                           "expected": x["median"].to_numpy(float), "median": x["median"].to_numpy(float),
                           "bound": np.nan, "worse": x["worse"].to_numpy(float),
-                          "grade": (x["worse"].to_numpy() >= 2 * min_dev) & _statistical(x["metric"], profile),
+                          "grade": (x["worse"].to_numpy() >= 2 * min_dev) & _statistical(x["metric"], profile, suite),
                           "unit": x["unit"].to_numpy(object),
                           "how": None, "basis": None})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra

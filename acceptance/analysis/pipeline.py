@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import catalog
 from ..results import InputError
 from ..profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER, Analysis
@@ -16,7 +17,7 @@ from .failures import _counter_findings, _failed_tests, _other_failures
 from .fleet import too_few_findings
 from .load import load_records
 from .localize import _localize
-from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _p2p, _pair_values, _rail_planes
+from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _node_names, _p2p, _pair_values, _rail_planes
 from .output import drain_lines
 from .trends import _burnin_findings, _regression_findings, compare
 
@@ -41,15 +42,31 @@ def _evaluated(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
 def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> list[dict]:
     if ev.empty:
         return []
-    p, names, p2p_idx = _p2p(ev)
-    measured = _measured(p) if len(p) else pd.DataFrame({"rail": [], "u": [], "v": []}, dtype=np.int64)
-    pairs = _pair_values(p)
-    outliers = _fleet(pairs, profile)
-    planes = _rail_planes(pairs, profile) if pairs["rail"].nunique() >= 3 else None
-    bad = _bad_p2p(p, outliers, profile)
-    if planes is not None and len(planes):
-        bad = _against_rails(bad, pairs, planes, profile)
-    findings = _localize(bad, measured, names, profile, "fleet", planes)
+    findings, p2p_idx, measured, names = [], [], None, []
+    # Every pairwise suite the catalog marks, each compared with its own fleet and localized alone.
+    for suite in catalog.pairwise():
+        p, names, idx = _p2p(ev, suite.name)
+        if not len(idx):
+            continue
+        p2p_idx.append(idx)
+        here = _measured(p)
+        if measured is None or suite.name == "rdma_write":  # burn-in and baseline localize host pairs
+            measured = here
+        pairs = _pair_values(p, suite.name)
+        outliers = _fleet(pairs, profile)
+        planes = _rail_planes(pairs, profile) if pairs["rail"].nunique() >= 3 else None
+        bad = _bad_p2p(p, outliers, profile, suite.name)
+        if planes is not None and len(planes):
+            bad = _against_rails(bad, pairs, planes, profile, suite.name)
+        found = _localize(bad, here, names, profile, "fleet", planes)
+        for f in found:
+            f["suite"] = suite.name
+            f["message"] = suite.finding + f["message"]
+        findings += found
+    if measured is None:
+        measured = pd.DataFrame({"rail": [], "u": [], "v": []}, dtype=np.int64)
+        names = _node_names(ev)[0]
+    p2p_idx = np.concatenate(p2p_idx) if p2p_idx else np.zeros(0, dtype=np.int64)
     findings += _other_failures(ev, p2p_idx)
     findings += _failed_tests(ev)
     findings += _counter_findings(ev)

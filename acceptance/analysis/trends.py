@@ -83,7 +83,7 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
     collective rows are placed by their communicator."""
     if t is None or t.empty:
         return []
-    p2p = (t["suite"] == "rdma_write") & t["rail"].notna() & (t["s"] >= 0) & (t["d"] >= 0)
+    p2p = t["suite"].isin([s.name for s in catalog.pairwise()]) & t["rail"].notna() & (t["s"] >= 0) & (t["d"] >= 0)
     out = []
     if p2p.any():
         x = t[p2p]

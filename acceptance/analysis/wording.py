@@ -156,12 +156,13 @@ def _clean(x):
 
 
 def _finding(severity, scope, node, rail, peer, metric, value, expected, evidence, message, kind, unit=None,
-             size=None, bound=None, basis=None) -> dict:
+             size=None, bound=None, basis=None, suite=None) -> dict:
     """One finding (docs/records.md). bound: how `expected` was derived when it is a bound (absolute,
-    line_rate, fleet, ...); basis: a fleet bound's population, in words."""
+    line_rate, fleet, ...); basis: a fleet bound's population, in words; suite: the records' suite."""
     size = _clean(size)
     return {"severity": severity, "scope": scope, "node": node, "rail": None if rail is None else int(rail),
-            "peer": peer, "metric": metric, "value": _clean(value), "expected": _clean(expected),
+            "peer": peer, "suite": suite if isinstance(suite, str) else None,
+            "metric": metric, "value": _clean(value), "expected": _clean(expected),
             "evidence": list(evidence), "message": message, "kind": kind,
             "unit": unit if isinstance(unit, str) else None, "size": None if size is None else int(size),
             "bound": bound if isinstance(bound, str) else None, "basis": basis if isinstance(basis, str) else None}

@@ -212,13 +212,15 @@ class PairLink:
         while the link's memory lasts; the target checks the slots afterwards (WriteCheck)."""
         return self.put_bandwidth(size, iters, warmup, 1, origin, seed, policy=policy)
 
-    def read_latency(self, size: int, iters: int, warmup: int, origin: int,
-                     seed: tuple[int, int, int] = (0, 1, 0), policy: Policy | None = None) -> Transfer:
-        """osu_get_latency with flush: one Get + Flush per sample, a full round trip. The target's
-        slots hold a pattern; each Get of a batch reads its own slot into the origin's memory, which
-        the origin poisons before the batch and checks after it (measure.verify.batched)."""
+    def read_bandwidth(self, size: int, iters: int, warmup: int, window: int, origin: int,
+                       seed: tuple[int, int, int], budget_s: float | None = None,
+                       policy: Policy | None = None) -> Transfer:
+        """osu_get_bw: each iteration is `window` Gets then one Flush, every Get reading its own slot
+        of the target's patterned window into its own local slot. The origin poisons its slots before
+        each verified batch and checks them after it (measure.verify.batched): times and the check are
+        both the origin's. budget_s caps the timed loop (at least 2 iterations)."""
         capacity = min(len(self.send), len(self.window_mem))
-        slots = Slots.plan(size, 1, iters, capacity)
+        slots = Slots.plan(size, window, iters, capacity)
         region = slots.bytes
         if self.me != origin:
             self.win.Lock(self.me, MPI.LOCK_EXCLUSIVE)
@@ -232,10 +234,18 @@ class PairLink:
             tally = Tally()
 
             def op_at(t: int):
-                spec, disp = [local[t * size:(t + 1) * size], MPI.BYTE], t * size
+                plan = [([local[off:off + size], MPI.BYTE], off) for off in slots.offsets(t)]
+                if window == 1:  # no inner loop: it would add to every latency sample
+                    (spec, disp), = plan
+
+                    def op():
+                        get(spec, target, disp)
+                        flush(target)
+                    return op
 
                 def op():
-                    get(spec, target, disp)
+                    for spec, disp in plan:
+                        get(spec, target, disp)
                     flush(target)
                 return op
 
@@ -245,11 +255,18 @@ class PairLink:
             win.Lock(target, MPI.LOCK_SHARED)
             try:
                 times = batched(op_at, iters, warmup, slots, planned_batches(slots, iters, policy, seed),
-                                lambda b: poison(local[:region], *seed, 0), after)
+                                lambda b: poison(local[:region], *seed, 0), after,
+                                None if budget_s is None else int(budget_s * 1e9), min_iters=2)
             finally:
                 win.Unlock(target)
         self.comm.Barrier()
         return Transfer(times, tally)
+
+    def read_latency(self, size: int, iters: int, warmup: int, origin: int,
+                     seed: tuple[int, int, int] = (0, 1, 0), policy: Policy | None = None) -> Transfer:
+        """osu_get_latency with flush: one Get + Flush per sample, a full round trip, each into its
+        own slot while the link's memory lasts (read_bandwidth with a window of 1, no budget)."""
+        return self.read_bandwidth(size, iters, warmup, 1, origin, seed, policy=policy)
 
     def atomic_latency(self, iters: int, warmup: int, origin: int) -> Transfer:
         """Fetch_and_op(1, SUM) + Flush on the target's 64-bit counter per sample (a full round trip).

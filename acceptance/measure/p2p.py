@@ -1,8 +1,9 @@
-"""Point-to-point writes on one rail: every scheduled node pair, both directions.
+"""Point-to-point writes and reads on one rail: every scheduled node pair, both directions.
 
 All pairs of a round run at once, each on its own two-rank communicator;
-within a pair the lower node writes first, then the higher one. The origin
-records what it timed, the target records whether the data arrived intact.
+within a pair the lower node goes first, then the higher one. The origin
+records what it timed; the side that received the data (the target of a
+write, the origin of a read) records whether it arrived intact.
 """
 
 from __future__ import annotations
@@ -93,10 +94,17 @@ class RailPairs:
         return src, dst, [self.nodes[src], self.nodes[dst]], [self.world_ranks[src], self.world_ranks[dst]]
 
 
-def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
-                    progress: Callable[[], None] | None = None, memory: str = "host",
-                    suite: str = "rdma_write") -> list[str]:
-    """Bandwidth sweep of windowed puts in both directions of every pair; data verified after each size.
+# op -> (bandwidth metric, its data check's metric, what one checked operation is called, engine method)
+BANDWIDTH_OPS = {"write": ("bandwidth", "errors", "writes", "put_bandwidth"),
+                 "read": ("read_bandwidth", "read_errors", "reads", "read_bandwidth")}
+
+
+def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+                   progress: Callable[[], None] | None = None, op: str = "write", memory: str = "host",
+                   suite: str = "rdma_write") -> list[str]:
+    """Bandwidth sweep of windowed writes or reads (`op`, BANDWIDTH_OPS) in both directions of every
+    pair; the data verified after each size by the side that received it (the target of a write, the
+    origin of a read).
 
     memory "cuda" writes GPU memory to GPU memory (GPUDirect RDMA); `suite` is the catalog suite
     whose metrics (and so whose bounds) the records are.
@@ -104,6 +112,7 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
     rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
     if not rp.active:
         return []
+    metric, errors_metric, noun, method = BANDWIDTH_OPS[op]
     sweep = sweep_from_profile(profile)
     window = profile.get("sweep.window")
     budget = profile.get("sweep.max_time_per_size")
@@ -114,21 +123,22 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
 
     def measure(link, low, high):
         # Round-major, directions alternating: one stall of a shared host hits one round of a size,
-        # not all of them. Each round writes its own pattern, so a stale buffer cannot pass the check.
-        # The origin keeps each size's best round; the target, what every round's checks found.
+        # not all of them. Each round moves its own pattern, so a stale buffer cannot pass the check.
+        # The origin keeps each size's best round; the side that checked, what every round's checks found.
         best: dict[tuple[int, int], tuple[float, int]] = {}  # (origin, size index) -> (Gbit/s, iterations)
-        checked: dict[tuple[int, int], Tally] = {}  # (origin, size index) -> the target's checks
+        checked: dict[tuple[int, int], Tally] = {}  # (origin, size index) -> the checks
+        run = getattr(link, method)
         for r in range(rounds):
             for origin in (0, 1):
                 _, _, _, ranks = rp.direction(low, high, origin)
                 for i, size in enumerate(sweep.sizes):
                     iters = sweep.iters(size, size * window)
-                    t = link.put_bandwidth(size, iters, sweep.warmup(iters), window, origin,
-                                           seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget,
-                                           policy=policy)
+                    t = run(size, iters, sweep.warmup(iters), window, origin,
+                            seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget, policy=policy)
                     rp.progress()  # one size is a step: the hang timeout bounds it, not the whole sweep
-                    if t.times_ns is None:
+                    if t.tally is not None:
                         checked.setdefault((origin, i), Tally()).merge(t.tally)
+                    if t.times_ns is None:
                         continue
                     value = gbit_per_s(size * window, iteration_time(t.times_ns, statistic))
                     if value > best.get((origin, i), (-1.0, 0))[0]:
@@ -138,22 +148,23 @@ def write_bandwidth(engine, topology: Topology, rail: int, profile: Profile, rec
             where = f"{nodes[0]} -> {nodes[1]} rail {rail}"
             for i, size in enumerate(sweep.sizes):
                 common = dict(size=size, rail=rail, nodes=nodes, ranks=ranks, engine=engine.NAME, memory=memory,
-                              op="write")
+                              op=op)
                 if (origin, i) in checked:
                     tally = checked[origin, i]
-                    judge.record(record, profile, suite, "errors", tally.wrong, samples=rounds,
-                                 detail=tally.summary("writes"), **tally.fields(), **common)
+                    judge.record(record, profile, suite, errors_metric, tally.wrong, samples=rounds,
+                                 detail=tally.summary(noun), **tally.fields(), **common)
                     if tally.failed:
-                        problems.append(f"{where}, size {size} B: {tally.summary('writes')}")
+                        problems.append(f"{where}, size {size} B: {tally.summary(noun)}")
+                if (origin, i) not in best:
                     continue
                 value, iters = best[origin, i]
-                bound, verdict = judge.record(record, profile, suite, "bandwidth", value, samples=iters, **common)
+                bound, verdict = judge.record(record, profile, suite, metric, value, samples=iters, **common)
                 if verdict == "fail":
-                    problems.append(f"{where}, size {size} B: write bandwidth {value:.3f} Gbit/s "
+                    problems.append(f"{where}, size {size} B: {op} bandwidth {value:.3f} Gbit/s "
                                     f"< bound {bound:g} Gbit/s")
 
     largest = max(sweep.sizes)
-    rp.each_link(engine, largest, memory, problems, record, "bandwidth", "Gbit/s", measure,
+    rp.each_link(engine, largest, memory, problems, record, metric, "Gbit/s", measure,
                  slot_bytes=min(largest * window, policy.slot_region))
     return problems
 

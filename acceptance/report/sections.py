@@ -37,7 +37,6 @@ LATENCY_ORDER = [n for m in catalog.suite("rdma_write").metrics for n in m.names
                  if n.startswith(("latency_", "pingpong_latency_"))]
 LATENCY_LABELS = {n: catalog.label("rdma_write", n).removeprefix("write latency ").replace(" latency", "")
                   for n in LATENCY_ORDER}
-WRITE_BANDWIDTH = catalog.metric("rdma_write", "bandwidth").name
 
 
 def _more(total: int, shown: int, where: str) -> str:
@@ -261,24 +260,34 @@ def topology_nodes(run: dict) -> list[str]:
     return [str(n) for n in nodes]
 
 
+def _pairwise(recs: pd.DataFrame, role: str) -> list[tuple[str, pd.DataFrame, bool]]:
+    """(label, records, higher is better) of each pairwise metric with `role` (catalog: heatmap,
+    curve) that this run recorded between two nodes, in the catalog's order."""
+    out = []
+    for suite, name in catalog.with_role(role):
+        sub = recs[(recs["suite"] == suite) & (recs["metric"] == name) & recs["src"].notna() & recs["dst"].notna()
+                   & recs["value"].notna()]
+        if len(sub):
+            out.append((catalog.label(suite, name), sub, catalog.direction(suite, name) is not False))
+    return out
+
+
 def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
-    rd = recs[(recs["suite"] == "rdma_write") & recs["src"].notna() & recs["dst"].notna()
-              & recs["value"].notna()]
-    bw = rd[rd["metric"] == WRITE_BANDWIDTH]
-    lat = rd[rd["metric"] == "latency_p99"]
-    if bw.empty and lat.empty:
+    shown = _pairwise(recs, "heatmap")
+    if not shown:
         return {"available": False, "rails": [], "nodes": 0,
-                "note": "No point-to-point write records (suite rdma_write) in this run: no heatmaps."}
-    nodes = natural_sorted(set(topology_nodes(run)) | set(bw["src"].unique()) | set(bw["dst"].unique())
-                           | set(lat["src"].unique()) | set(lat["dst"].unique()))
-    rails = sorted(set(bw["rail"].dropna().unique()) | set(lat["rail"].dropna().unique()))
-    has_no_rail = bw["rail"].isna().any() or lat["rail"].isna().any()
+                "note": "No point-to-point records (the pairwise suites: rdma_write, gpudirect) in this run: "
+                        "no heatmaps."}
+    nodes = natural_sorted(set(topology_nodes(run)).union(*(set(sub["src"].unique()) | set(sub["dst"].unique())
+                                                            for _, sub, _ in shown)))
+    rails = sorted(set().union(*(set(sub["rail"].dropna().unique()) for _, sub, _ in shown)))
+    has_no_rail = any(sub["rail"].isna().any() for _, sub, _ in shown)
     rail_keys = [float(r) for r in rails] + ([np.nan] if has_no_rail else [])
     out = []
     for rail in rail_keys:
         label = f"rail {int(rail)}" if not np.isnan(rail) else "no rail"
         entry = {"label": label, "figures": []}
-        for sub_all, title, higher in ((bw, "write bandwidth", True), (lat, "write latency p99", False)):
+        for title, sub_all, higher in shown:
             sub = sub_all[sub_all["rail"] == rail] if not np.isnan(rail) else sub_all[sub_all["rail"].isna()]
             if sub.empty:
                 entry["figures"].append({"figure": None, "caption": f"{label}: no {title} records."})
@@ -315,18 +324,18 @@ def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
 def sweeps(recs: pd.DataFrame) -> dict:
     rd = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
     figs, notes = [], []
-    bw = rd[(rd["metric"] == WRITE_BANDWIDTH) & rd["size"].notna()]
-    if not bw.empty:
+    curves = [(title, sub[sub["size"].notna()]) for title, sub, _ in _pairwise(recs, "curve")]
+    for title, bw in curves:
         unit = fmt_text(bw["unit"].iloc[0])
         stats = bw.groupby(["rail", "size"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
         thr = bw.groupby("size")["threshold"].median().dropna().reset_index()
-        figs.append({"figure": figures.sweep(stats, title="write bandwidth against message size",
+        figs.append({"figure": figures.sweep(stats, title=f"{title} against message size",
                                              ylabel=f"bandwidth ({unit})", logy=True, threshold=thr,
-                                             alt="write bandwidth against message size per rail"),
+                                             alt=f"{title} against message size per rail"),
                      "caption": "Per rail: median over links (line) and min–max over links (band); "
                                 "dashed red: the profile's bound (records' threshold column)."})
-    else:
-        notes.append("No write bandwidth records in this run.")
+    if not curves:
+        notes.append("No pairwise bandwidth records (write, read, GPU write) in this run.")
     lat = rd[rd["metric"].isin(LATENCY_ORDER)]
     if not lat.empty:
         unit = fmt_text(lat["unit"].iloc[0])
@@ -550,7 +559,7 @@ def crosscheck(recs: pd.DataFrame) -> dict:
     own = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
     rows = []
     for (rail, metric), g in pt.groupby(["rail", "metric"], dropna=False, observed=True):
-        if metric not in (WRITE_BANDWIDTH, "latency_p50"):
+        if metric not in ("bandwidth", "latency_p50"):  # what ib_write_bw and ib_write_lat measure
             continue
         size = g["size"].median()
         mine = own[(own["metric"] == metric) & (own["rail"] == rail) & (own["size"] == size)]

@@ -4,7 +4,7 @@ PairLink does for a dead peer): the other pairs of later rounds are still measur
 from types import SimpleNamespace
 
 from acceptance.fabric import mpi
-from acceptance.measure.p2p import write_bandwidth
+from acceptance.measure.p2p import pair_bandwidth
 
 
 def test_write_bandwidth_around_a_dead_node(topology, profile, record, progress):
@@ -16,5 +16,5 @@ def test_write_bandwidth_around_a_dead_node(topology, profile, record, progress)
         return mpi.PairLink(comm, size, *args, **kw)
 
     engine = SimpleNamespace(NAME="mpi", PairLink=pair_link)
-    problems = write_bandwidth(engine, topology, topology.rail, profile, record, progress)
+    problems = pair_bandwidth(engine, topology, topology.rail, profile, record, progress, "write")
     assert not problems, "\n".join(problems)

@@ -34,9 +34,15 @@ def test_every_suite_names_its_metrics_once():
 
 
 def test_roles_come_from_the_catalog():
-    assert set(catalog.with_role("trend")) == {("rdma_write", "bandwidth"), ("rdma_write", "latency_p50"),
-                                              ("rdma_write", "latency_p99"), ("collective", "busbw")}
-    assert {n for s, n in catalog.with_role("outlier")} == {"bandwidth", "latency_p50", "latency_p99", "latency_p999"}
+    assert set(catalog.with_role("trend")) == {("rdma_write", "bandwidth"), ("rdma_write", "read_bandwidth"),
+                                              ("rdma_write", "latency_p50"), ("rdma_write", "latency_p99"),
+                                              ("collective", "busbw")}
+    assert set(catalog.with_role("outlier")) == {("rdma_write", n) for n in (
+        "bandwidth", "read_bandwidth", "latency_p50", "latency_p99", "latency_p999")} | {("gpudirect", "bandwidth")}
+    assert [s.name for s in catalog.pairwise()] == ["rdma_write", "gpudirect", "perftest"]
+    # every role a pairwise metric has is in a pairwise suite
+    for role in ("outlier", "heatmap", "curve", "export"):
+        assert {s for s, _ in catalog.with_role(role)} <= {s.name for s in catalog.pairwise()}, role
     assert catalog.direction("rdma_write", "bandwidth") is True and catalog.direction("memreg", "reg_time_user") is False
 
 

@@ -171,20 +171,21 @@ def test_burn_in_takes_medians_over_iterations_then_links(tmp_path):
 
 
 def _add_counters(run: Path) -> None:
-    """Port counter records as the counters suite writes them: metric = counter, detail '<dev> port <n> ...'."""
+    """Port counter records as the counters suite writes them: metric = counter, device, port, saturated."""
     rows = []
     for window, (sym, rcv, data) in enumerate([(5, 0, 10**9), (17, 0, 2 * 10**9), (0, 0, 10**9)]):
         for metric, value in (("symbol_error", sym), ("port_rcv_errors", rcv), ("port_xmit_data", data),
                               ("rx_prio3_pause", data)):
             rows.append(synthetic._record("suites/test_rdma_write.py::test_write_bandwidth[rail1]", "counters",
                                           metric, value, "count", nodes=["node02"], ranks=[3], rail=1, engine=None,
-                                          detail=f"mlx5_1 port 1: window {window}"))
+                                          detail=f"mlx5_1 port 1: window {window}", device="mlx5_1", port=1))
     rows.append(synthetic._record("suites/test_rdma_write.py::test_write_bandwidth[rail0]", "counters",
                                   "link_downed", 1, "count", nodes=["node03"], ranks=[4], rail=0, engine=None,
-                                  detail="mlx5_0 port 2"))
+                                  detail="mlx5_0 port 2", device="mlx5_0", port=2))
     rows.append(synthetic._record("suites/test_rdma_write.py::test_write_bandwidth[rail0]", "counters",
                                   "rx_discards_phy", 40, "count", nodes=["node03"], ranks=[4], rail=0, engine=None,
-                                  detail="mlx5_0 port 2; saturated before the window"))
+                                  detail="mlx5_0 port 2; saturated before the window", device="mlx5_0", port=2,
+                                  saturated="before"))
     with open(run / "results.jsonl", "a") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)
 
@@ -264,7 +265,8 @@ def test_path_problem(tmp_path):
 @pytest.mark.skipif(not shutil.which("promtool"),
                     reason="promtool not on PATH (Debian package `prometheus`; `make test` installs it)")
 def test_promtool_accepts_the_file_without_lint_warnings(tmp_path):
-    run = synthetic.make_run(tmp_path / "run", nodes=6, rails=2, slow_nic=("node05", 1), iterations=2)
+    run = synthetic.make_run(tmp_path / "run", nodes=6, rails=2, slow_nic=("node05", 1), iterations=2, read=True,
+                             gpudirect=True)
     _add_counters(run)
     _rename(run, "node05", 'rack "7"\\node\n05')
     analysis = analyze(run)

@@ -244,8 +244,8 @@ def test_empty_sections_say_so(tmp_path):
     # No run.json saying the run completed, nothing measured: never a pass.
     assert "INCOMPLETE" in html[html.index('<header id="verdict"'):html.index("</header>")]
     assert "No findings" in _section(html, "findings") and "No node to drain" in _section(html, "findings")
-    assert "No point-to-point write records" in _section(html, "heatmaps")
-    assert "No write bandwidth records" in _section(html, "sweeps")
+    assert "No point-to-point records" in _section(html, "heatmaps")
+    assert "No pairwise bandwidth records" in _section(html, "sweeps")
     assert "No collective busbw records" in _section(html, "collectives")
     assert "One iteration only" in _section(html, "burnin")
     assert "No baseline was given" in _section(html, "baseline")

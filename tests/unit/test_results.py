@@ -197,7 +197,7 @@ def test_the_published_record_schema_is_the_records_contract():
     props = schema["properties"]
     assert schema["required"] == list(REQUIRED_KEYS)
     assert list(props) == [*REQUIRED_KEYS, *OPTIONAL_KEYS]
-    assert props["suite"]["enum"] == list(catalog.SUITES)
+    assert all(name in props["suite"]["description"] for name in catalog.SUITES)
     assert props["verdict"]["enum"] == list(VERDICTS) and props["bound"]["enum"] == list(BOUND_KINDS)
     assert props["memory"]["enum"] == list(MEMORY) and props["scope"]["enum"] == list(SCOPES)
     assert props["saturated"]["enum"] == list(SATURATED)

@@ -153,8 +153,8 @@ LATENCY = {"iters": 100, "warmup": 0, "size": 8}
 
 def test_pair_direction_seconds_by_hand():
     # 64MiB / (1MiB x 4) = 16 timed + ceil(1.6) = 2 warmup iterations of 4 x 1MiB at 100 Gbit/s,
-    # plus 5 us each; latency: 100 samples x 2 kinds x 5 us.
-    expected = 18 * 4 * 2**20 * 8 / 100e9 + 18 * 5e-6 + 100 * 2 * 5e-6
+    # plus 5 us each, for the write and the read sweep; latency: 100 samples x 2 kinds x 5 us.
+    expected = 2 * (18 * 4 * 2**20 * 8 / 100e9 + 18 * 5e-6) + 100 * 2 * 5e-6
     assert pair_direction_seconds(SWEEP, LATENCY, 100.0) == pytest.approx(expected)
 
 
@@ -170,9 +170,9 @@ def test_iterations_are_clamped():
     tiny = dict(SWEEP, min_size=8, max_size=8)  # 64MiB / 32B would be 2M iterations
     big = dict(SWEEP, min_size=2**30, max_size=2**30)  # would be 0 iterations
     assert pair_direction_seconds(tiny, LATENCY, 100.0) == pytest.approx(
-        1100 * (4 * 8 * 8 / 100e9 + 5e-6) + 1e-3)
+        2 * 1100 * (4 * 8 * 8 / 100e9 + 5e-6) + 1e-3)
     assert pair_direction_seconds(big, LATENCY, 100.0) == pytest.approx(
-        6 * (4 * 2**30 * 8 / 100e9 + 5e-6) + 1e-3)
+        2 * 6 * (4 * 2**30 * 8 / 100e9 + 5e-6) + 1e-3)
 
 
 @pytest.mark.parametrize("seconds, text", [
