@@ -94,7 +94,7 @@ def test_one_pair_on_one_rail(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "2", "--ranks-per-node", "1", "--", "-m", "p2p")
     assert p.returncode == 0, p.stdout + p.stderr
     assert re.search(r"test_write_bandwidth\[rail0\]", p.stdout) is None  # quiet: only the summary line
-    assert "5 passed" in p.stdout  # write bandwidth, write / read / atomic latency, incast
+    assert "6 passed" in p.stdout  # write / read bandwidth, write / read / atomic latency, incast
     recs = records(folder_of(p))
     assert {(r["rail"], tuple(r["nodes"])) for r in recs if r["metric"] == "bandwidth"} == {
         (0, ("node1", "node2")), (0, ("node2", "node1"))}

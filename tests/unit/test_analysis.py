@@ -590,3 +590,26 @@ def test_a_newer_schema_is_refused(tmp_path):
     (run / "run.json").write_text(json.dumps(meta))
     with pytest.raises(InputError, match=r"run.json: schema 99 is newer than this harness reads"):
         load_records(run)
+
+
+# ---- every pairwise suite, by the same detectors ------------------------------------------
+
+def test_a_slow_gpu_nic_is_localized_like_a_host_nic(tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=8, rails=2, gpudirect=True, slow_gpu_nic=("node05", 1, 0.5),
+                             latency=False, memreg=False, collectives=False, preflight=False)
+    a = analyze(run)
+    (f,) = [f for f in a.findings if f["severity"] == "fail"]
+    assert (f["scope"], f["node"], f["rail"], f["suite"], f["metric"]) == ("nic", "node05", 1, "gpudirect", "bandwidth")
+    assert f["message"].startswith("GPUDirect: node05's NIC on rail 1")
+    assert a.drains == [line for line in a.drains if "node05" in line] and len(a.drains) == 1
+
+
+def test_read_bandwidth_is_compared_with_the_fleet_and_localized(tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=8, rails=2, read=True, slow_link=("node02", "node06", 0, 0.5),
+                             latency=False, memreg=False, collectives=False, preflight=False)
+    a = analyze(run)
+    links = [f for f in a.findings if f["scope"] == "link"]
+    assert {(f["node"], f["peer"], f["rail"]) for f in links} <= {("node02", "node06", 0), ("node06", "node02", 0)}
+    assert links and all(f["suite"] == "rdma_write" for f in links)
+    evidence = "\n".join(line for f in links for line in f["evidence"])
+    assert ", read_bandwidth " in evidence and ", bandwidth " in evidence
