@@ -522,11 +522,17 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
 def _post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
     """Analysis and report; the run's verdict as an exit code (0 pass, 1 fail, 3 incomplete).
 
-    A broken analysis or report never loses the results and never passes: the traceback is
-    printed and the run counts as incomplete (3)."""
+    Records the analysis refuses (analysis.validate: a node name that is not a Slurm node
+    name, or not one of the run's) are an input error (2), with the file and line. A broken
+    analysis or report never loses the results and never passes: the traceback is printed
+    and the run counts as incomplete (3)."""
     from .postrun import analyze_and_report, execute_drains, summary
     try:
         analysis, written = analyze_and_report(folder.path, report=report)
+    except InputError as e:  # records analysis refuses (a node name scontrol would misread): say which line
+        print(f"acceptance: {e}", file=sys.stderr)
+        print(f"acceptance: the run's results are in {folder.results}; nothing was analyzed", file=sys.stderr)
+        return EXIT_USAGE
     except Exception:  # the results are on disk; say what broke, and do not call it a pass
         traceback.print_exc()
         print(f"acceptance: analysis or report failed (a harness error; results are in {folder.results}; "

@@ -6,11 +6,13 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 
 from .base import Analysis
+from .validate import is_node_name
 from .wording import _clean, _fmt
 
 
@@ -38,18 +40,25 @@ def _reason(f: dict) -> str:
     return re.sub(r"\s+", " ", reason).strip()[:120]
 
 
-def drain_lines(findings: list[dict]) -> list[str]:
+def drain_lines(findings: list[dict], nodes: Collection[str] | None = None) -> list[str]:
     """One scontrol line per node named by a failing node- or NIC-scope finding (first finding wins).
 
-    The node name is shell-quoted when it needs it; the reason is double-quoted and holds no
-    double quote, backslash, $, backtick or control character, so the line is safe to paste
-    into a shell and to shlex.split().
+    Only exact Slurm node names are drained (validate.is_node_name: never a hostlist such as
+    gpu[001-512], which scontrol would expand), and with `nodes` (the run's topology) only
+    those nodes; a finding naming any other is left out (analysis refuses such records when it
+    loads them, so that is a caller's mistake, not something to drain). The node name is
+    shell-quoted when it needs it; the reason is double-quoted and holds no double quote,
+    backslash, $, backtick or control character, so the line is safe to paste into a shell
+    and to shlex.split().
     """
+    known = None if nodes is None else frozenset(nodes)
     reasons: dict[str, str] = {}
     for f in findings:
         node = f.get("node")
         if f.get("severity") == "fail" and f.get("scope") in ("node", "nic") and node:
-            reasons.setdefault(str(node), _reason(f))
+            node = str(node)
+            if is_node_name(node) and (known is None or node in known):
+                reasons.setdefault(node, _reason(f))
     return [f'scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason="acceptance: {reason}"'
             for node, reason in reasons.items()]
 

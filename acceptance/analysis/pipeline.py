@@ -20,6 +20,7 @@ from .localize import _localize
 from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _node_names, _p2p, _pair_values, _rail_planes
 from .output import drain_lines
 from .trends import _burnin_findings, _regression_findings, compare
+from .validate import check_record_nodes, topology_nodes
 
 
 
@@ -139,6 +140,12 @@ def _resolve_profile(run: dict, profile, run_dir: Path) -> Profile:
                      f"values, source or name; got {p!r}")
 
 
+def _checked(df: pd.DataFrame, known, run_dir: Path) -> pd.DataFrame:
+    """The records, once their node names are checked (validate.check_record_nodes: InputError)."""
+    check_record_nodes(df, known, known_from=run_dir / "run.json")
+    return df
+
+
 def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None) -> Analysis:
     """Analyze a run folder: records judged against the profile, findings, drain lines,
     and the comparison with a baseline run folder when one is given.
@@ -151,15 +158,19 @@ def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None) ->
     run_dir = Path(run_dir)
     run = _read_run(run_dir, required=profile is None)
     prof = _resolve_profile(run, profile, run_dir)
-    records = evaluate(load_records(run_dir), prof)
+    known = topology_nodes(run, run_dir / "run.json")
+    records = _checked(load_records(run_dir), known, run_dir)
+    records = evaluate(records, prof)
     t1 = time.perf_counter()
     deltas = baseline_id = None
     if baseline_dir is not None:
         baseline_dir = Path(baseline_dir)
-        baseline_id = _read_run(baseline_dir, required=False).get("run_id")
-        deltas = compare(records, load_records(baseline_dir), prof)
+        base_run = _read_run(baseline_dir, required=False)
+        baseline_id = base_run.get("run_id")
+        base_known = topology_nodes(base_run, baseline_dir / "run.json")
+        deltas = compare(records, _checked(load_records(baseline_dir), base_known, baseline_dir), prof)
     findings = _find(records, prof, deltas)
     extra = {"seconds": {"load": round(t1 - t0, 3), "analyze": round(time.perf_counter() - t1, 3)},
              "skipped_lines": records.attrs.get("skipped_lines", 0)}
-    return Analysis(run=run, profile=prof, records=records, findings=findings, drains=drain_lines(findings),
+    return Analysis(run=run, profile=prof, records=records, findings=findings, drains=drain_lines(findings, known),
                     deltas=deltas, baseline_id=baseline_id, extra=extra)

@@ -29,6 +29,54 @@ def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptanc
     assert (run / "report.html").stat().st_size > 10_000
 
 
+def _append(run: Path, nodes: list) -> int:
+    """Append a preflight record naming `nodes` to results.jsonl; returns its line number."""
+    path = run / "results.jsonl"
+    lines = path.read_text().count("\n")
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"test": "suites/test_preflight.py::test_ranks", "suite": "preflight",
+                             "metric": "ranks", "value": 1, "unit": "count", "nodes": nodes, "ranks": [0]}) + "\n")
+    return lines + 1
+
+
+def test_report_refuses_a_hostlist_node_name_naming_the_line(acceptance_cli, tmp_path):
+    """scontrol would expand gpu[001-512] and drain 512 nodes: an input error (2), never a drain line."""
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, slow_nic=("node03", 1), latency=False,
+                             collectives=False, memreg=False)
+    results = (run / "results.jsonl").read_text()
+    (run / "results.jsonl").write_text(results.replace('"node03"', '"gpu[001-512]"'))
+    line = next(i for i, text in enumerate(results.splitlines(), 1) if '"node03"' in text)
+    p = acceptance_cli("report", str(run), "--drain")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert (f"acceptance: {run / 'results.jsonl'}: line {line}: node name 'gpu[001-512]' is not a valid Slurm "
+            f"node name (hostlist syntax '[')") in p.stderr
+    assert "scontrol" not in p.stdout + p.stderr and "Traceback" not in p.stderr
+    assert not (run / "drain.txt").exists() and not (run / "findings.json").exists()
+
+
+def test_report_refuses_a_node_the_runs_topology_does_not_know(acceptance_cli, tmp_path):
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
+    line = _append(run, ["node01", "node17"])
+    p = acceptance_cli("report", str(run))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert (f"acceptance: {run / 'results.jsonl'}: line {line}: node 'node17' is not in the run's topology "
+            f"({run / 'run.json'} topology.nodes: 4 nodes, node01, node02, node03, node04)") in p.stderr
+
+
+def test_report_on_a_hand_made_folder_without_topology_takes_any_slurm_name(acceptance_cli, tmp_path):
+    src = synthetic.make_run(tmp_path / "full", nodes=6, rails=2, slow_nic=("node05", 1), latency=False,
+                             collectives=False, memreg=False)
+    run = tmp_path / "handmade"
+    run.mkdir()
+    (run / "results.jsonl").write_text((src / "results.jsonl").read_text().replace('"node05"', '"gpu-05.rack2"'))
+    (run / "run.json").write_text(json.dumps({"run_id": "handmade", "profile": synthetic.SYNTHETIC_PROFILE,
+                                              "complete": True}))
+    _append(run, [])  # a record without nodes
+    p = acceptance_cli("report", str(run))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert (run / "drain.txt").read_text().startswith("scontrol update NodeName=gpu-05.rack2 State=DRAIN ")
+
+
 def test_report_drain_executes_only_when_asked(acceptance_cli, tmp_path):
     run = synthetic.make_run(tmp_path / "run", nodes=8, rails=4, slow_nic=("node05", 2))
     bin_dir = tmp_path / "bin"

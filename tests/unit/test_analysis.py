@@ -195,14 +195,14 @@ def test_a_failed_probe_with_no_value_stays_a_failure_naming_its_node(tmp_path):
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2)
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps(make_record(test="suites/test_preflight.py::test_rdma_devices", suite="preflight",
-                                       metric="rdma_devices", value=0, unit="count", nodes=["node2"], ranks=[2, 3],
+                                       metric="rdma_devices", value=0, unit="count", nodes=["node02"], ranks=[2, 3],
                                        verdict="fail", detail="unavailable: no /sys/class/infiniband")) + "\n")
         f.write(json.dumps(make_record(test="suites/test_preflight.py::test_port_rate", suite="preflight",
-                                       metric="port_rate", value=None, unit="Gbit/s", nodes=["node3"], ranks=[4, 5],
+                                       metric="port_rate", value=None, unit="Gbit/s", nodes=["node03"], ranks=[4, 5],
                                        verdict="fail", detail="no RDMA ports")) + "\n")
     found = analyze(run).findings
     assert [(f["scope"], f["node"], f["metric"]) for f in found] == [
-        ("node", "node2", "rdma_devices"), ("node", "node3", "port_rate")]
+        ("node", "node02", "rdma_devices"), ("node", "node03", "port_rate")]
     assert all(f["severity"] == "fail" for f in found)
 
 
@@ -402,7 +402,7 @@ def test_drain_lines_only_for_failing_nodes_and_nics():
 
 
 def test_drain_line_quotes_odd_names_safely():
-    odd = 'node"5 $(rm -rf /);`x`'
+    odd = "node5;(rm)&|<x>*?~#!{y}"  # a Slurm node name (validate.is_node_name) the shell would misread
     (line,) = drain_lines([finding("node", odd, metric='bad"metric\\$`x`\n')])
     argv = shlex.split(line)
     assert argv[:2] == ["scontrol", "update"] and argv[2] == f"NodeName={odd}" and argv[3] == "State=DRAIN"
@@ -410,6 +410,16 @@ def test_drain_line_quotes_odd_names_safely():
     reason = line.split("Reason=", 1)[1]
     assert reason.startswith('"') and reason.endswith('"') and '"' not in reason[1:-1]
     assert not any(c in reason for c in "\\$`\n")
+
+
+def test_drain_lines_name_only_exact_slurm_names_of_the_run():
+    """Never a hostlist (scontrol would drain every node it expands to), never a node the run's
+    topology does not have; None (no topology) leaves only the name rule."""
+    odd = ["gpu[001-512]", "a,b", "a b", "a=b", 'node"5 $(rm -rf /);`x`', "n\n1", "x" * 256]
+    findings = [finding("node", n) for n in odd] + [finding("node", "node07"), finding("nic", "node05", rail=4)]
+    assert [shlex.split(line)[2] for line in drain_lines(findings)] == ["NodeName=node07", "NodeName=node05"]
+    assert [shlex.split(line)[2] for line in drain_lines(findings, {"node05", "node06"})] == ["NodeName=node05"]
+    assert drain_lines(findings, set()) == []
 
 
 # ---- run folders ------------------------------------------------------------------------

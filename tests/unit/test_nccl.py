@@ -822,6 +822,9 @@ def test_a_staged_rail_is_a_finding_naming_the_node(tmp_path):
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
     with open(run / "results.jsonl", "a") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rec.take())
+    meta = json.loads((run / "run.json").read_text())
+    meta["topology"]["nodes"].append("roce-07")  # the run's own node (analysis refuses nodes it does not know)
+    (run / "run.json").write_text(json.dumps(meta))
     found = [f for f in analyze(run).findings if f["metric"] == "gdrdma"]
     assert [(f["severity"], f["scope"], f["node"]) for f in found] == [("fail", "node", "roce-07")]
     assert "NCCL staged through host memory" in " ".join(found[0]["evidence"])
