@@ -91,6 +91,7 @@ def test_the_first_line_of_any_bad_name_is_named_and_the_others_counted(tmp_path
         check_record_nodes(load_records(path))
 
 
+@pytest.mark.odd_records
 def test_a_name_found_only_in_a_third_entry_or_written_with_escapes_is_found(tmp_path):
     lines = [record(["node01", "node02", "node03"]),
              '{"test": "t", "suite": "preflight", "metric": "m", "value": 1, "nodes": ["node01", "n\\u0020x"]}\n']
@@ -110,14 +111,14 @@ def test_the_name_must_be_in_nodes_not_merely_on_the_line(tmp_path):
     assert first_line_naming(path, {"nowhere"}) == (None, "nowhere")
 
 
+@pytest.mark.odd_records
 def test_an_empty_node_name_is_found_by_its_line(tmp_path):
     path = results(tmp_path, [record(["node01"], detail=""), record(["", "node01"])])
     with pytest.raises(InputError, match=r"line 2: node name '' is not a valid Slurm node name \(empty\)"):
         check_record_nodes(load_records(path))
 
 
-@pytest.mark.xfail(reason="load_records reads [\"node01\", \"\"] as ('node01',): the empty second name "
-                          "never reaches the frame (acceptance/analysis/load.py _node_lists)", strict=False)
+@pytest.mark.odd_records
 def test_an_empty_second_node_name_is_found_by_its_line(tmp_path):
     path = results(tmp_path, [record(["node01"]), record(["node01", ""])])
     with pytest.raises(InputError, match=r"line 2: node name '' is not a valid Slurm node name \(empty\)"):
