@@ -74,7 +74,7 @@ SCENARIOS = {
     "healthy": acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m 'memreg or p2p or preflight or counters'"),
     # Both rails measured, so rail 1's link has peers to stand apart from.
     "throttled": f"{FAULT} --clear --throttle node2:1:20mbit && "
-                 + acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m p2p -k write_bandwidth"),
+                 + acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m p2p -k 'write_bandwidth or read_bandwidth'"),
     # One rank per node: only rail 0 is measured; the rail-1 devices, in the same counter windows, stay clean.
     "loss": f"{FAULT} --clear --loss node2:0:1% && "
             + acceptance(QUICK, "--nodes 2 --ranks-per-node 1 -- -m p2p -k write_bandwidth"),
@@ -137,7 +137,12 @@ def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
         assert by_suite[suite], (suite, by_suite)
     assert {r["engine"] for r in recs if r["suite"] in ("rdma_write", "memreg")} == {"verbs"}
     metrics = {r["metric"] for r in recs if r["suite"] == "rdma_write"}
-    assert {"bandwidth", "latency_p50", "read_latency_p50", "atomic_latency_p50"} <= metrics, metrics
+    assert {"bandwidth", "read_bandwidth", "latency_p50", "read_latency_p50", "atomic_latency_p50"} <= metrics, metrics
+    # RDMA READ bandwidth of every pair, direction and rail, the data checked at the reader.
+    every = {(("node1", "node2"), 0), (("node2", "node1"), 0), (("node1", "node2"), 1), (("node2", "node1"), 1)}
+    for metric in ("read_bandwidth", "read_errors"):
+        assert {(tuple(r["nodes"]), r["rail"]) for r in recs if r["metric"] == metric and r["op"] == "read"} == every
+    assert all(r["value"] == 0 and r["ops"] > 0 for r in recs if r["metric"] == "read_errors")
     # perftest beside the harness: both directions of the pair on both rails.
     crossed = {(tuple(r["nodes"]), r["rail"]) for r in recs if r["suite"] == "perftest" and r["metric"] == "bandwidth"}
     assert crossed == {(("node1", "node2"), 0), (("node2", "node1"), 0), (("node1", "node2"), 1),
@@ -168,7 +173,7 @@ def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
 
 def test_a_throttled_rail_link_is_named_alone(session):
     """node2's rail-1 link at 20 Mbit/s: exit 1, and every failing finding is that link (with 2 nodes a
-    link cannot be told from a NIC at either end), failing its fleet bound."""
+    link cannot be told from a NIC at either end), failing its fleet bound, in write and READ bandwidth."""
     rc, out = session.part("throttled")
     assert rc == 1, out[-4000:]
     found = [f for f in findings(folder_of(out)) if f["severity"] == "fail"]
@@ -176,6 +181,11 @@ def test_a_throttled_rail_link_is_named_alone(session):
     for f in found:
         assert f["rail"] == 1 and "node2" in (f["node"], f["peer"]), found
     assert any(f["metric"] == "bandwidth" and f["bound"] == "fleet" for f in found), found
+    # READ bandwidth crosses the same throttled link: it stands apart there as the writes do.
+    reads = [r for r in records(folder_of(out)) if r["metric"] == "read_bandwidth"]
+    assert reads, out[-4000:]
+    evidence = "\n".join(line for f in found for line in f["evidence"])
+    assert ", read_bandwidth " in evidence, found
 
 
 def test_packet_loss_raises_a_counter_finding_naming_the_device(session):

@@ -44,6 +44,9 @@ for mode in ("none", *MODES):
         case("write_latency", mode, size, lambda: link.put_latency(size, 40, 3, 0, (0, 1, 8)).tally)
         link.win = faulty(real, "Get", mode)
         case("read", mode, size, lambda: link.read_latency(size, 40, 3, 0, (0, 1, 9)).tally)
+        link.win = faulty(real, "Get", mode)
+        case("read_bandwidth", mode, size, lambda: link.read_bandwidth(size, 12, 2, 4, 0, (0, 1, 10),
+                                                                      policy=POLICY).tally)
         link.win = real
         link.free()
     link = mpi.PairLink(world, 8, 1 << 20)

@@ -1,7 +1,7 @@
 /* A PMPI interposer that silently drops MPI operations, for the mutation tests of the data checks
  * (tests/integration/test_data_mutations.py). Built in the test with the venv's mpicc, loaded with
  * LD_PRELOAD. Past ACCEPTANCE_TEST_DROP_ONSET calls (default 100) of the operation named by
- * ACCEPTANCE_TEST_DROP (MPI_Allreduce, MPI_Alltoall or MPI_Put; unset: drop nothing), every
+ * ACCEPTANCE_TEST_DROP (MPI_Allreduce, MPI_Alltoall, MPI_Put or MPI_Get; unset: drop nothing), every
  * ACCEPTANCE_TEST_DROP_EVERY-th call (default 2) returns MPI_SUCCESS without doing anything.
  * The large-count variants (_c, which mpi4py 4 uses) count and drop alike. Each process prints
  * how many calls it dropped to stderr at MPI_Finalize. */
@@ -11,7 +11,7 @@
 #include <string.h>
 
 static long calls, dropped;
-static int which = -1;  /* 0 Allreduce, 1 Alltoall, 2 Put; -1 none */
+static int which = -1;  /* 0 Allreduce, 1 Alltoall, 2 Put, 3 Get; -1 none */
 static long onset = 100, every = 2;
 
 static void setup(void) {
@@ -22,6 +22,7 @@ static void setup(void) {
     if (name && !strcmp(name, "MPI_Allreduce")) which = 0;
     else if (name && !strcmp(name, "MPI_Alltoall")) which = 1;
     else if (name && !strcmp(name, "MPI_Put")) which = 2;
+    else if (name && !strcmp(name, "MPI_Get")) which = 3;
     const char *v = getenv("ACCEPTANCE_TEST_DROP_ONSET");
     if (v) onset = atol(v);
     v = getenv("ACCEPTANCE_TEST_DROP_EVERY");
@@ -58,6 +59,13 @@ int MPI_Put(const void *o, int on, MPI_Datatype ot, int rank, MPI_Aint d, int tn
 int MPI_Put_c(const void *o, MPI_Count on, MPI_Datatype ot, int rank, MPI_Aint d, MPI_Count tn, MPI_Datatype tt,
               MPI_Win w) {
     return drop(2) ? MPI_SUCCESS : PMPI_Put_c(o, on, ot, rank, d, tn, tt, w);
+}
+int MPI_Get(void *o, int on, MPI_Datatype ot, int rank, MPI_Aint d, int tn, MPI_Datatype tt, MPI_Win w) {
+    return drop(3) ? MPI_SUCCESS : PMPI_Get(o, on, ot, rank, d, tn, tt, w);
+}
+int MPI_Get_c(void *o, MPI_Count on, MPI_Datatype ot, int rank, MPI_Aint d, MPI_Count tn, MPI_Datatype tt,
+              MPI_Win w) {
+    return drop(3) ? MPI_SUCCESS : PMPI_Get_c(o, on, ot, rank, d, tn, tt, w);
 }
 int MPI_Finalize(void) {
     setup();

@@ -30,7 +30,7 @@ def test_every_fault_of_every_verified_operation_is_caught_on_two_ranks():
                        capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     cases = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert len(cases) == 5 * (3 * 3 + 2), p.stdout  # modes x (3 ops x 3 sizes + atomic + incast)
+    assert len(cases) == 5 * (4 * 3 + 2), p.stdout  # modes x (4 ops x 3 sizes + atomic + incast)
     for c in cases:
         assert c["ops"] > 0, c
         if c["mode"] == "none":
@@ -76,9 +76,11 @@ def _run(acceptance_cli, lib: Path, drop: str | None, marks: str, *pytest_args: 
     ("MPI_Allreduce", "collective", "test_allreduce", False),
     ("MPI_Alltoall", "collective", "test_alltoall", False),
     ("MPI_Put", "p2p or incast", "test_write_bandwidth", True),
+    ("MPI_Get", "p2p", "test_read_bandwidth", True),
 ])
 def test_dropping_every_second_operation_fails_every_size(acceptance_cli, interposer, drop, marks, tests, light):
-    p, recs, found = _run(acceptance_cli, interposer, drop, marks, "-k", "not latency and not atomic", light=light)
+    select = "read_bandwidth" if drop == "MPI_Get" else "not latency and not atomic and not read"
+    p, recs, found = _run(acceptance_cli, interposer, drop, marks, "-k", select, light=light)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-2000:]
     assert re.search(r"pmpi_drop: dropped [1-9]\d* of", p.stdout + p.stderr)
     checks = [r for r in recs if r["metric"] in catalog.DATA_ERROR_NAMES and r["test"].split("::")[1].startswith(tests)]
