@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from . import catalog
 from .profile import Profile, format_size, load_profile, parse_rate
 from .schedule import pair_count, parse_pattern, round_count
 
@@ -48,10 +49,13 @@ def latency_direction_seconds(latency: dict) -> float:
     return (latency["iters"] + latency["warmup"]) * 2 * LATENCY_SAMPLE_S
 
 
+# The rdma_write bandwidths measured over the size sweep (the catalog's curves: write and read).
+SWEEPS = sum(1 for suite, _ in catalog.with_role("curve") if suite == "rdma_write")
+
+
 def pair_direction_seconds(sweep: dict, latency: dict, rate_gbits: float) -> float:
-    """One pair in one direction: the write and the read bandwidth sweeps plus put latency and a
-    send/recv ping-pong."""
-    return 2 * sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
+    """One pair in one direction: each bandwidth sweep (SWEEPS) plus put latency and a send/recv ping-pong."""
+    return SWEEPS * sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
 
 
 def longest_step(sweep: dict, latency: dict, rate_gbits: float) -> tuple[float, str]:
