@@ -28,8 +28,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .naming import natural_key
-from .results import read_json, utc_now, worst
+from .results import VERDICTS, read_json, utc_now, worst
 
 ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
 ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
@@ -510,32 +512,27 @@ class Limits:
                    pause_rate_max=profile.get("counters.pause_rate_max"),
                    cnp_rate_max=profile.get("counters.cnp_rate_max"))
 
+    def keys(self) -> dict:
+        """The profile keys these limits stand for (what acceptance.judge.counter reads)."""
+        return {"counters.errors_max": self.errors_max, "counters.discards_max": self.discards_max,
+                "counters.pause_rate_max": self.pause_rate_max, "counters.cnp_rate_max": self.cnp_rate_max}
 
-def judge(delta: Delta, limits: Limits) -> str:
-    """fail | warn | pass | info for one counter change.
 
+def counter_verdict(delta: Delta, limits: Limits) -> str:
+    """fail | warn | pass | info for one counter change, by the one judge (acceptance.judge.counter):
     error: fail when it rose by more than errors_max or saturated during the window, warn when it was
     saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
     discard: warn when it rose by more than discards_max or saturated. pause / cnp: warn when the rate
     exceeds its bound (info without a bound). Every other kind: info.
     """
-    kind = delta.kind
-    if kind == "error":
-        if delta.saturated == "during" or (delta.delta is not None and delta.delta > limits.errors_max):
-            return "fail"
-        if delta.saturated == "before":
-            return "warn"
-        return "info" if delta.delta is None else "pass"
-    if kind == "discard":
-        if delta.saturated or (delta.delta is not None and delta.delta > limits.discards_max):
-            return "warn"
-        return "info" if delta.delta is None else "pass"
-    if kind in ("pause", "cnp"):
-        bound = _rate_bound(kind, limits)
-        if bound is None or delta.rate is None:
-            return "info"
-        return "warn" if delta.rate > bound else "pass"
-    return "info"
+    from . import judge
+    rated = delta.kind in ("pause", "cnp")
+    name, unit, value = ((delta.name + "_rate", "1/s", delta.rate) if rated
+                         else (delta.name, "count", delta.delta))
+    _, code = judge.counter(np.array([name], dtype=object), np.array([unit], dtype=object),
+                            np.array([np.nan if value is None else float(value)]),
+                            np.array([delta.saturated], dtype=object), limits.keys())
+    return VERDICTS[int(code[0])]
 
 
 def _rate_bound(kind: str, limits: Limits) -> float | None:
@@ -565,7 +562,7 @@ def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
     """One readable line per failing or warning counter, naming node, device and port."""
     lines = []
     for d in deltas:
-        verdict = judge(d, limits)
+        verdict = counter_verdict(d, limits)
         if verdict not in ("fail", "warn"):
             continue
         where = f"{node} {d.device} port {d.port}"
@@ -616,7 +613,7 @@ def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, in
     for d in deltas:
         if d.kind not in RECORDED_KINDS:
             continue
-        verdict = judge(d, limits)
+        verdict = counter_verdict(d, limits)
         common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d), "device": d.device,
                   "port": d.port, "saturated": d.saturated}
         rated = d.kind in ("pause", "cnp")
@@ -653,7 +650,7 @@ def rails_of(devices: Iterable[str], nic_rails: Mapping[str, int], bound: Mappin
 
 def verdict_of(deltas: Iterable[Delta], limits: Limits) -> str:
     """fail if any counter fails, else warn if any warns, else pass."""
-    found = worst(judge(d, limits) for d in deltas)
+    found = worst(counter_verdict(d, limits) for d in deltas)
     return "pass" if found == "info" else found
 
 
@@ -667,7 +664,7 @@ def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
     seconds = getattr(deltas, "seconds", None) or (deltas[0].seconds if deltas else 0.0)
     rows = []
     for d in deltas:
-        verdict = judge(d, limits)
+        verdict = counter_verdict(d, limits)
         if not _shown(d, verdict):
             continue
         if d.saturated:

@@ -242,7 +242,7 @@ COUNTER_SEVERITY = {"error": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
 
 
 def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,
-            profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+            profile: Profile | dict) -> tuple[np.ndarray, np.ndarray]:
     """Port counter deltas: an error counter fails when it rises more than errors_max, a discard
     counter warns above discards_max; pause and CNP rates (unit 1/s) warn above their bounds. A
     saturated counter has no delta (value null) and a `saturated` field: one that saturated during
@@ -258,7 +258,7 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated:
         entry = catalog.metric("counters", kind)
         if entry is None or (entry.unit == "1/s") != is_rate:
             continue  # information: data, wait, corrected, other, and a pause/CNP count
-        bound = profile.get(entry.key)
+        bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.counters.Limits)
         b = np.full(int(sel.sum()), np.nan if bound is None else float(bound))
         v = compare(values[sel], b, False)
         v[v == FAIL] = COUNTER_SEVERITY[kind]
@@ -378,6 +378,8 @@ def judge_one(suite: str, name: str, value: float | None, profile: Profile, size
     by_floor = np.zeros(1, dtype=bool)
     if m.bound == "memlock":
         b, code = memlock(v, profile, m.key)
+    elif m.bound == "ranks" and not profile.get(m.key):  # most nodes' count: the whole run decides
+        b, code = np.full(1, np.nan), np.full(1, INFO, dtype=np.int8)
     else:
         b, by_floor = absolute_bounds(m, v, s, profile)
         code = compare(v, b, m.higher)
@@ -398,13 +400,16 @@ def against(value: float | None, bound: float | None, higher: bool | None) -> st
 
 
 def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: float | None,
-           size: int | None = None, peers: bool = True, **fields) -> tuple[float | None, str]:
+           size: int | None = None, peers: bool = True, missing: str = "info", **fields) -> tuple[float | None, str]:
     """Record `value` with its catalog unit, the judged threshold, verdict and bound kind; returns
     (threshold, verdict). A collective's `op` and `scope` fields pick its bound, as they do in
     judge_records. `peers` False: the value has nothing in this run to compare it with (the world
-    communicator), so no fleet-relative bound applies to it."""
+    communicator), so no fleet-relative bound applies to it. `missing`: the verdict of a null value
+    (a probe that could not read what the profile requires fails; one nothing requires is info)."""
     when = {"op": fields.get("op"), "node": fields.get("scope") == "node"} if suite == "collective" else {}
     m = catalog.metric(suite, name, **when)
     threshold, verdict, kind = judge_one(suite, name, value, profile, size, peers, **when)
+    if value is None and m.bound != "memlock":  # memlock records "unlimited" as null
+        verdict = missing
     record_fn(name, value, m.unit, size=size, threshold=threshold, verdict=verdict, bound=kind, **fields)
     return threshold, verdict

@@ -64,5 +64,5 @@ class PortWatch:
             metric, value, unit = rec.pop("metric"), rec.pop("value"), rec.pop("unit")
             record(metric, value, unit, suite="counters", **{**rec, **fields})
         node = after.get("node", "?")
-        return [line for d in deltas if counters.judge(d, self.limits) == "fail"
+        return [line for d in deltas if counters.counter_verdict(d, self.limits) == "fail"
                 for line in counters.problems([d], self.limits, node)]

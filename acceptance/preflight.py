@@ -32,14 +32,6 @@ def memlock_limit() -> int | str:
     return UNLIMITED if soft == resource.RLIM_INFINITY else soft
 
 
-def memlock_ok(limit: int | str, minimum: int | str) -> bool:
-    if limit == UNLIMITED:
-        return True
-    if minimum == UNLIMITED:
-        return False
-    return limit >= minimum
-
-
 def odd_ones_out(values_by_node: Mapping[str, Mapping[str, str]]) -> list[str]:
     """For each key, the nodes whose value differs from the most common one, as readable lines."""
     problems = []

@@ -8,7 +8,7 @@ of every suite are recorded around each suite file (see suites/conftest.py).
 
 import pytest
 
-from acceptance import counters
+from acceptance import counters, judge
 
 pytestmark = pytest.mark.counters
 SUITE = "preflight"
@@ -28,8 +28,7 @@ def test_no_error_counter_is_saturated(topology, profile, record):
     if topology.rank == 0:
         for node in topology.nodes:
             lines = every[node]["saturated"]
-            record("saturated_counters", len(lines), "count", nodes=[node],
-                   ranks=[r.rank for r in topology.ranks_on(node)], rail=None, threshold=0,
-                   verdict="fail" if lines else "pass", detail="; ".join(lines) or None)
+            judge.record(record, profile, SUITE, "saturated_counters", len(lines), nodes=[node],
+                         ranks=[r.rank for r in topology.ranks_on(node)], rail=None, detail="; ".join(lines) or None)
     assert not problems, ("error counters at their maximum: they cannot show new errors; clear them "
                           "(perfquery -R -C <device> -P <port>) and find why they rose:\n" + "\n".join(problems))

@@ -11,6 +11,7 @@ test_gpudirect, which carries this marker too.
 
 import pytest
 
+from acceptance import judge
 from acceptance.fabric import nccl
 from acceptance.measure.p2p import op_latency, pair_bandwidth
 from acceptance.measure.stats import percentiles
@@ -62,9 +63,14 @@ def test_gpu_write_latency(gpu, engine, topology, rail, profile, record, progres
 
 def test_gpu_registration_time(gpu, engine, profile, record):
     _needs_verbs(engine)
+    problems = []
     for size in sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"), profile.get("memreg.factor")):
         reg, dereg, path = engine.gpu_register_times(size, profile.get("memreg.repeats"))
         for metric, times in (("reg_time", reg), ("dereg_time", dereg)):
             stats = percentiles(us(times))
-            record(metric, stats.p50, "us", size=size, engine=engine.NAME, memory="cuda", samples=stats.samples,
-                   detail=f"p50 via {path}; max {stats.max:.1f} us")
+            bound, verdict = judge.record(record, profile, SUITE, metric, stats.p50, size=size, engine=engine.NAME,
+                                          memory="cuda", samples=stats.samples,
+                                          detail=f"p50 via {path}; max {stats.max:.1f} us")
+            if verdict == "fail":
+                problems.append(f"size {size} B: GPU {metric} p50 {stats.p50:.1f} us > bound {bound:g} us")
+    assert not problems, "GPU memory registration slower than the profile allows:\n" + "\n".join(problems)

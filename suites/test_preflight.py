@@ -23,28 +23,27 @@ from acceptance.nodefacts import (
     ports_down,
     sysfs_root,
 )
+from acceptance import judge
 from acceptance.nics import mapped_devices, topology_rails
 from acceptance.preflight import (
     UNLIMITED,
     layout_problems,
     memlock_limit,
-    memlock_ok,
     odd_ones_out,
     software_versions,
 )
 from acceptance.profile import format_size
 
 pytestmark = pytest.mark.preflight
+SUITE = "preflight"
 
 
 def test_memlock_limit(profile, record):
     minimum = profile.get("preflight.memlock_min")
     limit = memlock_limit()
-    ok = memlock_ok(limit, minimum)
-    record("memlock", None if limit == UNLIMITED else limit, "bytes",
-           threshold=None if minimum == UNLIMITED else minimum,
-           verdict="pass" if ok else "fail", detail=UNLIMITED if limit == UNLIMITED else None)
-    assert ok, (f"memlock limit (ulimit -l) is {limit} bytes, the profile needs at least {minimum}; "
+    _, verdict = judge.record(record, profile, SUITE, "memlock", None if limit == UNLIMITED else limit,
+                              detail=UNLIMITED if limit == UNLIMITED else None)
+    assert verdict == "pass", (f"memlock limit (ulimit -l) is {limit} bytes, the profile needs at least {minimum}; "
                 f"RDMA memory registration will fail. Set it in /etc/security/limits.conf "
                 f"and Slurm's PropagateResourceLimits")
 
@@ -55,8 +54,7 @@ def test_rank_layout(topology, profile, record):
     problems = layout_problems(ranks_by_node, rails_by_node, profile.get("topology.rails"))
     if topology.rank == 0:
         for node, ranks in ranks_by_node.items():
-            record("ranks", len(ranks), "count", nodes=[node], ranks=ranks, rail=None,
-                   verdict="fail" if any(p.startswith(f"{node}:") for p in problems) else "pass")
+            judge.record(record, profile, SUITE, "ranks", len(ranks), nodes=[node], ranks=ranks, rail=None)
     assert not problems, "rank layout is uneven:\n" + "\n".join(problems)
 
 
@@ -71,8 +69,8 @@ def test_software_versions_match(topology, profile, record):
             by_node[node] = {k: f"{v} (mixed within node)" for k, v in versions.items()}
     problems = odd_ones_out(by_node)
     if topology.rank == 0:
-        record("version_mismatches", len(problems), "count", nodes=list(by_node), ranks=[],
-               rail=None, threshold=0, verdict="fail" if problems else "pass")
+        judge.record(record, profile, SUITE, "version_mismatches", len(problems), nodes=list(by_node), ranks=[],
+                     rail=None)
     assert not problems, "software differs between nodes:\n" + "\n".join(problems)
 
 
@@ -130,22 +128,19 @@ def _required(profile, *keys):
     return None
 
 
-def _record_missing(topology, fabric, record, metric, unit, have, problems):
+def _record_missing(topology, profile, fabric, record, metric, have, problems):
     """Rank 0: a null, failing record for each node whose data is missing while the profile needs it."""
     if topology.rank != 0:
         return
     for node in fabric:
         if node not in have and _failed(problems, node):
-            record(metric, None, unit, nodes=[node], ranks=_ranks(topology, node), rail=None, verdict="fail",
-                   detail=next(p for p in problems if p.startswith(f"{node}:")).split(": ", 1)[1])
+            judge.record(record, profile, SUITE, metric, None, missing="fail", nodes=[node],
+                         ranks=_ranks(topology, node), rail=None,
+                         detail=next(p for p in problems if p.startswith(f"{node}:")).split(": ", 1)[1])
 
 
 def _failed(problems, node):
     return any(p.startswith((f"{node}:", f"{node} ")) for p in problems)
-
-
-def _verdict(bad, bound):
-    return "fail" if bad else "info" if bound is None else "pass"
 
 
 def _rails(topology, profile, fabric):
@@ -165,15 +160,20 @@ def _rail_ports(profile, have):
     return {node: [p for p in ports if not mapped or p.device in mapped] for node, ports in have.items()}
 
 
-def _record_port_lines(topology, fabric, record, metric, lines_by_node, problems, all_good):
+def _record_port_lines(topology, profile, fabric, record, metric, lines_by_node, problems, all_good):
     """Rank 0: per node, how many ports are wrong (the lines in the detail; null where no port data)."""
     if topology.rank != 0:
         return
     for node, facts in fabric.items():
         lines = lines_by_node.get(node)
-        record(metric, None if lines is None else len(lines), "count", nodes=[node], ranks=_ranks(topology, node),
-               rail=None, threshold=0, verdict="fail" if _failed(problems, node) else "pass",
-               detail=str(facts.ports) if lines is None else "; ".join(lines) or all_good)
+        judge.record(record, profile, SUITE, metric, None if lines is None else len(lines), nodes=[node],
+                     ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node),
+                     detail=str(facts.ports) if lines is None else "; ".join(lines) or all_good)
+
+
+def _missing(problems, node):
+    """The verdict of a node's null value: it fails where a problem names the node."""
+    return "fail" if _failed(problems, node) else "info"
 
 
 def test_rdma_devices(topology, profile, fabric, record):
@@ -188,10 +188,9 @@ def test_rdma_devices(topology, profile, fabric, record):
                             f"the profile expects {want}")
     if topology.rank == 0:
         for node, facts in fabric.items():
-            devices = have.get(node, [])
-            record("rdma_devices", len(devices), "count", nodes=[node], ranks=_ranks(topology, node), rail=None,
-                   threshold=want, verdict=_verdict(_failed(problems, node), want),
-                   detail=", ".join(devices) if node in have else str(facts.devices))
+            judge.record(record, profile, SUITE, "rdma_devices", len(have[node]) if node in have else None,
+                         nodes=[node], ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node),
+                         detail=", ".join(have[node]) if node in have else str(facts.devices))
     assert not problems, "RDMA devices missing or miscounted:\n" + "\n".join(problems)
 
 
@@ -200,13 +199,13 @@ def test_ports_up(topology, profile, fabric, record):
     have = _rail_ports(profile, have)
     down = {node: ports_down(ports) for node, ports in have.items()}
     problems += [f"{node} {line}" for node, lines in down.items() for line in lines]
-    _record_port_lines(topology, fabric, record, "ports_down", down, problems, None)
+    _record_port_lines(topology, profile, fabric, record, "ports_down", down, problems, None)
     assert not problems, "RDMA ports not ACTIVE / LinkUp:\n" + "\n".join(problems)
 
 
 def test_port_rate(topology, profile, fabric, record):
     have, problems = _available(fabric, "ports", "RDMA ports", _required(profile, "preflight.port_rate"))
-    _record_missing(topology, fabric, record, "port_rate", "Gbit/s", have, problems)
+    _record_missing(topology, profile, fabric, record, "port_rate", have, problems)
     have = _rail_ports(profile, have)
     minimum = profile.get("preflight.port_rate")
     rails = _rails(topology, profile, fabric)
@@ -223,16 +222,16 @@ def test_port_rate(topology, profile, fabric, record):
             checked.append((node, p, slow))
     if topology.rank == 0:
         for node, p, slow in checked:
-            record("port_rate", p.gbps, "Gbit/s", nodes=[node], ranks=_ranks(topology, node),
-                   rail=rails[node].get(p.device), threshold=minimum, verdict=_verdict(slow, minimum),
-                   detail=f"{p.label}: {p.rate}")
+            judge.record(record, profile, SUITE, "port_rate", p.gbps, nodes=[node], ranks=_ranks(topology, node),
+                         rail=rails[node].get(p.device), missing="fail" if slow else "info",
+                         detail=f"{p.label}: {p.rate}", device=p.device, port=p.port)
     assert not problems, "RDMA ports slower than the profile allows:\n" + "\n".join(problems)
 
 
 def test_port_mtu(topology, profile, fabric, record):
     required = _required(profile, "preflight.mtu")
     have, problems = _available(fabric, "ports", "RDMA ports", required)
-    _record_missing(topology, fabric, record, "port_mtu", "bytes", have, problems)
+    _record_missing(topology, profile, fabric, record, "port_mtu", have, problems)
     have = _rail_ports(profile, have)
     minimum = profile.get("preflight.mtu")
     up = {node: [p for p in ports if p.up] for node, ports in have.items()}
@@ -253,9 +252,10 @@ def test_port_mtu(topology, profile, fabric, record):
     if topology.rank == 0:
         for node, p, bad in checked:
             source = f"{p.netdev} mtu" if p.link_layer == "Ethernet" else "ibv_devinfo active_mtu"
-            record("port_mtu", p.mtu, "bytes", nodes=[node], ranks=_ranks(topology, node),
-                   rail=rails[node].get(p.device), threshold=minimum, verdict=_verdict(bad, minimum),
-                   detail=f"{p.label}: {p.mtu_reason}" if p.mtu is None else f"{p.label}: {source}")
+            judge.record(record, profile, SUITE, "port_mtu", p.mtu, nodes=[node], ranks=_ranks(topology, node),
+                         rail=rails[node].get(p.device), missing="fail" if bad else "info",
+                         detail=f"{p.label}: {p.mtu_reason}" if p.mtu is None else f"{p.label}: {source}",
+                         device=p.device, port=p.port)
     assert not problems, "RDMA port MTU unknown or below the profile's:\n" + "\n".join(problems)
 
 
@@ -267,7 +267,8 @@ def test_link_layer(topology, profile, fabric, record):
         expected, source = common_link_layer([p for ports in have.values() for p in ports]), "the job's most common"
     odd = {node: link_layer_mismatches(ports, expected) for node, ports in have.items()}
     problems += [f"{node} {line}, expected {expected} ({source})" for node, lines in odd.items() for line in lines]
-    _record_port_lines(topology, fabric, record, "link_layer_mismatches", odd, problems, f"every port {expected}")
+    _record_port_lines(topology, profile, fabric, record, "link_layer_mismatches", odd, problems,
+                       f"every port {expected}")
     assert not problems, "RDMA ports on the wrong link layer:\n" + "\n".join(problems)
 
 
@@ -279,9 +280,8 @@ def test_fabric_versions_match(topology, profile, fabric, record):
     problems = odd_ones_out(have) + problems
     if topology.rank == 0:
         first = next(iter(have.values()))
-        record("fabric_version_mismatches", len(problems), "count", nodes=list(fabric), ranks=[], rail=None,
-               threshold=0, verdict="fail" if problems else "pass",
-               detail="; ".join(problems) if problems else ", ".join(f"{k} {v}" for k, v in first.items()))
+        judge.record(record, profile, SUITE, "fabric_version_mismatches", len(problems), nodes=list(fabric), ranks=[],
+                     rail=None, detail="; ".join(problems) if problems else ", ".join(f"{k} {v}" for k, v in first.items()))
     assert not problems, "fabric software differs between nodes:\n" + "\n".join(problems)
 
 
@@ -294,9 +294,9 @@ def test_hugepages(topology, profile, fabric, record):
                  f"{format_size(minimum)}" for node, size in have.items() if size < minimum]
     if topology.rank == 0:
         for node, facts in fabric.items():
-            record("hugepages", have.get(node), "bytes", nodes=[node], ranks=_ranks(topology, node), rail=None,
-                   threshold=minimum, verdict="fail" if _failed(problems, node) else "pass",
-                   detail=None if node in have else str(facts.hugepages))
+            judge.record(record, profile, SUITE, "hugepages", have.get(node), nodes=[node],
+                         ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node),
+                         detail=None if node in have else str(facts.hugepages))
     assert not problems, "huge pages short:\n" + "\n".join(problems)
 
 
@@ -309,9 +309,8 @@ def test_gpus(topology, profile, fabric, record):
         f"{node}: {count} NVIDIA GPUs, the profile expects {want}" for node, count in have.items() if count != want]
     if topology.rank == 0:
         for node, facts in fabric.items():
-            record("gpus", have.get(node), "count", nodes=[node], ranks=_ranks(topology, node), rail=None,
-                   threshold=want, verdict=_verdict(_failed(problems, node), want),
-                   detail=None if node in have else str(facts.gpus))
+            judge.record(record, profile, SUITE, "gpus", have.get(node), nodes=[node], ranks=_ranks(topology, node),
+                         rail=None, missing=_missing(problems, node), detail=None if node in have else str(facts.gpus))
     assert not problems, "GPUs missing:\n" + "\n".join(problems)
 
 
@@ -337,10 +336,8 @@ def test_gpu_nic_affinity(topology, profile, fabric, record):
                 detail = "which NIC serves which rail is unknown; map them with topology.nic_rails"
             else:
                 detail = str(facts.topo)
-            record("gpu_nic_far", None if lines is None else len(lines), "count", nodes=[node],
-                   ranks=_ranks(topology, node), rail=None, threshold=0,
-                   verdict="fail" if _failed(problems, node) else "pass" if lines is not None else "info",
-                   detail=detail)
+            judge.record(record, profile, SUITE, "gpu_nic_far", None if lines is None else len(lines), nodes=[node],
+                         ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node), detail=detail)
     assert not problems, f"GPUs farther than {farthest} from their rail's NIC:\n" + "\n".join(problems)
 
 
@@ -359,6 +356,6 @@ def test_gpudirect(topology, profile, fabric, record):
     problems = [f"{node}: no GPUDirect RDMA path: {how}" for node, (ok, how) in status.items() if not ok]
     if topology.rank == 0:
         for node, (ok, how) in status.items():
-            record("gpudirect_missing", 0 if ok else 1, "count", nodes=[node], ranks=_ranks(topology, node),
-                   rail=None, threshold=0, verdict="pass" if ok else "fail", detail=how)
+            judge.record(record, profile, SUITE, "gpudirect_missing", 0 if ok else 1, nodes=[node],
+                         ranks=_ranks(topology, node), rail=None, detail=how)
     assert not problems, "GPU nodes without GPUDirect RDMA:\n" + "\n".join(problems)

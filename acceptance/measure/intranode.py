@@ -92,6 +92,7 @@ class Settings:
     warmup: int                         # untimed copies before them
     outlier_fraction: float             # below this x the node's median is an outlier
     bounds: dict = field(default_factory=dict)   # kind -> floor in GB/s (None: not checked)
+    profile: object = field(default=None, repr=False, compare=False)  # what acceptance.judge judges by
 
 
 def settings_from_profile(profile) -> Settings:
@@ -101,7 +102,7 @@ def settings_from_profile(profile) -> Settings:
         bounds[kind], _ = judge.one("intranode", METRIC[kind], None, profile)
     return Settings(size=profile.get("intranode.size"), iters=profile.get("intranode.iters"),
                     warmup=profile.get("intranode.warmup"),
-                    outlier_fraction=profile.get("intranode.outlier_fraction"), bounds=bounds)
+                    outlier_fraction=profile.get("intranode.outlier_fraction"), bounds=bounds, profile=profile)
 
 
 # ---------------------------------------------------------------------------------------
@@ -201,21 +202,19 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
     found = outliers(measurements, settings.outlier_fraction)
     flagged = {id(o.measurement): o for o in found}
     common = {"size": settings.size, "nodes": [node], "ranks": list(ranks), "engine": ENGINE, "memory": "cuda"}
+    profile = settings.profile
     for m in measurements:
         value = m.value
-        bound = settings.bounds.get(m.kind)
-        verdict = judge.against(value, bound, higher=True)
-        record(METRIC[m.kind], value, UNIT, rail=m.gpu, samples=m.samples, threshold=bound,
-               verdict=verdict, detail=m.detail(), **common)
+        bound, verdict = judge.record(record, profile, SUITE, METRIC[m.kind], value, rail=m.gpu, samples=m.samples,
+                                      detail=m.detail(), **common)
         if m.check is not None:  # the copy's own data check: must be exact (docs/methodology.md §7)
             what = f"{LABEL[m.kind]} copies"
-            record("errors", m.check.wrong, "count", rail=m.gpu, samples=m.samples, threshold=0,
-                   verdict="fail" if m.check.failed else "pass",
-                   detail=f"{m.where()}: {m.check.summary(what) or f'{m.check.ops} checked, exact'}",
-                   **m.check.fields(), **common)
-            if m.check.failed:
+            _, checked = judge.record(record, profile, SUITE, "errors", m.check.wrong, rail=m.gpu, samples=m.samples,
+                                      detail=f"{m.where()}: {m.check.summary(what) or f'{m.check.ops} checked, exact'}",
+                                      **m.check.fields(), **common)
+            if checked == "fail":
                 problems.append(f"{node}: {m.where()} {LABEL[m.kind]}: {m.check.summary(what)}")
-        if bound is not None and value < bound:
+        if verdict == "fail":
             problems.append(f"{node}: {m.where()} {LABEL[m.kind]} {value:.1f} {UNIT} < bound {bound:g} {UNIT}")
         if id(m) in flagged:
             problems.append(f"{node}: outlier: {flagged[id(m)]} (below {settings.outlier_fraction:g} x the median)")
@@ -224,8 +223,8 @@ def record_node(measurements: Sequence[Measurement], settings: Settings, node: s
     detail = "; ".join(str(o) for o in found) if found else (
         f"no {what} value below {settings.outlier_fraction:g} x the node median" if compared
         else f"no outlier test: fewer than {MIN_GROUP} {what} values on the node")
-    record(OUTLIER_METRIC, len(found), "count", rail=None, samples=compared, threshold=0,
-           verdict="fail" if found else "pass", detail=detail, **{**common, "size": None})
+    judge.record(record, profile, SUITE, OUTLIER_METRIC, len(found), rail=None, samples=compared, detail=detail,
+                 **{**common, "size": None})
     return problems
 
 

@@ -257,12 +257,12 @@ def test_rising_symbol_error_fails_and_names_node_device_port(ib_root):
     deltas = c.diff(before, after)
     d = by_name(deltas, "mlx5_3", "symbol_error")
     assert (d.delta, d.kind, d.width, d.saturated, d.seconds, d.rate) == (12, "error", 16, None, 10.0, 1.2)
-    assert c.judge(d, c.Limits()) == "fail"
-    assert c.judge(d, c.Limits(errors_max=12)) == "pass"
+    assert c.counter_verdict(d, c.Limits()) == "fail"
+    assert c.counter_verdict(d, c.Limits(errors_max=12)) == "pass"
     assert c.problems(deltas, c.Limits(), "node3") == [
         "node3 mlx5_3 port 1: symbol_error rose by 12 during the window (error counters must not rise)"]
     assert c.verdict_of(deltas, c.Limits()) == "fail"
-    assert c.judge(by_name(deltas, "mlx5_0", "port_xmit_data"), c.Limits()) == "info"
+    assert c.counter_verdict(by_name(deltas, "mlx5_0", "port_xmit_data"), c.Limits()) == "info"
     text = c.format_diff(deltas, c.Limits(), "node3")
     assert "node3: port counters over 10.0 s" in text
     assert "symbol_error" in text and "port_xmit_data" in text and "+5,000,000" in text
@@ -276,7 +276,7 @@ def test_counter_reaching_its_cap_is_saturated_during(ib_root):
     fakesysfs.set_counter(ib_root, "mlx5_1", 1, "symbol_error", 65535)
     d = by_name(c.diff(before, snap_at(ib_root, 5.0)), "mlx5_1", "symbol_error")
     assert (d.saturated, d.delta, d.rate) == ("during", None, None)
-    assert c.judge(d, c.Limits(errors_max=10**6)) == "fail"
+    assert c.counter_verdict(d, c.Limits(errors_max=10**6)) == "fail"
     (line,) = c.problems([d], c.Limits(), "node3")
     assert line.startswith("node3 mlx5_1 port 1: symbol_error saturated at 65535 (16-bit) during the window")
     assert "perfquery -R -C mlx5_1 -P 1" in line
@@ -289,7 +289,7 @@ def test_counter_at_its_cap_both_times_is_saturated_before(ib_root):
     deltas = c.diff(before, snap_at(ib_root, 5.0))
     d = by_name(deltas, "mlx5_1", "link_downed")
     assert (d.saturated, d.delta) == ("before", None)
-    assert c.judge(d, c.Limits()) == "warn"
+    assert c.counter_verdict(d, c.Limits()) == "warn"
     assert by_name(deltas, "mlx5_2", "local_link_integrity_errors").saturated == "before"
     assert c.problems(deltas, c.Limits(), "node3")[0] == (
         "node3 mlx5_1 port 1: link_downed saturated at 255 (8-bit) before the window: the rise is unknown; "
@@ -314,7 +314,7 @@ def test_reset_gives_no_delta(ib_root):
     for name in ("symbol_error", "out_of_sequence"):
         d = by_name(deltas, "mlx5_0", name)
         assert (d.delta, d.rate, d.note, d.saturated) == (None, None, "reset or wrapped", None)
-        assert c.judge(d, c.Limits()) == "info"
+        assert c.counter_verdict(d, c.Limits()) == "info"
     assert c.problems(deltas, c.Limits(), "node3") == []
     assert "reset or wrapped" in c.format_diff(deltas, c.Limits(), "node3")
 
@@ -328,10 +328,10 @@ def test_pause_rate_over_the_bound_warns(tmp_path, monkeypatch):
     deltas = c.diff(before, snap_at(root, 110.0))
     d = by_name(deltas, "mlx5_0", "rx_prio3_pause")
     assert (d.delta, d.rate, d.netdev, d.source) == (42000, 4200.0, "ens0f0np0", "ethtool")
-    assert c.judge(d, c.Limits()) == "info"  # no bound: recorded only
-    assert c.judge(d, c.Limits(pause_rate_max=5000)) == "pass"
+    assert c.counter_verdict(d, c.Limits()) == "info"  # no bound: recorded only
+    assert c.counter_verdict(d, c.Limits(pause_rate_max=5000)) == "pass"
     limits = c.Limits(pause_rate_max=1000)
-    assert c.judge(d, limits) == "warn"
+    assert c.counter_verdict(d, limits) == "warn"
     (line,) = c.problems(deltas, limits, "node3")
     assert line.startswith("node3 mlx5_0 port 1: rx_prio3_pause 4,200/s > 1,000/s")
     assert c.verdict_of(deltas, limits) == "warn"
@@ -341,11 +341,11 @@ def test_cnp_and_discard_judgement():
     def delta(name, value, rate=None):
         return c.Delta("mlx5_0", 1, None, name, "hw_counters", c.kind_of(name), 64, 0, value or 0, value,
                        None, 1.0, rate)
-    assert c.judge(delta("np_cnp_sent", 500, 500.0), c.Limits(cnp_rate_max=100)) == "warn"
-    assert c.judge(delta("np_cnp_sent", 50, 50.0), c.Limits(cnp_rate_max=100)) == "pass"
-    assert c.judge(delta("out_of_buffer", 3), c.Limits()) == "warn"
-    assert c.judge(delta("out_of_buffer", 3), c.Limits(discards_max=3)) == "pass"
-    assert c.judge(delta("port_xmit_wait", 10**6), c.Limits()) == "info"
+    assert c.counter_verdict(delta("np_cnp_sent", 500, 500.0), c.Limits(cnp_rate_max=100)) == "warn"
+    assert c.counter_verdict(delta("np_cnp_sent", 50, 50.0), c.Limits(cnp_rate_max=100)) == "pass"
+    assert c.counter_verdict(delta("out_of_buffer", 3), c.Limits()) == "warn"
+    assert c.counter_verdict(delta("out_of_buffer", 3), c.Limits(discards_max=3)) == "pass"
+    assert c.counter_verdict(delta("port_xmit_wait", 10**6), c.Limits()) == "info"
 
 
 def test_diff_of_two_nodes_raises_naming_both(ib_root):

@@ -2,9 +2,12 @@
 the node lockstep, and CupyCopier against a numpy stand-in for the parts of cupy it calls."""
 
 import ctypes
+import dataclasses
 import importlib.util
 import json
 import os
+import tempfile
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -51,7 +54,13 @@ def measurement(kind, gpu, gbs, peer=None, iters=5, **kw):
 
 
 def settings(**bounds):
-    return Settings(size=SIZE, iters=5, warmup=1, outlier_fraction=0.75, bounds=bounds)
+    """[intranode] of a profile with these floors (GB/s) over the local profile, as the suite builds it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "p.toml"
+        path.write_text('extends = "local"\n[intranode]\n' + "".join(f'{k}_min = "{v}GB/s"\n' for k, v in bounds.items()
+                                                                        if v is not None))
+        profile = load_profile(str(path))
+    return dataclasses.replace(settings_from_profile(profile), size=SIZE, iters=5, warmup=1, outlier_fraction=0.75)
 
 
 def recorder(node="node7", rank=0):
@@ -534,7 +543,7 @@ def test_a_faulty_peer_copy_fails_its_check_and_its_record(tmp_path, fault):
 
 def test_cupy_copier_through_the_driver(tmp_path):
     cp = FakeCuda(gpus=3, can_peer=lambda s, d: {s, d} != {0, 2})
-    small = Settings(size=8 * MiB, iters=5, warmup=1, outlier_fraction=0.75, bounds={})  # each copy is checked
+    small = dataclasses.replace(settings(), size=8 * MiB)  # each copy is checked
     measured = intranode.peers_from(CupyCopier(cp, tmp_path), small, 0, 3)
     p2p = [m for m in measured if m.kind == "p2p"]
     assert [(m.gpu, m.peer, m.peer_access) for m in p2p] == [(0, 1, True), (0, 2, False)]

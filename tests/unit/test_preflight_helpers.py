@@ -6,22 +6,32 @@ import mpi4py
 import pytest
 
 import acceptance
+from acceptance import judge
 from acceptance.preflight import (
-    UNLIMITED, layout_problems, memlock_limit, memlock_ok, odd_ones_out, software_versions,
+    UNLIMITED, layout_problems, memlock_limit, odd_ones_out, software_versions,
 )
+from acceptance.profile import load_profile
 
 
 @pytest.mark.parametrize("limit, minimum, ok", [
-    (UNLIMITED, UNLIMITED, True),
-    (UNLIMITED, 1 << 30, True),
-    (1 << 40, UNLIMITED, False),
-    (65536, 65536, True),
-    (65536, 65537, False),
-    (8 << 20, 64 << 10, True),
-    (0, 0, True),
+    (UNLIMITED, "unlimited", True),
+    (UNLIMITED, "1GiB", True),
+    (1 << 40, "unlimited", False),
+    (65536, "64KiB", True),
+    (65536, "65537B", False),
+    (8 << 20, "64KiB", True),
+    (0, "0B", True),
 ])
-def test_memlock_ok(limit, minimum, ok):
-    assert memlock_ok(limit, minimum) is ok
+def test_memlock_is_judged_by_the_one_judge(tmp_path, limit, minimum, ok):
+    """The suite records memlock through acceptance.judge: a limit at or above the minimum passes,
+    "unlimited" (recorded as null) passes anything, and nothing but "unlimited" meets "unlimited"."""
+    path = tmp_path / "p.toml"
+    path.write_text(f'extends = "local"\n[preflight]\nmemlock_min = "{minimum}"\n')
+    got = []
+    value = None if limit == UNLIMITED else limit
+    _, verdict = judge.record(lambda *a, **kw: got.append((a, kw)), load_profile(str(path)), "preflight",
+                              "memlock", value)
+    assert (verdict == "pass") is ok and got[0][1]["verdict"] == verdict
 
 
 def test_odd_ones_out_names_the_odd_node():
@@ -116,4 +126,5 @@ def test_memlock_limit():
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     assert got == (UNLIMITED if soft == resource.RLIM_INFINITY else soft)
     assert got == UNLIMITED or (type(got) is int and got >= 0)
-    assert memlock_ok(got, 0) is True
+    assert judge.one("preflight", "memlock", None if got == UNLIMITED else got, load_profile("local"))[1] in (
+        "pass", "fail")
