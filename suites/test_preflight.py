@@ -99,6 +99,24 @@ def _grouped(missing):
     return "; ".join(f"{', '.join(nodes)}: {reason}" for reason, nodes in by_reason.items())
 
 
+class Problems(list):
+    """What is wrong, one (node, line, detail) per problem: the node travels beside the line, so a
+    node's verdict never depends on how its line is worded."""
+
+    def add(self, node: str, line: str, detail: str | None = None) -> None:
+        self.append((node, line, detail if detail is not None else line))
+
+    @property
+    def nodes(self) -> set:
+        return {node for node, _, _ in self}
+
+    def detail(self, node: str) -> str:
+        return next(d for n, _, d in self if n == node)
+
+    def text(self) -> str:
+        return "\n".join(line for _, line, _ in self)
+
+
 def _available(facts_by_node, attr, what, required=None):
     """(node -> fact) for the nodes that have it, and one problem line per node that does not.
 
@@ -113,7 +131,10 @@ def _available(facts_by_node, attr, what, required=None):
     if not have and not required:
         pytest.skip(f"{what} unavailable on every node: {_grouped(missing)}")
     because = f" (the profile requires it: {required})" if required else ""
-    return have, [f"{node}: {what} {why}{because}" for node, why in missing.items()]
+    problems = Problems()
+    for node, why in missing.items():
+        problems.add(node, f"{node}: {what} {why}{because}", f"{what} {why}{because}")
+    return have, problems
 
 
 RDMA_KEYS = ("preflight.rdma_devices", "preflight.port_rate", "preflight.mtu", "preflight.link_layer")
@@ -133,14 +154,9 @@ def _record_missing(topology, profile, fabric, record, metric, have, problems):
     if topology.rank != 0:
         return
     for node in fabric:
-        if node not in have and _failed(problems, node):
+        if node not in have and node in problems.nodes:
             judge.record(record, profile, SUITE, metric, None, missing="fail", nodes=[node],
-                         ranks=_ranks(topology, node), rail=None,
-                         detail=next(p for p in problems if p.startswith(f"{node}:")).split(": ", 1)[1])
-
-
-def _failed(problems, node):
-    return any(p.startswith((f"{node}:", f"{node} ")) for p in problems)
+                         ranks=_ranks(topology, node), rail=None, detail=problems.detail(node))
 
 
 def _rails(topology, profile, fabric):
@@ -173,34 +189,36 @@ def _record_port_lines(topology, profile, fabric, record, metric, lines_by_node,
 
 def _missing(problems, node):
     """The verdict of a node's null value: it fails where a problem names the node."""
-    return "fail" if _failed(problems, node) else "info"
+    return "fail" if node in problems.nodes else "info"
 
 
 def test_rdma_devices(topology, profile, fabric, record):
     have, _ = _available(fabric, "devices", "RDMA devices", _required(profile, *RDMA_KEYS))
     want = profile.get("preflight.rdma_devices")
-    problems = []
+    problems = Problems()
     for node, facts in fabric.items():
         if node not in have:
-            problems.append(f"{node}: no RDMA devices ({facts.devices})")
+            problems.add(node, f"{node}: no RDMA devices ({facts.devices})")
         elif want is not None and len(have[node]) != want:
-            problems.append(f"{node}: {len(have[node])} RDMA devices ({', '.join(have[node]) or 'none'}), "
-                            f"the profile expects {want}")
+            problems.add(node, f"{node}: {len(have[node])} RDMA devices ({', '.join(have[node]) or 'none'}), "
+                               f"the profile expects {want}")
     if topology.rank == 0:
         for node, facts in fabric.items():
             judge.record(record, profile, SUITE, "rdma_devices", len(have[node]) if node in have else None,
                          nodes=[node], ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node),
                          detail=", ".join(have[node]) if node in have else str(facts.devices))
-    assert not problems, "RDMA devices missing or miscounted:\n" + "\n".join(problems)
+    assert not problems, "RDMA devices missing or miscounted:\n" + problems.text()
 
 
 def test_ports_up(topology, profile, fabric, record):
     have, problems = _available(fabric, "ports", "RDMA ports", _required(profile, *RDMA_KEYS))
     have = _rail_ports(profile, have)
     down = {node: ports_down(ports) for node, ports in have.items()}
-    problems += [f"{node} {line}" for node, lines in down.items() for line in lines]
+    for node, lines in down.items():
+        for line in lines:
+            problems.add(node, f"{node} {line}")
     _record_port_lines(topology, profile, fabric, record, "ports_down", down, problems, None)
-    assert not problems, "RDMA ports not ACTIVE / LinkUp:\n" + "\n".join(problems)
+    assert not problems, "RDMA ports not ACTIVE / LinkUp:\n" + problems.text()
 
 
 def test_port_rate(topology, profile, fabric, record):
@@ -216,16 +234,16 @@ def test_port_rate(topology, profile, fabric, record):
                 continue  # test_ports_up names it
             slow = minimum is not None and (p.gbps is None or p.gbps < minimum)
             if slow and p.gbps is None:
-                problems.append(f"{node} {p.label}: rate {p.rate!r} does not parse; the profile needs {minimum:g} Gbit/s")
+                problems.add(node, f"{node} {p.label}: rate {p.rate!r} does not parse; the profile needs {minimum:g} Gbit/s")
             elif slow:
-                problems.append(f"{node} {p.label}: {p.rate} is below the profile's {minimum:g} Gbit/s")
+                problems.add(node, f"{node} {p.label}: {p.rate} is below the profile's {minimum:g} Gbit/s")
             checked.append((node, p, slow))
     if topology.rank == 0:
         for node, p, slow in checked:
             judge.record(record, profile, SUITE, "port_rate", p.gbps, nodes=[node], ranks=_ranks(topology, node),
                          rail=rails[node].get(p.device), missing="fail" if slow else "info",
                          detail=f"{p.label}: {p.rate}", device=p.device, port=p.port)
-    assert not problems, "RDMA ports slower than the profile allows:\n" + "\n".join(problems)
+    assert not problems, "RDMA ports slower than the profile allows:\n" + problems.text()
 
 
 def test_port_mtu(topology, profile, fabric, record):
@@ -245,9 +263,9 @@ def test_port_mtu(topology, profile, fabric, record):
         for p in ports:
             bad = p.mtu is None or (minimum is not None and p.mtu < minimum)
             if p.mtu is None:
-                problems.append(f"{node} {p.label}: {p.mtu_reason}")
+                problems.add(node, f"{node} {p.label}: {p.mtu_reason}")
             elif bad:
-                problems.append(f"{node} {p.label}: MTU {p.mtu} is below the profile's {minimum}")
+                problems.add(node, f"{node} {p.label}: MTU {p.mtu} is below the profile's {minimum}")
             checked.append((node, p, bad))
     if topology.rank == 0:
         for node, p, bad in checked:
@@ -256,7 +274,7 @@ def test_port_mtu(topology, profile, fabric, record):
                          rail=rails[node].get(p.device), missing="fail" if bad else "info",
                          detail=f"{p.label}: {p.mtu_reason}" if p.mtu is None else f"{p.label}: {source}",
                          device=p.device, port=p.port)
-    assert not problems, "RDMA port MTU unknown or below the profile's:\n" + "\n".join(problems)
+    assert not problems, "RDMA port MTU unknown or below the profile's:\n" + problems.text()
 
 
 def test_link_layer(topology, profile, fabric, record):
@@ -266,18 +284,20 @@ def test_link_layer(topology, profile, fabric, record):
     if expected is None:
         expected, source = common_link_layer([p for ports in have.values() for p in ports]), "the job's most common"
     odd = {node: link_layer_mismatches(ports, expected) for node, ports in have.items()}
-    problems += [f"{node} {line}, expected {expected} ({source})" for node, lines in odd.items() for line in lines]
+    for node, lines in odd.items():
+        for line in lines:
+            problems.add(node, f"{node} {line}, expected {expected} ({source})")
     _record_port_lines(topology, profile, fabric, record, "link_layer_mismatches", odd, problems,
                        f"every port {expected}")
-    assert not problems, "RDMA ports on the wrong link layer:\n" + "\n".join(problems)
+    assert not problems, "RDMA ports on the wrong link layer:\n" + problems.text()
 
 
 def test_fabric_versions_match(topology, profile, fabric, record):
     if not profile.get("preflight.same_versions"):
         pytest.skip("profile sets preflight.same_versions = false")
     _available(fabric, "devices", "RDMA devices")
-    have, problems = _available(fabric, "versions", "fabric versions")
-    problems = odd_ones_out(have) + problems
+    have, missing = _available(fabric, "versions", "fabric versions")
+    problems = odd_ones_out(have) + [line for _, line, _ in missing]
     if topology.rank == 0:
         first = next(iter(have.values()))
         judge.record(record, profile, SUITE, "fabric_version_mismatches", len(problems), nodes=list(fabric), ranks=[],
@@ -290,14 +310,16 @@ def test_hugepages(topology, profile, fabric, record):
     if not minimum:
         pytest.skip("profile does not ask for huge pages (preflight.hugepages_min = 0)")
     have, problems = _available(fabric, "hugepages", "huge pages", f"preflight.hugepages_min = {format_size(minimum)}")
-    problems += [f"{node}: {format_size(size)} reserved in huge pages, the profile needs at least "
-                 f"{format_size(minimum)}" for node, size in have.items() if size < minimum]
+    for node, size in have.items():
+        if size < minimum:
+            problems.add(node, f"{node}: {format_size(size)} reserved in huge pages, the profile needs at least "
+                               f"{format_size(minimum)}")
     if topology.rank == 0:
         for node, facts in fabric.items():
             judge.record(record, profile, SUITE, "hugepages", have.get(node), nodes=[node],
                          ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node),
                          detail=None if node in have else str(facts.hugepages))
-    assert not problems, "huge pages short:\n" + "\n".join(problems)
+    assert not problems, "huge pages short:\n" + problems.text()
 
 
 def test_gpus(topology, profile, fabric, record):
@@ -305,13 +327,17 @@ def test_gpus(topology, profile, fabric, record):
     have, missing = _available(fabric, "gpus", "GPU count", _required(profile, "preflight.gpus_per_node"))
     if want is None and not any(have.values()):
         pytest.skip("no NVIDIA GPU on any node, and the profile does not ask for GPUs (preflight.gpus_per_node unset)")
-    problems = [] if want is None else missing + [
-        f"{node}: {count} NVIDIA GPUs, the profile expects {want}" for node, count in have.items() if count != want]
+    problems = Problems()
+    if want is not None:
+        problems += missing
+        for node, count in have.items():
+            if count != want:
+                problems.add(node, f"{node}: {count} NVIDIA GPUs, the profile expects {want}")
     if topology.rank == 0:
         for node, facts in fabric.items():
             judge.record(record, profile, SUITE, "gpus", have.get(node), nodes=[node], ranks=_ranks(topology, node),
                          rail=None, missing=_missing(problems, node), detail=None if node in have else str(facts.gpus))
-    assert not problems, "GPUs missing:\n" + "\n".join(problems)
+    assert not problems, "GPUs missing:\n" + problems.text()
 
 
 def test_gpu_nic_affinity(topology, profile, fabric, record):
@@ -326,7 +352,9 @@ def test_gpu_nic_affinity(topology, profile, fabric, record):
         pytest.skip(f"which NIC serves which rail is unknown on every GPU node: no node has one RDMA device per "
                     f"rail ({len(topology.rails)}); map them with topology.nic_rails")
     far = {node: far_pairs(have[node], rail_nics[node], farthest) for node in have if rail_nics[node]}
-    problems += [f"{node} {line}" for node, lines in far.items() for line in lines]
+    for node, lines in far.items():
+        for line in lines:
+            problems.add(node, f"{node} {line}")
     if topology.rank == 0:
         for node, facts in gpu_nodes.items():
             lines = far.get(node)
@@ -338,7 +366,7 @@ def test_gpu_nic_affinity(topology, profile, fabric, record):
                 detail = str(facts.topo)
             judge.record(record, profile, SUITE, "gpu_nic_far", None if lines is None else len(lines), nodes=[node],
                          ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node), detail=detail)
-    assert not problems, f"GPUs farther than {farthest} from their rail's NIC:\n" + "\n".join(problems)
+    assert not problems, f"GPUs farther than {farthest} from their rail's NIC:\n" + problems.text()
 
 
 @pytest.mark.gpudirect
