@@ -378,7 +378,7 @@ def judge_one(suite: str, name: str, value: float | None, profile: Profile, size
     by_floor = np.zeros(1, dtype=bool)
     if m.bound == "memlock":
         b, code = memlock(v, profile, m.key)
-    elif m.bound == "ranks" and not profile.get(m.key):  # most nodes' count: the whole run decides
+    elif m.bound == "ranks" and not profile.get(m.key):  # most nodes' count: judged together (record_all)
         b, code = np.full(1, np.nan), np.full(1, INFO, dtype=np.int8)
     else:
         b, by_floor = absolute_bounds(m, v, s, profile)
@@ -413,3 +413,28 @@ def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: 
         verdict = missing
     record_fn(name, value, m.unit, size=size, threshold=threshold, verdict=verdict, bound=kind, **fields)
     return threshold, verdict
+
+
+def record_all(record_fn: Callable, profile: Profile, suite: str, name: str,
+               items: list[tuple[float | None, dict]]) -> list[tuple[float | None, str]]:
+    """Record several values of one metric judged together, as analysis judges them (judge_records):
+    for a bound that depends on its population (ranks per node: most nodes' count). items are
+    (value, record fields); returns (threshold, verdict) of each."""
+    pd = _pd()
+    m = catalog.metric(suite, name)
+    if m is None:
+        raise KeyError(f"{suite} {name}: not in the catalog (acceptance.catalog)")
+    n = len(items)
+    df = pd.DataFrame({"suite": [suite] * n, "metric": [name] * n, "unit": [m.unit] * n,
+                       "value": [np.nan if v is None else float(v) for v, _ in items],
+                       "size": [np.nan if f.get("size") is None else float(f["size"]) for _, f in items],
+                       "iteration": np.zeros(n, dtype=np.int64), "op": [None] * n, "scope": [None] * n})
+    judged = judge_records(df, profile)
+    out = []
+    for i, (value, fields) in enumerate(items):
+        threshold = None if np.isnan(judged.threshold[i]) else float(judged.threshold[i])
+        verdict = VERDICTS[int(judged.verdict[i])]
+        record_fn(name, value, m.unit, threshold=threshold, verdict=verdict, bound=judged.bound[i], **fields)
+        out.append((threshold, verdict))
+    return out
+
