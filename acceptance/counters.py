@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from .counter_kinds import CNP_COUNTERS, KINDS, REQ_RESP_ERROR, kind_of  # noqa: F401 - KINDS, kind_of: re-exported
 from .naming import natural_key
 from .results import VERDICTS, read_json, utc_now, worst
 
@@ -38,7 +39,6 @@ ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
 FORMAT = "acceptance-counters/1"
 ETHTOOL_TIMEOUT = 10.0  # seconds per `ethtool -S`; a wedged driver must not hang a suite
 SOURCES = ("counters", "hw_counters", "ethtool")
-KINDS = ("error", "discard", "pause", "pause_duration", "cnp", "wait", "corrected", "data", "other")
 
 # ---- widths -------------------------------------------------------------------
 # PMA PortCounters (PORT_PMA_ATTR in drivers/infiniband/core/sysfs.c). Data and packet counters are
@@ -63,8 +63,6 @@ _Q_COUNTERS = frozenset((
     "roce_slow_restart_cnps", "roce_slow_restart_trans", "req_rnr_retries_exceeded",
     "req_transport_retries_exceeded",
 ))
-_REQ_RESP_ERROR = re.compile(r"^(?:req|resp)_\w+_errors?$")
-_CNP = frozenset(("np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets"))
 
 
 def width_of(name: str, source: str) -> int | None:
@@ -72,84 +70,12 @@ def width_of(name: str, source: str) -> int | None:
     if source == "counters":
         return _PMA_WIDTHS.get(name)
     if source == "hw_counters":
-        if name in _CNP:
+        if name in CNP_COUNTERS:
             return 64
-        return 32 if name in _Q_COUNTERS or _REQ_RESP_ERROR.match(name) else 64
+        return 32 if name in _Q_COUNTERS or REQ_RESP_ERROR.match(name) else 64
     if source == "ethtool":
         return 64
     raise ValueError(f"unknown counter source {source!r}; expected one of {SOURCES}")
-
-
-# ---- kinds --------------------------------------------------------------------
-_ERRORS = frozenset((
-    # PMA: a rising one means a degraded link (or a misconfigured partition)
-    "symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
-    "link_error_recovery", "link_downed", "port_xmit_constraint_errors", "port_rcv_constraint_errors",
-    "local_link_integrity_errors", "excessive_buffer_overrun_errors",
-    # mlx5 Q-counters: retransmissions and transport errors
-    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err", "implied_nak_seq_err",
-    "req_rnr_retries_exceeded", "req_transport_retries_exceeded",
-    # rxe (Soft-RoCE) hw_counters: retransmissions (a lost or late packet or ACK) and transport errors
-    "completer_retry_err", "retry_exceeded_err", "retry_rnr_exceeded_err", "rcvd_seq_err", "out_of_seq_request",
-    "duplicate_request", "send_err",
-    # mlx5 ethtool PHY counters
-    "rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "link_down_events_phy",
-    "tx_pause_storm_warning_events", "tx_pause_storm_error_events",
-))
-_DISCARDS = frozenset((
-    "port_xmit_discards", "rx_discards_phy", "tx_discards_phy", "rx_out_of_buffer", "out_of_buffer",
-    # dropped subnet-management packets: lost SMPs, not a link-quality signal, so a warning
-    "VL15_dropped",
-))
-_PAUSE = frozenset(("rx_pause_ctrl_phy", "tx_pause_ctrl_phy", "rx_global_pause", "tx_global_pause"))
-_DATA = frozenset((
-    "port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "unicast_xmit_packets",
-    "unicast_rcv_packets", "multicast_xmit_packets", "multicast_rcv_packets", "rx_bits_phy",
-    "rx_write_requests", "rx_read_requests", "rx_atomic_requests",
-    # rxe hw_counters
-    "sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs",
-))
-_RX_ERR_LANE = re.compile(r"^rx_err_lane_\d+_phy$")
-_PRIO_DISCARD = re.compile(r"^rx_prio\d+_(?:discards|buf_discard|cong_discard)$")
-_PRIO_PAUSE = re.compile(r"^(?:rx|tx)_prio\d+_pause(?:_transition)?$")
-_BYTES_PACKETS = re.compile(r"_(?:bytes|packets)(?:_phy)?$")
-
-
-def kind_of(name: str) -> str:
-    """What a counter means for a verdict: one of KINDS.
-
-    error           must not rise (symbol_error, link_downed, rx_crc_errors_phy, out_of_sequence, and
-                    rxe's retransmission counters: completer_retry_err, out_of_seq_request, ...)
-    discard         dropped packets (port_xmit_discards, rx_discards_phy, rx_prioN_discards, out_of_buffer)
-    pause           PFC / global pause frames (rx_prio3_pause, tx_pause_ctrl_phy, rx_prioN_pause_transition)
-    pause_duration  time spent paused, microseconds (*_pause_duration)
-    cnp             congestion notifications (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_...)
-    wait            port_xmit_wait: ticks with data to send and no credits (back-pressure)
-    corrected       rx_corrected_bits_phy: FEC-corrected bits (divide by rx_bits_phy for the pre-FEC BER)
-    data            traffic volume (port_xmit_data, *_packets, *_bytes, rx_bits_phy, rxe's sent_pkts, ...)
-    other           everything else
-    """
-    if name in _ERRORS or _RX_ERR_LANE.match(name):
-        return "error"
-    if name.endswith("_flush_error"):  # QPs torn down with work requests posted: normal at teardown
-        return "other"
-    if _REQ_RESP_ERROR.match(name):
-        return "error"
-    if name in _DISCARDS or _PRIO_DISCARD.match(name):
-        return "discard"
-    if name.endswith("_pause_duration"):
-        return "pause_duration"
-    if name in _PAUSE or _PRIO_PAUSE.match(name):
-        return "pause"
-    if name in _CNP:
-        return "cnp"
-    if name == "port_xmit_wait":
-        return "wait"
-    if name == "rx_corrected_bits_phy":
-        return "corrected"
-    if name in _DATA or _BYTES_PACKETS.search(name):
-        return "data"
-    return "other"
 
 
 # ---- ports ----------------------------------------------------------------------

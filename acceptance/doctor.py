@@ -34,7 +34,7 @@ class Availability:
 
 # --- helpers ---------------------------------------------------------------
 
-def _run(cmd: list[str], timeout: float | None = None) -> tuple[bool, str]:
+def run_command(cmd: list[str], timeout: float | None = None) -> tuple[bool, str]:
     """Run cmd; (True, stdout) on exit 0, else (False, a one-line reason)."""
     timeout = TIMEOUT_S if timeout is None else timeout
     try:
@@ -65,7 +65,7 @@ def _run(cmd: list[str], timeout: float | None = None) -> tuple[bool, str]:
 def first_line(cmd: list[str], timeout: float | None = None, contains: str | None = None) -> str | None:
     """First non-empty stdout line of cmd (the first containing `contains`, if any
     does), whitespace collapsed; None if the command is missing, fails or times out."""
-    ok, out = _run(cmd, timeout)
+    ok, out = run_command(cmd, timeout)
     lines = [" ".join(ln.split()) for ln in out.splitlines() if ln.strip()] if ok else []
     if not lines:
         return None
@@ -208,7 +208,7 @@ def probe_slurm() -> Availability:
         # Inside a job srun alone is enough to launch; without sinfo we cannot ask the controller.
         return Availability("slurm", bool(job and tools["srun"]), f"{where}; {on_path}")
     # -N: one line per node (and partition); dedupe to count nodes.
-    ok, out = _run([tools["sinfo"], "-h", "-N", "-o", "%N"])
+    ok, out = run_command([tools["sinfo"], "-h", "-N", "-o", "%N"])
     if not ok:
         return Availability("slurm", False, f"{where}; controller did not answer: {out}")
     nodes = len(set(out.split()))

@@ -247,7 +247,7 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated:
     counter warns above discards_max; pause and CNP rates (unit 1/s) warn above their bounds. A
     saturated counter has no delta (value null) and a `saturated` field: one that saturated during
     the window ("during") rose; one saturated before it ("before") only warns."""
-    from .counters import kind_of
+    from .counter_kinds import kind_of
     threshold = np.full(len(values), np.nan)
     verdict = np.full(len(values), INFO, dtype=np.int8)
     during, before = saturated == "during", saturated == "before"

@@ -42,7 +42,7 @@ from pathlib import Path
 # One rule for the sysfs root, shared with the port counters: sysfs_root(node).
 from . import counters
 from .counters import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, read_sysfs, sysfs_root  # noqa: F401 - re-exported
-from .doctor import _run as run_command
+from .doctor import run_command
 from .naming import natural_key
 
 ENV_IBV_DEVINFO = "ACCEPTANCE_IBV_DEVINFO"

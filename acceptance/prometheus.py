@@ -228,7 +228,7 @@ def _counters(records: pd.DataFrame, fam: _Family) -> None:
     if not mask.any():
         return
     idx = np.flatnonzero(mask)
-    from .counters import kind_of
+    from .counter_kinds import kind_of
     c = records.take(idx)
     metric = c["metric"].astype(object)
     kinds = {m: kind_of(m) for m in metric.dropna().unique() if isinstance(m, str)}  # few distinct names

@@ -10,7 +10,7 @@ findings read), output, and pipeline (analyze(), find()). The method is describe
 users in docs/analysis.md.
 """
 
-from .base import Analysis
+from .model import Analysis
 from .evaluate import DIRECTION, evaluate
 from .load import load_records
 from .output import drain_lines, write_outputs

@@ -10,7 +10,7 @@ from .. import catalog
 from ..judge import judge_records
 from ..profile import Profile
 from ..results import BOUND_KINDS
-from .base import _INFO, VERDICTS, _floats_of
+from .base import INFO, VERDICTS, floats_of
 from .load import with_fields
 
 
@@ -25,7 +25,7 @@ OUTLIERS_BY_SUITE: dict[str, dict[str, bool | None]] = {
     s.name: {n: m.higher for m in s.metrics if m.outlier for n in m.names} for s in catalog.pairwise()}
 OUTLIER_METRICS = {n: h for by_name in OUTLIERS_BY_SUITE.values() for n, h in by_name.items()}
 TREND_METRICS = set(catalog.with_role("trend"))
-_KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
+COMPARE_KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
 
 
 def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
@@ -46,7 +46,7 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     # Fail closed: where nothing was judged here (no bound for the metric, or no value: a probe that
     # failed), the verdict and threshold the test wrote stand; analysis never turns a failure into info.
     written, written_threshold = _written(out, n)
-    unjudged = verdict == _INFO
+    unjudged = verdict == INFO
     verdict = np.where(unjudged, written, verdict).astype(np.int8)
     threshold = np.where(unjudged & np.isnan(threshold), written_threshold, threshold)
     out["threshold"] = threshold
@@ -64,17 +64,17 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
 
 def _written(df: pd.DataFrame, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(verdict codes, thresholds) as the records were written; info and NaN where absent."""
-    threshold = _floats_of(df["threshold"]) if "threshold" in df.columns and n else np.full(n, np.nan)
+    threshold = floats_of(df["threshold"]) if "threshold" in df.columns and n else np.full(n, np.nan)
     if "verdict" not in df.columns or not n:
-        return np.full(n, _INFO, dtype=np.int8), threshold
+        return np.full(n, INFO, dtype=np.int8), threshold
     given = df["verdict"]
     if not isinstance(given.dtype, pd.CategoricalDtype):
         given = given.astype("category")
-    table = np.array([VERDICTS.index(c) if c in VERDICTS else _INFO for c in given.cat.categories] or [_INFO],
+    table = np.array([VERDICTS.index(c) if c in VERDICTS else INFO for c in given.cat.categories] or [INFO],
                      dtype=np.int8)
     codes = given.cat.codes.to_numpy()
-    return np.where(codes >= 0, table[np.maximum(codes, 0)], _INFO).astype(np.int8), threshold
+    return np.where(codes >= 0, table[np.maximum(codes, 0)], INFO).astype(np.int8), threshold
 
 
-def _direction(suite: str, metric: str) -> bool | None:
+def direction_of(suite: str, metric: str) -> bool | None:
     return DIRECTION.get((suite, metric))

@@ -10,15 +10,15 @@ import pandas as pd
 
 from .. import catalog
 from ..results import FAILED_METRIC
-from .base import EVIDENCE_MAX, _codes_of, _floats_of
-from .evaluate import _direction
+from .base import EVIDENCE_MAX, codes_of, floats_of
+from .evaluate import direction_of
 from .load import FIELD_COLUMNS, with_fields
-from .wording import _cap, _finding, _fmt, _size_text, data_loss, fleet_basis
+from .wording import capped, make_finding, fmt_value, size_text, data_loss, fleet_basis
 
 
 
 def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None, row=None) -> str:
-    higher = _direction(suite, metric)
+    higher = direction_of(suite, metric)
     unit = unit or ""
     if metric == "memlock":
         have = "unlimited" if value is None or math.isnan(value) else f"{int(value)} B"
@@ -28,18 +28,18 @@ def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None, row=
         counts = {k: getattr(row, k, None) for k in ("ops", "ops_failed", "ops_missing")}
         return (f"returned wrong data ({data_loss(metric, value, counts['ops'], counts['ops_failed'], counts['ops_missing'], suite=suite, op=getattr(row, 'op', None))})")
     if metric == "ranks":
-        return f"{_fmt(value)} ranks, expected {_fmt(bound)}"
+        return f"{fmt_value(value)} ranks, expected {fmt_value(bound)}"
     if metric == "version_mismatches":
-        return f"software versions differ between nodes ({_fmt(value)} mismatches)"
+        return f"software versions differ between nodes ({fmt_value(value)} mismatches)"
     rel = "<" if higher else ">"
     which = "fleet bound" if how == "fleet" else "bound"
-    return f"{metric} {_fmt(value)} {unit} {rel} {which} {_fmt(bound)} {unit}".rstrip()
+    return f"{metric} {fmt_value(value)} {unit} {rel} {which} {fmt_value(bound)} {unit}".rstrip()
 
 
-def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
+def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     """Failed bounds that the point-to-point graph does not localize."""
-    fail = (_codes_of(ev["verdict"], "fail") & ~_codes_of(ev["suite"], "counters")
-            & ~_codes_of(ev["metric"], FAILED_METRIC))
+    fail = (codes_of(ev["verdict"], "fail") & ~codes_of(ev["suite"], "counters")
+            & ~codes_of(ev["metric"], FAILED_METRIC))
     fail[p2p_idx] = False
     idx = np.flatnonzero(fail)
     if not len(idx):
@@ -51,11 +51,11 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         if c not in f.columns:
             f[c] = None
     for c in ("centre", "population", "factor"):
-        f[c] = _floats_of(f[c]) if c in f.columns else np.nan
+        f[c] = floats_of(f[c]) if c in f.columns else np.nan
     for c in ("suite", "metric", "unit", "src", "dst", "op", "scope", "detail", "bound", "peers"):
         f[c] = f[c].astype(object).where(f[c].notna(), None)
-    f["size"] = _floats_of(f["size"])
-    f["rail"] = _floats_of(f["rail"])
+    f["size"] = floats_of(f["size"])
+    f["rail"] = floats_of(f["rail"])
     out = []
 
     def where(row) -> str:
@@ -64,7 +64,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
             parts[0] += f"..{row.dst}" if row.suite == "collective" else f" -> {row.dst}"
         if not math.isnan(row.rail):
             parts.append(f"rail {int(row.rail)}")
-        return " ".join(parts) + f", {row.metric}{_size_text(row.size)}"
+        return " ".join(parts) + f", {row.metric}{size_text(row.size)}"
 
     def make(scope, g, node=None, rail=None, subject=""):
         g = g.sort_values("size", ascending=False, kind="stable")
@@ -80,7 +80,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         text = _bound_text(h["suite"], h["metric"], value if value is not None else float("nan"),
                            bound if bound is not None else float("nan"), h["unit"], h["bound"], counts)
         sizes = g["size"].dropna().nunique()
-        more = f" at {sizes} sizes" if sizes > 1 else _size_text(h["size"]).replace(" ", " at ", 1)
+        more = f" at {sizes} sizes" if sizes > 1 else size_text(h["size"]).replace(" ", " at ", 1)
 
         def why(row) -> str:
             basis = fleet_basis(row.bound, row.factor, row.centre, row.population, row.peers, row.unit)
@@ -92,8 +92,8 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         msg = f"{subject}: {h['suite']} {text}{more}"
         if scope == "node":
             msg += f": drain {node}"
-        out.append(_finding("fail", scope, node, rail, None, h["metric"], value, bound,
-                            _cap(lines, len(g)), msg, "bound", h["unit"], h["size"], bound=h["bound"], suite=h["suite"],
+        out.append(make_finding("fail", scope, node, rail, None, h["metric"], value, bound,
+                            capped(lines, len(g)), msg, "bound", h["unit"], h["size"], bound=h["bound"], suite=h["suite"],
                             basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
                                               h["unit"])))
 
@@ -114,7 +114,7 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     single = rest[rest["dst"].isna()]
     for (suite, metric), g in single.groupby(["suite", "metric"], sort=True):
         nodes = sorted(set(g["src"].dropna()))
-        sel = _codes_of(ev["suite"], suite) & _codes_of(ev["metric"], metric)
+        sel = codes_of(ev["suite"], suite) & codes_of(ev["metric"], metric)
         total = ev.loc[sel, "src"].nunique()
         if len(nodes) >= 2 and len(nodes) >= 0.5 * total:
             make("cluster", g, subject=f"{len(nodes)} of {total} nodes")
@@ -126,9 +126,9 @@ def _other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     return out
 
 
-def _counter_findings(ev: pd.DataFrame) -> list[dict]:
+def counter_findings(ev: pd.DataFrame) -> list[dict]:
     """One finding per port whose counters fail or warn (suite counters), naming node, device, port, rail."""
-    sel = _codes_of(ev["suite"], "counters") & (_codes_of(ev["verdict"], "fail") | _codes_of(ev["verdict"], "warn"))
+    sel = codes_of(ev["suite"], "counters") & (codes_of(ev["verdict"], "fail") | codes_of(ev["verdict"], "warn"))
     if not sel.any():
         return []
     cols = ["metric", "value", "unit", "rail", "src", "threshold", "verdict", "test", "device", "port", "saturated"]
@@ -137,7 +137,7 @@ def _counter_findings(ev: pd.DataFrame) -> list[dict]:
         c[col] = c[col].astype(object)
     c["device"] = c["device"].where(c["device"].notna(), "?")
     c["port"] = c["port"].astype(object).where(c["port"].notna(), "?").astype(str)
-    c["rail"] = _floats_of(c["rail"])
+    c["rail"] = floats_of(c["rail"])
     c["_fail"] = c["verdict"] == "fail"
     out = []
     for (node, device, port_no), g in c.groupby(["src", "device", "port"], sort=True, dropna=False):
@@ -152,8 +152,8 @@ def _counter_findings(ev: pd.DataFrame) -> list[dict]:
             if isinstance(row.saturated, str):
                 return f"{row.metric} saturated {row.saturated} the window"
             if row.unit == "1/s":
-                return f"{row.metric} {_fmt(row.value)}/s > {_fmt(row.threshold)}/s"
-            return f"{row.metric} rose by {_fmt(row.value)} (bound {_fmt(row.threshold)})"
+                return f"{row.metric} {fmt_value(row.value)}/s > {fmt_value(row.threshold)}/s"
+            return f"{row.metric} rose by {fmt_value(row.value)} (bound {fmt_value(row.threshold)})"
 
         evidence = [f"{what(row)} during {row.test}" for row in g.head(EVIDENCE_MAX).itertuples()]
         names = list(dict.fromkeys(g["metric"]))
@@ -163,22 +163,22 @@ def _counter_findings(ev: pd.DataFrame) -> list[dict]:
                   if severity == "fail" else "congestion or drops on this port")
         value = None if pd.isna(h["value"]) else float(h["value"])
         bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
-        out.append(_finding(severity, "nic", node, rail, None, h["metric"], value, bound,
-                            _cap(evidence, len(g)), f"{on}: {headline}{more}; {advice}", "counter", h["unit"]))
+        out.append(make_finding(severity, "nic", node, rail, None, h["metric"], value, bound,
+                            capped(evidence, len(g)), f"{on}: {headline}{more}; {advice}", "counter", h["unit"]))
     return out
 
 
-def _failed_tests(ev: pd.DataFrame) -> list[dict]:
+def failed_tests(ev: pd.DataFrame) -> list[dict]:
     """Tests that failed (records test_failed, written by the plugin) with no failing record of their
     own to explain it: an exception, a probe that could not run, ranks whose outcomes differed.
     One finding per failing node, or one cluster finding when the test failed on at least half of
     the run's nodes (and 2 or more), each with the test's message."""
-    is_failed = _codes_of(ev["metric"], FAILED_METRIC)
+    is_failed = codes_of(ev["metric"], FAILED_METRIC)
     if not is_failed.any():
         return []
     tests = ev["test"].astype(object).to_numpy()
     # A failing record explains its test; one recorded for a whole suite file (port counters) its tests.
-    explained = set(tests[_codes_of(ev["verdict"], "fail") & ~is_failed])
+    explained = set(tests[codes_of(ev["verdict"], "fail") & ~is_failed])
     all_nodes = {n for t in ev["nodes"] for n in (t if isinstance(t, tuple) else ())}
     out = []
     for idx in np.flatnonzero(is_failed):
@@ -188,15 +188,15 @@ def _failed_tests(ev: pd.DataFrame) -> list[dict]:
         nodes = list(ev["nodes"].iat[idx] or ())
         detail = ev["detail"].iat[idx] if "detail" in ev.columns else None
         why = detail if isinstance(detail, str) else "no message"
-        rail = _floats_of(ev["rail"].iloc[[idx]])[0]
+        rail = floats_of(ev["rail"].iloc[[idx]])[0]
         rail = None if math.isnan(rail) else int(rail)
         evidence = [f"{test}: {why}"]
         if not nodes or (len(nodes) >= 2 and len(nodes) >= 0.5 * len(all_nodes)):
             where = f"{len(nodes)} of {len(all_nodes)} nodes" if nodes else "the job"
-            out.append(_finding("fail", "cluster", None, rail, None, FAILED_METRIC, None, None, evidence,
+            out.append(make_finding("fail", "cluster", None, rail, None, FAILED_METRIC, None, None, evidence,
                                 f"{test} failed on {where}: {why}", "test"))
             continue
         for node in nodes:
-            out.append(_finding("fail", "node", node, rail, None, FAILED_METRIC, None, None, evidence,
+            out.append(make_finding("fail", "node", node, rail, None, FAILED_METRIC, None, None, evidence,
                                 f"{node}: {test} failed: {why}: drain {node}", "test"))
     return out

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .. import catalog
-from .base import _codes_of, _floats_of
-from .wording import _fmt, _finding
+from .base import codes_of, floats_of
+from .wording import fmt_value, make_finding
 
 FLEET, TOO_FEW = "fleet", "fleet_too_few"
 SHOWN = 10
@@ -22,17 +22,17 @@ def _fleet_rows(ev: pd.DataFrame) -> pd.DataFrame:
     """The records a fleet bound applied to (or was meant to), with their population's key."""
     if "bound" not in ev.columns or not len(ev):
         return pd.DataFrame()
-    sel = _codes_of(ev["bound"], FLEET) | _codes_of(ev["bound"], TOO_FEW)
-    sel |= ~np.isnan(_floats_of(ev["factor"])) if "factor" in ev.columns else False
+    sel = codes_of(ev["bound"], FLEET) | codes_of(ev["bound"], TOO_FEW)
+    sel |= ~np.isnan(floats_of(ev["factor"])) if "factor" in ev.columns else False
     if not sel.any():
         return pd.DataFrame()
     cols = ["suite", "metric", "size", "memory", "engine", "op", "peers", "unit", "bound", "verdict"]
     rows = ev.loc[sel, [c for c in cols if c in ev.columns]].copy()
     for c in rows.columns:
         rows[c] = rows[c].astype(object).where(rows[c].notna(), None)
-    rows["size"] = _floats_of(ev.loc[sel, "size"])
+    rows["size"] = floats_of(ev.loc[sel, "size"])
     for c in ("value", "threshold", "population", "centre", "factor"):
-        rows[c] = _floats_of(ev.loc[sel, c])
+        rows[c] = floats_of(ev.loc[sel, c])
     return rows
 
 
@@ -53,7 +53,7 @@ def summary(ev: pd.DataFrame) -> dict:
             entry["size"] = int(entry["size"])
         few = g["bound"] == TOO_FEW
         entry.update(values=int(len(g)), population=int(g["population"].max()) if len(g) else 0,
-                     median=_clean(g["value"].median()), factor=_clean(g["factor"].dropna().iloc[0])
+                     median=clean_value(g["value"].median()), factor=clean_value(g["factor"].dropna().iloc[0])
                      if g["factor"].notna().any() else None,
                      outside=int(((g["verdict"] == "fail") & (g["bound"] == FLEET)).sum()), too_few=int(few.sum()),
                      unit=g["unit"].iloc[0])
@@ -62,7 +62,7 @@ def summary(ev: pd.DataFrame) -> dict:
             "populations": pops}
 
 
-def _clean(x):
+def clean_value(x):
     return None if x is None or not np.isfinite(x) else float(x)
 
 
@@ -91,7 +91,7 @@ def too_few_findings(ev: pd.DataFrame, min_population: int) -> list[dict]:
         if len(pops) > SHOWN:
             evidence.append(f"and {len(pops) - SHOWN} more")
         label = catalog.label(suite, metric)
-        out.append(_finding("warn", "cluster", None, None, None, metric, None, None, evidence,
+        out.append(make_finding("warn", "cluster", None, None, None, metric, None, None, evidence,
                             f"{len(g):,} {suite} {label} value(s) not judged against the fleet: too few "
                             f"comparable measurements (fewer than {min_population}; fleet.min_population); "
                             f"only their absolute bounds held them", "fleet", g["unit"].iloc[0],
@@ -103,4 +103,4 @@ def fmt_population(p: dict) -> str:
     """'rdma_write bandwidth 32768 B over all pairs: 4 values, median 0.07 Gbit/s, bound 0.5 x'."""
     size = "" if p.get("size") is None else f" {p['size']} B"
     return (f"{p['suite']} {p['metric']}{size} over {p['peers']}: {p['values']} values, median "
-            f"{_fmt(p['median'])} {p['unit']}, bound {_fmt(p['factor'])} x the others' median")
+            f"{fmt_value(p['median'])} {p['unit']}, bound {fmt_value(p['factor'])} x the others' median")

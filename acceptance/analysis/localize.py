@@ -10,8 +10,8 @@ import pandas as pd
 
 from ..profile import Profile
 from .base import EVIDENCE_MAX
-from .evaluate import OUTLIER_METRICS, _direction
-from .wording import DATA_NOUNS, _METRIC_PRIORITY, _cap, _change, _evidence_line, _finding, _fmt, _how, _size_text, data_loss
+from .evaluate import OUTLIER_METRICS, direction_of
+from .wording import DATA_NOUNS, METRIC_PRIORITY, capped, change_text, evidence_line, make_finding, fmt_value, how_phrase, size_text, data_loss
 
 
 
@@ -49,7 +49,7 @@ class _Owner:
     info: dict = field(default_factory=dict)
 
 
-def _localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile, kind: str,
+def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile, kind: str,
               planes: pd.DataFrame | None = None) -> list[dict]:
     """Bad pair evidence on the rails' graphs -> rail, node, NIC, link (or cluster) findings."""
     planes = planes if planes is not None else pd.DataFrame(columns=["rail"])
@@ -159,7 +159,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
     if not owners:
         return []
     b = bad.assign(owner=owner)
-    b["prio"] = b["metric"].map(lambda m: _METRIC_PRIORITY.get(m, 9)) if len(b) else []
+    b["prio"] = b["metric"].map(lambda m: METRIC_PRIORITY.get(m, 9)) if len(b) else []
     # headline (metric, size) per owner: the most telling metric, its largest size
     ordered = b.sort_values(["owner", "prio", "size"], ascending=[True, True, False], kind="stable")
     head = ordered.groupby("owner", sort=False).head(1).set_index("owner")[["metric", "size", "unit"]]
@@ -176,7 +176,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
     count = b.groupby("owner").size()
     worst = b.sort_values(["owner", "grade", "prio", "worse"], ascending=[True, False, True, False], kind="stable")
     top = worst.groupby("owner", sort=False).head(EVIDENCE_MAX)
-    evidence = {o: [_evidence_line(kind, row, names) for row in g.itertuples()] for o, g in top.groupby("owner")}
+    evidence = {o: [evidence_line(kind, row, names) for row in g.itertuples()] for o, g in top.groupby("owner")}
     min_dev = profile.get("analysis.outlier_min_deviation")
     out = []
     for i, who in enumerate(owners):
@@ -186,14 +186,14 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
         median_known = True
         if who.scope == "rail" and who.info.get("how") == "relative" and len(planes):
             pr = planes[planes["rail"] == who.rail].copy()
-            pr["prio"] = pr["metric"].astype(str).map(lambda m: _METRIC_PRIORITY.get(m, 9))
+            pr["prio"] = pr["metric"].astype(str).map(lambda m: METRIC_PRIORITY.get(m, 9))
             pr = pr.sort_values(["prio", "size"], ascending=[True, False])
             h = pr.iloc[0]
             metric, size, unit = str(h["metric"]), h["size"], h["unit"]
             value, expected = float(h["value"]), float(h["median"])
             is_fail = is_fail or bool((pr["worse"] >= 2 * min_dev).any())
-            lines += [f"rail {who.rail}, {row.metric}{_size_text(row.size)}: median {_fmt(row.value)} {row.unit} "
-                      f"vs {_fmt(row.median)} across {int(row.n)} rails ({_change(row.value, row.median)})"
+            lines += [f"rail {who.rail}, {row.metric}{size_text(row.size)}: median {fmt_value(row.value)} {row.unit} "
+                      f"vs {fmt_value(row.median)} across {int(row.n)} rails ({change_text(row.value, row.median)})"
                       for row in pr.head(EVIDENCE_MAX).itertuples()]
         elif i in head.index:
             metric, size, unit = head.loc[i, "metric"], head.loc[i, "size"], head.loc[i, "unit"]
@@ -205,10 +205,10 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             expected = profile.get("analysis.cv_max")
         total = len(lines) + int(count.get(i, 0))
         lines += evidence.get(i, [])
-        lines = _cap(lines[:EVIDENCE_MAX], total)
-        higher = OUTLIER_METRICS.get(metric, _direction("collective", metric) if metric == "busbw" else True) \
+        lines = capped(lines[:EVIDENCE_MAX], total)
+        higher = OUTLIER_METRICS.get(metric, direction_of("collective", metric) if metric == "busbw" else True) \
             if metric is not None else True
-        phrase, detail = _how(kind, metric or "", value if value is not None else float("nan"),
+        phrase, detail = how_phrase(kind, metric or "", value if value is not None else float("nan"),
                               expected if expected is not None else float("nan"),
                               unit if isinstance(unit, str) else "", size, higher, median_known,
                               how if isinstance(how, str) else None, basis if isinstance(basis, str) else None)
@@ -216,7 +216,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             rows = b[(b["owner"].to_numpy() == i) & (b["metric"].astype(str).to_numpy() == metric)]
             sizes = rows["size"].dropna().nunique()
             detail = data_loss(metric, rows["value"].sum(), rows["ops"].sum(), rows["ops_failed"].sum(),
-                               rows["ops_missing"].sum()) + (f" at {sizes} sizes" if sizes > 1 else _size_text(size).replace(" ", " at ", 1))
+                               rows["ops_missing"].sum()) + (f" at {sizes} sizes" if sizes > 1 else size_text(size).replace(" ", " at ", 1))
         node = names[who.node] if who.node is not None else None
         peer = names[who.peer] if who.peer is not None else None
         severity = "fail" if is_fail else "warn"
@@ -249,7 +249,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             msg = f"every rail plane {phrase} ({detail}): a fabric-wide problem, or bounds that do not fit this fabric"
         if severity == "fail" and who.scope in ("nic", "node"):
             msg += f": drain {node}"
-        out.append(_finding(severity, who.scope, node, who.rail, peer, metric, value, expected, lines, msg,
+        out.append(make_finding(severity, who.scope, node, who.rail, peer, metric, value, expected, lines, msg,
                             kind if kind != "fleet" else ("bound" if not median_known else "outlier"), unit, size,
                             bound=how, basis=basis))
     return out

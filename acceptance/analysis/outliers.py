@@ -10,13 +10,13 @@ from .. import judge
 from ..measure.stats import samples_needed
 from ..results import FAILED_METRIC
 from ..profile import Profile
-from .base import MAD_SCALE, MIN_GROUP, _codes_of, _floats_of
+from .base import MAD_SCALE, MIN_GROUP, codes_of, floats_of
 from .evaluate import OUTLIER_METRICS, OUTLIERS_BY_SUITE
 from .wording import fleet_basis
 
 
 
-def _node_names(df: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
+def node_names(df: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(node names, src codes, dst codes) with src and dst coded into the same names (-1: none)."""
     src, dst = df["src"], df["dst"]
     if not isinstance(src.dtype, pd.CategoricalDtype):
@@ -34,23 +34,23 @@ PERCENTILE_SAMPLES = {"latency_p50": samples_needed(50.0), "latency_p99": sample
                       "latency_p999": samples_needed(99.9)}
 
 
-def _p2p(ev: pd.DataFrame, suite: str = "rdma_write") -> tuple[pd.DataFrame, list[str], np.ndarray]:
+def pairwise_view(ev: pd.DataFrame, suite: str = "rdma_write") -> tuple[pd.DataFrame, list[str], np.ndarray]:
     """One pairwise suite's records between two nodes on a rail, with integer node codes s, d."""
-    names, s, d = _node_names(ev)
-    rail = _floats_of(ev["rail"])
+    names, s, d = node_names(ev)
+    rail = floats_of(ev["rail"])
     # A failed test's own record (test_failed) names its ranks' nodes, not a pair: analysis.failures has it.
-    mask = (_codes_of(ev["suite"], suite) & ~_codes_of(ev["metric"], FAILED_METRIC) & ~np.isnan(rail)
+    mask = (codes_of(ev["suite"], suite) & ~codes_of(ev["metric"], FAILED_METRIC) & ~np.isnan(rail)
             & (s >= 0) & (d >= 0) & (s != d))
     idx = np.flatnonzero(mask)
     p = pd.DataFrame({
         "metric": ev["metric"].to_numpy()[idx] if not isinstance(ev["metric"].dtype, pd.CategoricalDtype)
         else ev["metric"].take(idx).to_numpy(),
-        "size": _floats_of(ev["size"])[idx], "rail": rail[idx].astype(np.int64), "s": s[idx], "d": d[idx],
-        "value": _floats_of(ev["value"])[idx], "iteration": ev["iteration"].to_numpy()[idx],
-        "samples": _floats_of(ev["samples"])[idx],
-        "fail": _codes_of(ev["verdict"], "fail")[idx], "threshold": ev["threshold"].to_numpy(np.float64)[idx],
+        "size": floats_of(ev["size"])[idx], "rail": rail[idx].astype(np.int64), "s": s[idx], "d": d[idx],
+        "value": floats_of(ev["value"])[idx], "iteration": ev["iteration"].to_numpy()[idx],
+        "samples": floats_of(ev["samples"])[idx],
+        "fail": codes_of(ev["verdict"], "fail")[idx], "threshold": ev["threshold"].to_numpy(np.float64)[idx],
         "unit": ev["unit"].take(idx).to_numpy(), **_fleet_columns(ev, idx),
-        **{c: (_floats_of(ev[c])[idx] if c in ev.columns else np.full(len(idx), np.nan))
+        **{c: (floats_of(ev[c])[idx] if c in ev.columns else np.full(len(idx), np.nan))
            for c in ("ops", "ops_failed", "ops_missing")}})
     if isinstance(ev["metric"].dtype, pd.CategoricalDtype):
         p["metric"] = pd.Categorical(p["metric"], categories=ev["metric"].cat.categories)
@@ -65,13 +65,13 @@ def _fleet_columns(ev: pd.DataFrame, idx: np.ndarray) -> dict:
                 "factor": np.full(n, np.nan), "peers": np.full(n, None, dtype=object)}
     cols = {"how": ev["bound"].take(idx).astype(object).to_numpy()}
     for c in ("centre", "population", "factor"):
-        cols[c] = _floats_of(ev[c])[idx] if c in ev.columns else np.full(n, np.nan)
+        cols[c] = floats_of(ev[c])[idx] if c in ev.columns else np.full(n, np.nan)
     cols["peers"] = ev["peers"].take(idx).astype(object).to_numpy() if "peers" in ev.columns \
         else np.full(n, None, dtype=object)
     return cols
 
 
-def _pair_values(p: pd.DataFrame, suite: str = "rdma_write") -> pd.DataFrame:
+def pair_values(p: pd.DataFrame, suite: str = "rdma_write") -> pd.DataFrame:
     """One value per (metric, size, rail, s, d) of the suite's outlier metrics: the median over
     burn-in iterations."""
     om = p[p["metric"].isin(list(OUTLIERS_BY_SUITE.get(suite, {})))]
@@ -108,7 +108,7 @@ def _higher(metrics) -> np.ndarray:
     return np.array([OUTLIER_METRICS.get(m, True) for m in metrics], dtype=bool)
 
 
-def _fleet(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+def fleet_outliers(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     """Outlier pairs per (metric, size, rail), with the group median."""
     if pairs.empty:
         return pairs.assign(median=[], worse=[])
@@ -125,7 +125,7 @@ def _fleet(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+def rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     """Rails whose median (per metric and size) is an outlier against the other rails' medians."""
     cols = ["rail", "metric", "size", "value", "median", "worse", "n", "unit"]
     if pairs.empty:
@@ -138,7 +138,7 @@ def _rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     return med.loc[outlier, cols].reset_index(drop=True)
 
 
-def _bad_p2p(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
     """Evidence rows (one per pair, metric and size): outliers and failed bounds."""
     key = ["rail", "s", "d", "metric", "size"]
     failed = p[p["fail"]]
@@ -192,7 +192,7 @@ def _statistical(metrics: pd.Series, profile: Profile, suite: str = "rdma_write"
     return ~names.isin(fleet).to_numpy()
 
 
-def _against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile,
+def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile,
                    suite: str = "rdma_write") -> pd.DataFrame:
     """On a rail slow against the others, its pairs that are slow against the other rails' median
     become evidence too (localization then decides: the plane, or a few NICs or links on it)."""
@@ -226,7 +226,7 @@ def _empty_bad() -> pd.DataFrame:
                          "ops_failed": np.zeros(0), "ops_missing": np.zeros(0)})
 
 
-def _measured(p: pd.DataFrame) -> pd.DataFrame:
+def measured_pairs(p: pd.DataFrame) -> pd.DataFrame:
     """Distinct undirected node pairs per rail that have any point-to-point record."""
     rail, s, d = p["rail"].to_numpy(), p["s"].to_numpy(), p["d"].to_numpy()
     u, v = np.minimum(s, d), np.maximum(s, d)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import Analysis
+from .model import Analysis
 from .validate import is_node_name
-from .wording import _clean, _fmt
+from .wording import clean_value, fmt_value
 
 
 
@@ -31,7 +31,7 @@ def _reason(f: dict) -> str:
     elif metric == "memlock":
         text = "memlock limit too low"
     elif value is not None and expected is not None:
-        text = f"{metric} {_fmt(value)} vs {_fmt(expected)} {unit}".rstrip()
+        text = f"{metric} {fmt_value(value)} vs {fmt_value(expected)} {unit}".rstrip()
         if kind == "regression":
             text += " baseline"
     else:
@@ -76,7 +76,7 @@ def _json_default(x):
 def write_outputs(run_dir, analysis: Analysis) -> None:
     """findings.json (a list, indent 2) and drain.txt (the scontrol lines, or an empty file)."""
     run_dir = Path(run_dir)
-    findings = [{k: _clean(v) for k, v in f.items()} for f in analysis.findings]
+    findings = [{k: clean_value(v) for k, v in f.items()} for f in analysis.findings]
     (run_dir / "findings.json").write_text(json.dumps(findings, indent=2, default=_json_default,
                                                       allow_nan=False) + "\n")
     (run_dir / "drain.txt").write_text("".join(line + "\n" for line in analysis.drains))

@@ -11,15 +11,16 @@ import pandas as pd
 from .. import catalog
 from ..results import InputError
 from ..profile import SCHEMA, Profile, load_profile
-from .base import SCOPE_ORDER, Analysis
+from .base import SCOPE_ORDER
+from .model import Analysis
 from .evaluate import evaluate
-from .failures import _counter_findings, _failed_tests, _other_failures
+from .failures import counter_findings, failed_tests, other_failures
 from .fleet import too_few_findings
 from .load import load_records
-from .localize import _localize
-from .outliers import _against_rails, _bad_p2p, _fleet, _measured, _node_names, _p2p, _pair_values, _rail_planes
+from .localize import localize
+from .outliers import against_rails, bad_pairs, fleet_outliers, measured_pairs, node_names, pairwise_view, pair_values, rail_planes
 from .output import drain_lines
-from .trends import _burnin_findings, _regression_findings, compare
+from .trends import burnin_findings, regression_findings, compare
 from .validate import check_record_nodes, topology_nodes
 
 
@@ -46,35 +47,35 @@ def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> li
     findings, p2p_idx, measured, names = [], [], None, []
     # Every pairwise suite the catalog marks, each compared with its own fleet and localized alone.
     for suite in catalog.pairwise():
-        p, names, idx = _p2p(ev, suite.name)
+        p, names, idx = pairwise_view(ev, suite.name)
         if not len(idx):
             continue
         p2p_idx.append(idx)
-        here = _measured(p)
+        here = measured_pairs(p)
         if measured is None or suite.name == "rdma_write":  # burn-in and baseline localize host pairs
             measured = here
-        pairs = _pair_values(p, suite.name)
-        outliers = _fleet(pairs, profile)
-        planes = _rail_planes(pairs, profile) if pairs["rail"].nunique() >= 3 else None
-        bad = _bad_p2p(p, outliers, profile, suite.name)
+        pairs = pair_values(p, suite.name)
+        outliers = fleet_outliers(pairs, profile)
+        planes = rail_planes(pairs, profile) if pairs["rail"].nunique() >= 3 else None
+        bad = bad_pairs(p, outliers, profile, suite.name)
         if planes is not None and len(planes):
-            bad = _against_rails(bad, pairs, planes, profile, suite.name)
-        found = _localize(bad, here, names, profile, "fleet", planes)
+            bad = against_rails(bad, pairs, planes, profile, suite.name)
+        found = localize(bad, here, names, profile, "fleet", planes)
         for f in found:
             f["suite"] = suite.name
             f["message"] = suite.finding + f["message"]
         findings += found
     if measured is None:
         measured = pd.DataFrame({"rail": [], "u": [], "v": []}, dtype=np.int64)
-        names = _node_names(ev)[0]
+        names = node_names(ev)[0]
     p2p_idx = np.concatenate(p2p_idx) if p2p_idx else np.zeros(0, dtype=np.int64)
-    findings += _other_failures(ev, p2p_idx)
-    findings += _failed_tests(ev)
-    findings += _counter_findings(ev)
+    findings += other_failures(ev, p2p_idx)
+    findings += failed_tests(ev)
+    findings += counter_findings(ev)
     findings += too_few_findings(ev, profile.get("fleet.min_population"))
-    findings += _burnin_findings(ev, profile, measured)
+    findings += burnin_findings(ev, profile, measured)
     if deltas is not None:
-        findings += _regression_findings(deltas, profile, measured, names)
+        findings += regression_findings(deltas, profile, measured, names)
     return _sort(findings)
 
 

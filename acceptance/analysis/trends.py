@@ -9,29 +9,29 @@ import pandas as pd
 from .. import catalog
 from ..profile import Profile, format_size
 from .load import with_fields
-from .base import _codes_of, _floats_of
-from .evaluate import TREND_METRICS, _KEYS, _direction
-from .localize import _localize
-from .outliers import _node_names
-from .wording import _finding, _fmt, _how, _size_text
+from .base import codes_of, floats_of
+from .evaluate import TREND_METRICS, COMPARE_KEYS, direction_of
+from .localize import localize
+from .outliers import node_names
+from .wording import make_finding, fmt_value, how_phrase, size_text
 
 
 
 def _key_view(ev: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Rows of TREND_METRICS with the comparison key columns, node codes and a direction."""
-    names, s, d = _node_names(ev)
+    names, s, d = node_names(ev)
     mask = np.zeros(len(ev), bool)
     for suite, metric in TREND_METRICS:
-        mask |= _codes_of(ev["suite"], suite) & _codes_of(ev["metric"], metric)
+        mask |= codes_of(ev["suite"], suite) & codes_of(ev["metric"], metric)
     idx = np.flatnonzero(mask)
     v = pd.DataFrame({"suite": ev["suite"].take(idx).astype(str).to_numpy(),
                       "metric": ev["metric"].take(idx).astype(str).to_numpy(),
-                      "size": _floats_of(ev["size"])[idx], "rail": _floats_of(ev["rail"])[idx],
+                      "size": floats_of(ev["size"])[idx], "rail": floats_of(ev["rail"])[idx],
                       "s": s[idx], "d": d[idx],
                       "op": ev["op"].take(idx).astype(object).fillna("").to_numpy(),
                       "scope": ev["scope"].take(idx).astype(object).fillna("").to_numpy(),
                       "unit": ev["unit"].take(idx).astype(object).to_numpy(),
-                      "iteration": ev["iteration"].to_numpy()[idx], "value": _floats_of(ev["value"])[idx]})
+                      "iteration": ev["iteration"].to_numpy()[idx], "value": floats_of(ev["value"])[idx]})
     return v, names
 
 
@@ -66,7 +66,7 @@ def _burnin(ev: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     t = t[t["n"] >= 4]
     if t.empty:
         return pd.DataFrame()
-    higher = np.array([_direction(a, b) is not False for a, b in zip(t["suite"], t["metric"])])
+    higher = np.array([direction_of(a, b) is not False for a, b in zip(t["suite"], t["metric"])])
     with np.errstate(divide="ignore", invalid="ignore"):
         worse = np.where(higher, (t["first"] - t["last"]) / t["first"], (t["last"] - t["first"]) / t["first"])
         cv = (t["std"] / t["mean"]).to_numpy()
@@ -93,7 +93,7 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
                             "median": x["median"].to_numpy(), "bound": np.nan, "worse": x["worse"].to_numpy(),
                             "grade": x["grade"].to_numpy(), "unit": x["unit"].to_numpy(), "how": None,
                             "basis": None})
-        out += _localize(bad, measured, names, profile, kind)
+        out += localize(bad, measured, names, profile, kind)
     for row in t[~p2p].itertuples():
         node = names[row.s] if row.s >= 0 else None
         scope_name = row.scope or ""
@@ -103,24 +103,24 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
             scope, rail, node, subject = "rail", int(row.rail), None, f"{row.op} over rail {int(row.rail)}"
         else:
             scope, rail, node, subject = "cluster", None, None, f"{row.op or row.suite} over {scope_name or 'the job'}"
-        higher = _direction(row.suite, row.metric)
-        phrase, detail = _how(kind, row.metric, row.value, row.expected, row.unit, row.size, higher, True)
+        higher = direction_of(row.suite, row.metric)
+        phrase, detail = how_phrase(kind, row.metric, row.value, row.expected, row.unit, row.size, higher, True)
         severity = "fail" if row.grade else "warn"
-        line = f"{subject}, {row.metric}{_size_text(row.size)}: " + (
-            f"{_fmt(row.expected)} -> {_fmt(row.value)} {row.unit}" if kind == "drift" else
+        line = f"{subject}, {row.metric}{size_text(row.size)}: " + (
+            f"{fmt_value(row.expected)} -> {fmt_value(row.value)} {row.unit}" if kind == "drift" else
             f"CV {row.value:.0%}" if kind == "instability" else
-            f"{_fmt(row.value)} vs baseline {_fmt(row.expected)} {row.unit}")
+            f"{fmt_value(row.value)} vs baseline {fmt_value(row.expected)} {row.unit}")
         msg = f"{subject} {phrase} ({detail})" + (f": drain {node}" if severity == "fail" and scope == "node" else "")
-        out.append(_finding(severity, scope, node, rail, None, row.metric, row.value, row.expected, [line], msg,
+        out.append(make_finding(severity, scope, node, rail, None, row.metric, row.value, row.expected, [line], msg,
                             kind, row.unit, row.size))
     return out
 
 
-def _burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame) -> list[dict]:
+def burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame) -> list[dict]:
     t = _burnin(ev, profile)
     if t.empty:
         return []
-    names = _node_names(ev)[0]
+    names = node_names(ev)[0]
     out = []
     drift = t[t["drift"]]
     out += _series_findings(drift.assign(value=drift["last"], expected=drift["first"], median=drift["mean"],
@@ -140,7 +140,7 @@ def compare(df: pd.DataFrame, baseline_df: pd.DataFrame, profile: Profile) -> pd
     change is signed so that negative is worse; regression: change < -analysis.regression_tolerance.
     Columns: the key, unit, value (now), baseline, change, regression; size and rail are float (NaN: none).
     """
-    cols = [*_KEYS, "unit", "value", "baseline", "change", "regression"]
+    cols = [*COMPARE_KEYS, "unit", "value", "baseline", "change", "regression"]
     (now, now_names), (base, base_names) = _key_view(df), _key_view(baseline_df)
     if now.empty or base.empty:
         return pd.DataFrame({c: [] for c in cols})
@@ -155,7 +155,7 @@ def compare(df: pd.DataFrame, baseline_df: pd.DataFrame, profile: Profile) -> pd
         value=("value", "median"), unit=("unit", "first"))
     b = base.fillna({"size": -1.0, "rail": -1.0}).groupby(_GROUP, sort=False)["value"].median().rename("baseline")
     j = a.join(b, how="inner").reset_index()
-    higher = np.array([_direction(x, y) is not False for x, y in zip(j["suite"], j["metric"])], dtype=bool)
+    higher = np.array([direction_of(x, y) is not False for x, y in zip(j["suite"], j["metric"])], dtype=bool)
     with np.errstate(divide="ignore", invalid="ignore"):
         change = np.where(higher, (j["value"] - j["baseline"]) / j["baseline"],
                           (j["baseline"] - j["value"]) / j["baseline"])
@@ -171,7 +171,7 @@ def compare(df: pd.DataFrame, baseline_df: pd.DataFrame, profile: Profile) -> pd
     return out
 
 
-def _regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.DataFrame,
+def regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.DataFrame,
                          names: list[str]) -> list[dict]:
     if deltas is None or deltas.empty or not deltas["regression"].any():
         return []
@@ -207,7 +207,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
     tolerance = profile.get("analysis.drift_tolerance")
     out = []
     for suite, name in catalog.with_role("trend"):
-        sel = _codes_of(df["suite"], suite) & _codes_of(df["metric"], name) & ~np.isnan(_floats_of(df["value"]))
+        sel = codes_of(df["suite"], suite) & codes_of(df["metric"], name) & ~np.isnan(floats_of(df["value"]))
         sub = df.loc[sel]
         if sub.empty:
             continue
@@ -218,7 +218,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
         else:
             groups = [(None, sub)]
         for key, g in groups:
-            sizes = _floats_of(g["size"])
+            sizes = floats_of(g["size"])
             if name in ("bandwidth", "busbw") and not np.isnan(sizes).all():
                 largest = np.nanmax(sizes)
                 g, size = g[sizes == largest], largest
@@ -229,7 +229,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
             title = catalog.label(suite, name) if key is None else f"{key[0]} busbw ({key[1]})"
             if size is not None:
                 title += f" at {format_size(int(size))}"
-            values = _floats_of(g["value"])
+            values = floats_of(g["value"])
             stats = pd.Series(values).groupby(g["iteration"].to_numpy()).agg(["median", "min", "max"]).sort_index()
             at = int(np.nanargmax(values) if not higher else np.nanargmin(values))
             worst = g.iloc[at]

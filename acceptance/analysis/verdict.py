@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..results import FAILED_METRIC
-from .base import _codes_of
+from .base import codes_of
 
 PASS, FAIL, INCOMPLETE = "pass", "fail", "incomplete"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCOMPLETE: 3}
@@ -36,7 +36,7 @@ def run_verdict(run: dict, records: pd.DataFrame, findings: list[dict]) -> tuple
                or (f"ranks {run['missing_ranks']} missing" if run.get("missing_ranks") else "")
                or "the run did not finish (run.json: complete is not true)")
         return INCOMPLETE, why
-    failed = records[_codes_of(records["metric"], FAILED_METRIC)] if len(records) else records
+    failed = records[codes_of(records["metric"], FAILED_METRIC)] if len(records) else records
     failed_tests = failed["test"].nunique() if len(failed) else 0
     failing = sum(1 for f in findings if f.get("severity") == "fail")
     if failed_tests or failing or suites_exit_code(run) == EXIT_CODES[FAIL]:
@@ -46,10 +46,10 @@ def run_verdict(run: dict, records: pd.DataFrame, findings: list[dict]) -> tuple
         return FAIL, ", ".join(parts) or "a check failed (run.json: exit_code 1)"
     judged = 0
     if len(records):
-        held = _codes_of(records["verdict"], "pass") | _codes_of(records["verdict"], "fail") \
-            | _codes_of(records["verdict"], "warn")
+        held = codes_of(records["verdict"], "pass") | codes_of(records["verdict"], "fail") \
+            | codes_of(records["verdict"], "warn")
         if "bound" in records.columns:  # too few peers for its fleet bound: a warning, not a measurement judged
-            held &= ~_codes_of(records["bound"], "fleet_too_few")
+            held &= ~codes_of(records["bound"], "fleet_too_few")
         judged = int(held.sum())
     if not judged:
         return INCOMPLETE, "nothing was measured against a bound (every check skipped or recorded only information)"

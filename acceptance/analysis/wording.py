@@ -10,7 +10,7 @@ from .evaluate import DIRECTION, OUTLIER_METRICS
 
 
 
-def _fmt(x) -> str:
+def fmt_value(x) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-"
     x = float(x)
@@ -23,7 +23,7 @@ def _fmt(x) -> str:
     return f"{x:.3g}"
 
 
-def _size_text(size) -> str:
+def size_text(size) -> str:
     return "" if size is None or (isinstance(size, float) and math.isnan(size)) else f" {int(size)} B"
 
 
@@ -44,8 +44,8 @@ def data_loss(metric: str, value, ops=None, failed=None, missing=None, size=None
     wrong (12 wrong bytes at 4096 B)"; without operation counts, the wrong bytes alone."""
     collective = suite == "collective"
     noun = f"{op or 'collective'} operations" if collective else DATA_NOUNS.get(metric, "operations")
-    shown = str(int(value)) if _count(value) is not None and float(value) == int(value) else _fmt(value)
-    what = f"{shown} wrong {'elements' if collective else 'bytes'}{(' at' + _size_text(size)) if _size_text(size) else ''}"
+    shown = str(int(value)) if _count(value) is not None and float(value) == int(value) else fmt_value(value)
+    what = f"{shown} wrong {'elements' if collective else 'bytes'}{(' at' + size_text(size)) if size_text(size) else ''}"
     ops, failed, missing = _count(ops), _count(failed), _count(missing) or 0
     if not ops or not failed:
         return what
@@ -55,23 +55,23 @@ def data_loss(metric: str, value, ops=None, failed=None, missing=None, size=None
     return f"{'; '.join(parts)}: {what}"
 
 
-_METRIC_PRIORITY = {"bandwidth": 0, "latency_p50": 1, "latency_p99": 2, "latency_p999": 3, "busbw": 4, "errors": 5}
+METRIC_PRIORITY = {"bandwidth": 0, "latency_p50": 1, "latency_p99": 2, "latency_p999": 3, "busbw": 4, "errors": 5}
 
 
-def _how(kind: str, metric: str, value: float, expected: float, unit: str, size, higher: bool | None,
+def how_phrase(kind: str, metric: str, value: float, expected: float, unit: str, size, higher: bool | None,
          median_known: bool, how: str | None = None, basis: str | None = None) -> tuple[str, str]:
     """(phrase, detail): ('is 43% slow', '212.0 vs median 371.2 Gbit/s, bandwidth at 4194304 B')."""
-    at = f"{metric} at{_size_text(size)}" if _size_text(size) else metric
+    at = f"{metric} at{size_text(size)}" if size_text(size) else metric
     unit = unit or ""
     pct = _pct_worse(value, expected, higher)
     if kind == "drift":
         return (f"drifted {pct:.0%} worse over the burn-in",
-                f"{at}: {_fmt(expected)} -> {_fmt(value)} {unit}".rstrip())
+                f"{at}: {fmt_value(expected)} -> {fmt_value(value)} {unit}".rstrip())
     if kind == "instability":
         return "is unstable across burn-in iterations", f"{at}: CV {value:.0%} > {expected:.0%}"
     if kind == "regression":
         return (f"regressed {pct:.0%} against the baseline",
-                f"{at}: {_fmt(value)} vs {_fmt(expected)} {unit}".rstrip())
+                f"{at}: {fmt_value(value)} vs {fmt_value(expected)} {unit}".rstrip())
     if metric in DATA_NOUNS:
         return "corrupts data", data_loss(metric, value, size=size)
     which = "fleet bound" if how == "fleet" else "bound"
@@ -82,10 +82,10 @@ def _how(kind: str, metric: str, value: float, expected: float, unit: str, size,
     why = f" ({basis})" if basis and not median_known else ""
     if higher is False:
         return (f"has {pct:.0%} higher {metric}" if median_known else f"exceeds its {metric} {which} by {pct:.0%}",
-                f"{_fmt(value)} {ref} {_fmt(expected)} {unit}{why}"
-                f"{(' at' + _size_text(size)) if _size_text(size) else ''}")
+                f"{fmt_value(value)} {ref} {fmt_value(expected)} {unit}{why}"
+                f"{(' at' + size_text(size)) if size_text(size) else ''}")
     return (f"is {pct:.0%} slow" if median_known else f"is {pct:.0%} below its {metric} {which}",
-            f"{_fmt(value)} {ref} {_fmt(expected)} {unit}{why}, {at}")
+            f"{fmt_value(value)} {ref} {fmt_value(expected)} {unit}{why}, {at}")
 
 
 def fleet_basis(how, factor, centre, population, peers, unit) -> str | None:
@@ -96,7 +96,7 @@ def fleet_basis(how, factor, centre, population, peers, unit) -> str | None:
     if how != "fleet":
         return None
     unit = unit if isinstance(unit, str) else ""
-    return (f"{factor:g} x {_fmt(centre)} {unit}, the median of the {int(population) - 1} other measurements "
+    return (f"{factor:g} x {fmt_value(centre)} {unit}, the median of the {int(population) - 1} other measurements "
             f"of {peers}").replace("  ", " ")
 
 
@@ -106,43 +106,43 @@ def _pct_worse(value: float, expected: float, higher: bool | None) -> float:
     return (expected - value) / expected if higher is not False else (value - expected) / expected
 
 
-def _evidence_line(kind: str, row, names: list[str]) -> str:
-    where = f"{names[row.s]} -> {names[row.d]} rail {row.rail}, {row.metric}{_size_text(row.size)}"
+def evidence_line(kind: str, row, names: list[str]) -> str:
+    where = f"{names[row.s]} -> {names[row.d]} rail {row.rail}, {row.metric}{size_text(row.size)}"
     unit = row.unit if isinstance(row.unit, str) else ""
     if kind == "drift":
-        return f"{where}: {_fmt(row.expected)} -> {_fmt(row.value)} {unit} ({_change(row.value, row.expected)}) over the burn-in"
+        return f"{where}: {fmt_value(row.expected)} -> {fmt_value(row.value)} {unit} ({change_text(row.value, row.expected)}) over the burn-in"
     if kind == "instability":
-        return f"{where}: CV {row.value:.0%} across iterations (mean {_fmt(row.median)} {unit})"
+        return f"{where}: CV {row.value:.0%} across iterations (mean {fmt_value(row.median)} {unit})"
     if kind == "regression":
-        return f"{where}: {_fmt(row.value)} vs baseline {_fmt(row.expected)} {unit} ({_change(row.value, row.expected)})"
+        return f"{where}: {fmt_value(row.value)} vs baseline {fmt_value(row.expected)} {unit} ({change_text(row.value, row.expected)})"
     if row.metric in DATA_NOUNS:
         return (f"{where}: {data_loss(row.metric, row.value, getattr(row, 'ops', None), getattr(row, 'ops_failed', None), getattr(row, 'ops_missing', None))}"
                 " (must be 0)")
     parts = []
     if not math.isnan(row.median):
-        parts.append(f"{_fmt(row.value)} {unit} vs median {_fmt(row.median)} ({_change(row.value, row.median)})")
+        parts.append(f"{fmt_value(row.value)} {unit} vs median {fmt_value(row.median)} ({change_text(row.value, row.median)})")
     if not math.isnan(row.bound):
         higher = OUTLIER_METRICS.get(row.metric, DIRECTION.get(("rdma_write", row.metric), True))
         rel = "<" if higher is not False else ">"
         basis = getattr(row, "basis", None)
         which = "fleet bound" if getattr(row, "how", None) == "fleet" else "bound"
-        parts.append((f"{_fmt(row.value)} {unit} {rel} {which} {_fmt(row.bound)}" if not parts
-                      else f"{which} {_fmt(row.bound)}") + (f" ({basis})" if isinstance(basis, str) else ""))
+        parts.append((f"{fmt_value(row.value)} {unit} {rel} {which} {fmt_value(row.bound)}" if not parts
+                      else f"{which} {fmt_value(row.bound)}") + (f" ({basis})" if isinstance(basis, str) else ""))
     return f"{where}: {'; '.join(parts)}"
 
 
-def _change(value: float, reference: float) -> str:
+def change_text(value: float, reference: float) -> str:
     """Signed relative change of value against reference, as '-43%' or '+70%'."""
     if not reference or not math.isfinite(reference) or not math.isfinite(value):
         return "n/a"
     return f"{value / reference - 1:+.0%}"
 
 
-def _cap(lines: list[str], total: int) -> list[str]:
+def capped(lines: list[str], total: int) -> list[str]:
     return lines + ([f"and {total - len(lines)} more"] if total > len(lines) else [])
 
 
-def _clean(x):
+def clean_value(x):
     if x is None:
         return None
     if isinstance(x, (np.integer,)):
@@ -155,14 +155,14 @@ def _clean(x):
     return x
 
 
-def _finding(severity, scope, node, rail, peer, metric, value, expected, evidence, message, kind, unit=None,
+def make_finding(severity, scope, node, rail, peer, metric, value, expected, evidence, message, kind, unit=None,
              size=None, bound=None, basis=None, suite=None) -> dict:
     """One finding (docs/records.md). bound: how `expected` was derived when it is a bound (absolute,
     line_rate, fleet, ...); basis: a fleet bound's population, in words; suite: the records' suite."""
-    size = _clean(size)
+    size = clean_value(size)
     return {"severity": severity, "scope": scope, "node": node, "rail": None if rail is None else int(rail),
             "peer": peer, "suite": suite if isinstance(suite, str) else None,
-            "metric": metric, "value": _clean(value), "expected": _clean(expected),
+            "metric": metric, "value": clean_value(value), "expected": clean_value(expected),
             "evidence": list(evidence), "message": message, "kind": kind,
             "unit": unit if isinstance(unit, str) else None, "size": None if size is None else int(size),
             "bound": bound if isinstance(bound, str) else None, "basis": basis if isinstance(basis, str) else None}

@@ -1,0 +1,85 @@
+"""The package's import graph: no cycles (a layer uses only the layers below it) and no module
+importing another module's underscore names (each module's private parts stay its own). Both read
+the source, function-level imports included, so a lazy import cannot hide a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "acceptance"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = f.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict) -> list[tuple[str, str]]:
+    """(imported module, imported name or "") of every acceptance import in the file."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "acceptance":
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.append((sub, "") if sub in modules else (target, alias.name))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names if a.name.split(".")[0] == "acceptance"]
+    return out
+
+
+def _graph():
+    modules = _modules()
+    return modules, {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def test_no_module_imports_another_modules_private_names():
+    _, graph = _graph()
+    private = [(name, target, what) for name, imports in graph.items() for target, what in imports
+               if what.startswith("_") and not (what.startswith("__") and what.endswith("__"))]
+    assert private == [], "\n".join(f"{n} imports {t}.{w}" for n, t, w in private)
+
+
+def test_the_import_graph_has_no_cycle():
+    modules, graph = _graph()
+    edges = {n: {t for t, _ in imports if t in modules and t != n} for n, imports in graph.items()}
+    # A package's __init__ re-exports its modules: an edge into a package is an edge into what it
+    # imports, which is where a cycle would close.
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
