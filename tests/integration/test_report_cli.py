@@ -9,6 +9,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synthetic  # noqa: E402
 
+from acceptance.results import make_record  # noqa: E402
+
 
 def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptance_cli, tmp_path):
     src = synthetic.make_run(tmp_path / "full", nodes=8, rails=4, slow_nic=("node05", 2))
@@ -34,8 +36,8 @@ def _append(run: Path, nodes: list) -> int:
     path = run / "results.jsonl"
     lines = path.read_text().count("\n")
     with open(path, "a") as fh:
-        fh.write(json.dumps({"test": "suites/test_preflight.py::test_ranks", "suite": "preflight",
-                             "metric": "ranks", "value": 1, "unit": "count", "nodes": nodes, "ranks": [0]}) + "\n")
+        fh.write(json.dumps(make_record(test="suites/test_preflight.py::test_ranks", suite="preflight",
+                                        metric="ranks", value=1, unit="count", nodes=nodes, ranks=[0])) + "\n")
     return lines + 1
 
 
