@@ -4,9 +4,10 @@
       --find--> findings (bounds, fleet outliers, localization, other failures, counters,
                 burn-in, baseline) --output--> findings.json, drain.txt
 
-One module per step: load, evaluate, outliers (the point-to-point view), localize,
-failures (what is not point-to-point), trends (burn-in and baseline), wording (how
-findings read), output, and pipeline (analyze(), find()). The method is described for
+One module per step: load, validate (node names), evaluate, outliers (the pairwise view of
+every pairwise suite), localize, failures (what is not pairwise), trends (burn-in and
+baseline), fleet, wording (how findings read), output, verdict, model (Analysis), and
+pipeline (analyze(), find()). Modules share only public names. The method is described for
 users in docs/analysis.md.
 """
 
