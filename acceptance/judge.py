@@ -61,7 +61,7 @@ def floats(series: pd.Series) -> np.ndarray:
 # ---- bounds ----------------------------------------------------------------------------------
 
 def size_bound(size_map, sizes: np.ndarray) -> np.ndarray:
-    """Vectorized profile.bound_at: the bound of the last entry at or below each size (NaN: none)."""
+    """The bound of the last entry at or below each size of a SizeMap (NaN: none)."""
     if not size_map:
         return np.full(len(sizes), np.nan)
     starts = np.array([float(s) for s, _ in size_map])

@@ -339,7 +339,7 @@ def _by_size(raw: dict, value, where: str = "") -> list:
 class SizeMap(Field):
     """Bounds by message size: { "8B" = ..., "1MiB" = ... }; each applies from its size up to the next.
 
-    Stored as [[bytes, value], ...] sorted by size (JSON-friendly); see bound_at().
+    Stored as [[bytes, value], ...] sorted by size (JSON-friendly); acceptance.judge.size_bound reads it.
     """
 
     types = (dict,)
@@ -428,15 +428,6 @@ def _add_bounds() -> None:
         field = build(module)
         field.is_bound = True
         SCHEMA.setdefault(section, {})[name] = field
-
-
-def bound_at(size_map: list, size: int):
-    """The bound of a SizeMap value that applies to `size`, or None when no entry covers it."""
-    bound = None
-    for start, value in size_map:
-        if start <= size:
-            bound = value
-    return bound
 
 
 def _toml_key(key: str) -> str:

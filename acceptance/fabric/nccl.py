@@ -41,7 +41,6 @@ import atexit
 import contextlib
 import os
 import re
-import socket
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -199,11 +198,6 @@ def _with_subsystems(current: str, needed: Iterable[str]) -> str:
     if "ALL" in (n.upper() for n in names):
         return current
     return ",".join(names + [n for n in needed if n not in (m.upper() for m in names)])
-
-
-def log_identity() -> tuple[str, int]:
-    """(host, pid) as NCCL writes them in its log lines and %h/%p file names (host up to the first '.')."""
-    return socket.gethostname().split(".")[0], os.getpid()
 
 
 def net_paths(log_dir: str | os.PathLike) -> NetPaths:

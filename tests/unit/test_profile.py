@@ -2,11 +2,12 @@
 import json
 import pickle
 
+import numpy as np
 import pytest
 
+from acceptance.judge import size_bound
 from acceptance.profile import (
     SCHEMA,
-    bound_at,
     ProfileError,
     builtin_dir,
     builtin_names,
@@ -159,8 +160,8 @@ def test_size_map_bounds(tmp_path):
     p = load_profile(write(tmp_path, "m.toml", '[rdma_write]\nbandwidth_min = { "1MiB" = "10Gbit/s", "8B" = "1Mbit/s" }\n'))
     m = p.get("rdma_write.bandwidth_min")
     assert m == [[8, 0.001], [2**20, 10.0]]
-    assert bound_at(m, 4) is None and bound_at(m, 8) == 0.001 and bound_at(m, 2**20 - 1) == 0.001
-    assert bound_at(m, 64 * 2**20) == 10.0
+    got = size_bound(m, np.array([4, 8, 2**20 - 1, 64 * 2**20], dtype=float))
+    assert np.isnan(got[0]) and list(got[1:]) == [0.001, 0.001, 10.0]
 
 
 def test_size_map_errors_name_the_entry(tmp_path):
