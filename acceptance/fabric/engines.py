@@ -1,8 +1,9 @@
 """Which engine measures a suite: the profile's run.engine, or for `auto` the best one usable.
 
 `auto` prefers the verbs engine (the NICs themselves) and falls back to mpi; a
-suite needs something (its engine_needs in acceptance.catalog, e.g. "PairLink"), and an engine without
-it is passed over (the verbs engine has no collectives: they run on mpi). The
+suite needs something (its engine_needs in acceptance.catalog, e.g. "PairLink"), and an engine whose
+OFFERS (acceptance.fabric.contract) lack it is passed over (the verbs engine has no collectives:
+they run on mpi). The
 choice is agreed over the whole job, so every rank measures with the same engine
 and a node without RDMA devices makes the job fall back (named in the reason)
 instead of measuring half the pairs one way and half the other.
@@ -26,7 +27,7 @@ def _load(name: str, needs: tuple[str, ...]) -> tuple[ModuleType | None, bool, s
         module = importlib.import_module(f"{__package__}.{name}")
     except ImportError as e:
         return None, False, f"the {name} engine does not import: {e}"
-    lacks = [n for n in needs if not hasattr(module, n)]
+    lacks = [n for n in needs if n not in module.OFFERS]  # what it declares (acceptance.fabric.contract)
     if lacks:
         return None, False, f"the {name} engine has no {', '.join(lacks)}"
     ok, detail = module.available()

@@ -22,6 +22,7 @@ from mpi4py import MPI
 from ..measure import Tally, timed, timed_capped, timed_sequence, timed_verified
 from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers
+from .contract import Transfer
 from .memory import (
     Mismatch,
     allocate,
@@ -35,6 +36,8 @@ from .memory import (
 )
 
 NAME = "mpi"
+# What this engine can do (acceptance.fabric.contract.OPERATIONS).
+OFFERS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times", "registration_growth"))
 
 
 def available() -> tuple[bool, str]:
@@ -101,14 +104,6 @@ def registration_growth(nbytes: int, cycles: int) -> int:
 
 
 # ---- point-to-point ---------------------------------------------------------
-
-
-@dataclass
-class Transfer:
-    """One direction of one size: the origin's times, the target's verification."""
-
-    times_ns: np.ndarray | None  # origin only
-    tally: Tally | None  # who verified (the target of writes): what the checked operations delivered
 
 
 class PairLink:

@@ -54,6 +54,8 @@ from .collective_data import ALLREDUCE, ALLTOALL, Buffers, compare  # noqa: F401
 from .mpi import Collective, checked
 
 NAME = "nccl"
+# What this engine can do (acceptance.fabric.contract.OPERATIONS): the collectives, on GPUs.
+OFFERS = frozenset(("allreduce", "alltoall"))
 
 # NCCL_DEBUG_SUBSYS the engine needs: INIT carries the channel/transport lines and
 # "Using network", NET the NIC list and the GPU Direct RDMA decisions.

@@ -47,9 +47,12 @@ from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from . import gpumem
 from .memory import (allocate, corrupt_for_test, counter_tally, fetched_tally, fill_pattern, poison, slot_tally,
                      verify)
-from .mpi import Transfer, resident_bytes
+from .contract import Transfer
+from .mpi import resident_bytes
 
 NAME = "verbs"
+# What this engine can do (acceptance.fabric.contract.OPERATIONS); collectives run on mpi or nccl.
+OFFERS = frozenset(("PairLink", "register_times", "registration_growth", "memlock_effect", "gpu_register_times"))
 
 try:  # pyverbs builds against one rdma-core; without it the engine says why it cannot run.
     try:  # rdma-core >= v50 (and the only one from v59, Cython >= 3.1)

@@ -83,3 +83,29 @@ def test_the_import_graph_has_no_cycle():
         if v not in index:
             visit(v)
     assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_engines_declare_what_they_offer_and_have_it():
+    """What an engine can do is declared (OFFERS), from the one list of operations, and true: each
+    offered operation is there, each PairLink and IncastGroup has its Protocol's methods, and every
+    operation a catalog suite needs is offered by some engine."""
+    import importlib
+
+    from acceptance import catalog
+    from acceptance.fabric import contract, engines
+
+    offered = set()
+    for name in engines.BUILT:
+        module = importlib.import_module(f"acceptance.fabric.{name}")
+        assert module.NAME == name and module.OFFERS <= contract.OPERATIONS, name
+        for op in module.OFFERS:
+            assert hasattr(module, op), (name, op)
+        for op in contract.OPERATIONS - module.OFFERS:
+            assert not hasattr(module, op), f"{name} has {op} but does not offer it"
+        for role in ("PairLink", "IncastGroup"):
+            if role in module.OFFERS:
+                protocol = getattr(contract, role)
+                members = [m for m in dir(protocol) if not m.startswith("_") and callable(getattr(protocol, m))]
+                assert all(callable(getattr(getattr(module, role), m, None)) for m in members), (name, role)
+        offered |= module.OFFERS
+    assert {n for s in catalog.SUITES.values() for n in s.engine_needs} <= offered
