@@ -171,7 +171,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         *_latencies("pingpong_", "ping-pong", None),
         DATA_ERRORS,
     )),
-    Suite("gpudirect", ("PairLink",), pairwise=True, finding="GPUDirect: ", metrics=(
+    Suite("gpudirect", ("PairLink", "gpu_register_times"), pairwise=True, finding="GPUDirect: ", metrics=(
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth",
                outlier=True, heatmap=True, curve=True, export="gpu_write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),

@@ -24,14 +24,12 @@ def engine(request, topology, profile, run_folder):
     error = None
     if chosen is not None:
         try:
-            if name == "nccl":  # NCCL's own log says whether each rail's traffic used GPUDirect RDMA
-                chosen.configure(topology, profile, log_dir=run_folder.path / "logs")
-            else:
-                chosen.configure(topology, profile)
+            # The run's log folder: NCCL's own log there says whether each rail's traffic used GPUDirect RDMA.
+            chosen.configure(topology, profile, log_dir=run_folder.path / "logs")
         except Exception as e:  # noqa: BLE001 - every rank hears of it, so none waits in a collective
             error = f"{topology.label(topology.rank)}: {type(e).__name__}: {e}"
     # Which device each rank measures through (the verbs engine's rail NIC), for run.json.
-    every = topology.world.allgather((error, getattr(chosen, "used_device", lambda: None)() if not error else None))
+    every = topology.world.allgather((error, chosen.used_device() if chosen is not None and not error else None))
     if topology.rank == 0:
         engines = dict(run_folder.read_run().get("engines") or {})
         engines[suite] = {"engine": name, "why": why}

@@ -42,27 +42,18 @@ def gpu(topology):
     return device
 
 
-def _needs_verbs(engine):
-    if engine.NAME != "verbs":
-        pytest.skip(f"GPUDirect RDMA writes need the verbs engine (RDMA devices on every node); "
-                    f"this job measures point-to-point with the {engine.NAME} engine")
-
-
 def test_gpu_write_bandwidth(gpu, engine, topology, rail, profile, record, progress):
-    _needs_verbs(engine)
     problems = pair_bandwidth(engine, topology, rail, profile, record, progress, "write", memory="cuda", suite="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
 def test_gpu_write_latency(gpu, engine, topology, rail, profile, record, progress):
-    _needs_verbs(engine)
     problems = op_latency(engine, topology, rail, profile, record, progress, "write", memory="cuda",
                           suite="gpudirect")
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
 def test_gpu_registration_time(gpu, engine, profile, record):
-    _needs_verbs(engine)
     problems = []
     for size in sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"), profile.get("memreg.factor")):
         reg, dereg, path = engine.gpu_register_times(size, profile.get("memreg.repeats"))

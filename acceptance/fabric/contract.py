@@ -1,7 +1,8 @@
 """What an engine is, as the drivers use it: small Protocols (one per role, as pytest-xdist's
 scheduler protocol) and the one result type of a point-to-point operation.
 
-An engine is a module (mpi, verbs, nccl) with NAME, OFFERS, available() and configure(); OFFERS
+An engine is a module (mpi, verbs, nccl) with NAME, OFFERS, available(), configure() and
+used_device(); OFFERS
 names the operations it has, from the catalog's engine_needs (acceptance.catalog Suite), and
 acceptance.fabric.engines chooses by it, never by looking for attributes.
 """
@@ -73,4 +74,6 @@ class Engine(Protocol):
 
     def available(self) -> tuple[bool, str]: ...
 
-    def configure(self, topology, profile) -> None: ...
+    def configure(self, topology, profile, log_dir=None) -> None: ...
+
+    def used_device(self) -> str | None: ...

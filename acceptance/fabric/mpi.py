@@ -45,7 +45,12 @@ def available() -> tuple[bool, str]:
     return True, " ".join(MPI.Get_library_version().split("\n", 1)[0].split())
 
 
-def configure(topology, profile) -> None:
+def used_device() -> str | None:
+    """The RDMA device this rank measures through: the MPI library picks its own, unnamed here."""
+    return None
+
+
+def configure(topology, profile, log_dir=None) -> None:
     """Nothing to pick: the MPI library chooses its own devices."""
 
 

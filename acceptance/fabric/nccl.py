@@ -124,6 +124,11 @@ def device_for(local_rank: int, device_count: int) -> int:
     return local_rank % device_count
 
 
+def used_device() -> str | None:
+    """The RDMA device this rank measures through: NCCL picks its own per channel (its log names them)."""
+    return None
+
+
 def configure(topology, profile, log_dir: str | os.PathLike | None = None) -> None:
     """Pick this rank's GPU: local_rank % device_count, counted among the devices the
     process sees, so CUDA_VISIBLE_DEVICES (Slurm --gpu-bind, a site wrapper) is respected:

@@ -233,7 +233,7 @@ def pick_device(devices: Iterable[str], topology, nic_rails) -> str:
     return device
 
 
-def configure(topology, profile) -> None:
+def configure(topology, profile, log_dir=None) -> None:
     """Pick this rank's device (by rail) and read [verbs]; called once per rank before any measurement."""
     settings = Settings.from_profile(profile)
     try:
