@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,14 +14,12 @@ import time
 import traceback
 from pathlib import Path
 
-from . import __version__
+from . import __version__, launch
 from .profile import ProfileError, format_profile, format_profile_list, load_profile
 from .results import ENV_ITERATION, InputError, RunFolder
 from .watchdog import END_GRACE_S
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-# With srun: each rank's FI_TCP_IFACE becomes this prefix + its local rank (e.g. "rail" -> rail0, rail1).
-ENV_RAIL_IFACE = "ACCEPTANCE_RAIL_IFACE_PREFIX"
 # srun's report of a task that died, e.g. "srun: error: node4: tasks 6-7: Killed".
 SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Exited with exit code \d+)")
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="thresholds profile: a built-in name (acceptance profiles), a TOML file, or auto: the "
                           "built-in matching this node's GPUs and RDMA port rate (default: local, which only "
                           "checks that the harness works)")
-    run.add_argument("--launcher", choices=["auto", "local", "srun", "mpirun"], default="auto")
+    run.add_argument("--launcher", choices=["auto", *launch.LAUNCHERS], default="auto")
     run.add_argument("--nodes", type=_positive, metavar="N", help="nodes (local: virtual nodes)")
     run.add_argument("--ranks-per-node", type=_positive, metavar="R",
                      help="ranks per node = rails per node (one rank per GPU and NIC)")
@@ -450,12 +447,18 @@ def cmd_run(args) -> int:
     pytest_args = list(args.pytest_args)
     if pytest_args and pytest_args[0] == "--":
         pytest_args = pytest_args[1:]
-    launcher = _resolve_launcher(args.launcher)
+    try:
+        launcher = launch.resolve(args.launcher)
+    except launch.LaunchError as e:
+        raise UsageError(str(e)) from None
     nodes = args.nodes or profile.get("run.nodes")
     per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
-    cmd, env, what = _launch_command(launcher, nodes, per_node)
+    try:
+        cmd, env, what = launcher.command(nodes, per_node)
+    except launch.LaunchError as e:
+        raise UsageError(str(e)) from None
     cmd += ["-m", "pytest", "-p", "acceptance.pytest_plugin", "-p", "no:cacheprovider",
             "--run-dir", str(folder.path), "--profile", profile.source]
     if args.hang_timeout:
@@ -555,58 +558,6 @@ def _duration(seconds: float) -> str:
 
 _WORDS = {EXIT_OK: "all checks passed", EXIT_FAILED: "a check failed",
           EXIT_USAGE: "usage or input error", EXIT_INCOMPLETE: "incomplete"}
-
-
-def _resolve_launcher(choice: str) -> str:
-    if choice == "auto":
-        return "srun" if os.environ.get("SLURM_JOB_ID") and shutil.which("srun") else "local"
-    if choice == "srun" and not shutil.which("srun"):
-        raise UsageError("--launcher srun: srun is not on PATH")
-    return choice
-
-
-def _mpiexec() -> str:
-    # The pip-installed MPICH sits next to this interpreter; prefer it, since
-    # mpi4py in this environment was built against it.
-    here = Path(sys.executable).parent / "mpiexec"
-    found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
-    if not found:
-        raise UsageError("no mpiexec found: `pip install 'acceptance[mpich]'`, or load your "
-                         "cluster's MPI module (and build mpi4py against it)")
-    return found
-
-
-def _launch_command(launcher: str, nodes: int, per_node: int) -> tuple[list[str], dict, str]:
-    # Imported here: topology imports mpi4py.MPI, which initializes MPI, and commands such
-    # as `srun acceptance counters snapshot` must not start MPI in every task.
-    from .nics import ENV_DEVICE_MAP
-    from .topology import ENV_NODES, ENV_RANKS_PER_NODE
-    env = dict(os.environ)
-    python = [sys.executable, "-m", "mpi4py"]  # a rank that dies aborts the job instead of hanging it
-    n = nodes * per_node
-    if launcher == "local":
-        env[ENV_NODES], env[ENV_RANKS_PER_NODE] = str(nodes), str(per_node)
-        devices = os.environ.get(ENV_DEVICE_MAP)
-        return ([_mpiexec(), "-n", str(n), *python], env,
-                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails (mpiexec)"
-                + (f", each node's RDMA devices from {ENV_DEVICE_MAP}={devices}" if devices else ""))
-    if launcher == "mpirun":
-        for var in (ENV_NODES, ENV_RANKS_PER_NODE):
-            env.pop(var, None)
-        mpirun = shutil.which("mpirun") or _mpiexec()
-        return [mpirun, "-n", str(n), *python], env, f"{n} ranks ({mpirun})"
-    srun = ["srun", "--kill-on-bad-exit=1"]
-    if not os.environ.get("SLURM_NTASKS_PER_NODE") and os.environ.get("SLURM_JOB_NUM_NODES"):
-        # The job did not fix its tasks per node (an exclusive job of whole nodes): one rank per rail.
-        job_nodes = int(os.environ["SLURM_JOB_NUM_NODES"])
-        srun += [f"--nodes={job_nodes}", f"--ntasks={job_nodes * per_node}", f"--ntasks-per-node={per_node}"]
-    if os.environ.get("ACCEPTANCE_SRUN_MPI"):
-        srun.append(f"--mpi={os.environ['ACCEPTANCE_SRUN_MPI']}")
-    if os.environ.get(ENV_RAIL_IFACE):
-        # Each rank's MPI traffic leaves through its own rail: interface <prefix><local rank>.
-        # Set per rank, before MPI starts, so it must happen in the rank's own shell.
-        srun += ["/bin/sh", "-c", f'FI_TCP_IFACE="${{{ENV_RAIL_IFACE}}}$SLURM_LOCALID" exec "$0" "$@"']
-    return [*srun, *python], env, f"srun over Slurm job {os.environ.get('SLURM_JOB_ID', '?')}"
 
 
 def _is_path(arg: str) -> bool:
