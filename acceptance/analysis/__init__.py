@@ -6,8 +6,9 @@
 
 One module per step: load, validate (node names), evaluate, outliers (the pairwise view of
 every pairwise suite), localize, failures (what is not pairwise), trends (burn-in and
-baseline), fleet, wording (how findings read), output, verdict, model (Analysis), and
-pipeline (analyze(), find()). Modules share only public names. The method is described for
+baseline), fleet, wording (how findings read), output, verdict, model (Analysis), detectors (one
+function of a shared Context per kind of finding: pairwise, bounds, tests, counters, too few,
+burn-in, baseline) and pipeline (analyze(), find(): every detector, in order). Modules share only public names. The method is described for
 users in docs/analysis.md.
 """
 

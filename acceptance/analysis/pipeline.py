@@ -5,22 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from .. import catalog
 from ..results import InputError
 from ..profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
 from .model import Analysis
 from .evaluate import evaluate
-from .failures import counter_findings, failed_tests, other_failures
-from .fleet import too_few_findings
+from .detectors import DETECTORS, Context
 from .load import load_records
-from .localize import localize
-from .outliers import against_rails, bad_pairs, fleet_outliers, measured_pairs, node_names, pairwise_view, pair_values, rail_planes
 from .output import drain_lines
-from .trends import burnin_findings, regression_findings, compare
+from .trends import compare
 from .validate import check_record_nodes, topology_nodes
 
 
@@ -44,39 +39,8 @@ def _evaluated(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
 def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> list[dict]:
     if ev.empty:
         return []
-    findings, p2p_idx, measured, names = [], [], None, []
-    # Every pairwise suite the catalog marks, each compared with its own fleet and localized alone.
-    for suite in catalog.pairwise():
-        p, names, idx = pairwise_view(ev, suite.name)
-        if not len(idx):
-            continue
-        p2p_idx.append(idx)
-        here = measured_pairs(p)
-        if measured is None or suite.name == "rdma_write":  # burn-in and baseline localize host pairs
-            measured = here
-        pairs = pair_values(p, suite.name)
-        outliers = fleet_outliers(pairs, profile)
-        planes = rail_planes(pairs, profile) if pairs["rail"].nunique() >= 3 else None
-        bad = bad_pairs(p, outliers, profile, suite.name)
-        if planes is not None and len(planes):
-            bad = against_rails(bad, pairs, planes, profile, suite.name)
-        found = localize(bad, here, names, profile, "fleet", planes)
-        for f in found:
-            f["suite"] = suite.name
-            f["message"] = suite.finding + f["message"]
-        findings += found
-    if measured is None:
-        measured = pd.DataFrame({"rail": [], "u": [], "v": []}, dtype=np.int64)
-        names = node_names(ev)[0]
-    p2p_idx = np.concatenate(p2p_idx) if p2p_idx else np.zeros(0, dtype=np.int64)
-    findings += other_failures(ev, p2p_idx)
-    findings += failed_tests(ev)
-    findings += counter_findings(ev)
-    findings += too_few_findings(ev, profile.get("fleet.min_population"))
-    findings += burnin_findings(ev, profile, measured)
-    if deltas is not None:
-        findings += regression_findings(deltas, profile, measured, names)
-    return _sort(findings)
+    ctx = Context.of(ev, profile, deltas)
+    return _sort([f for detect in DETECTORS for f in detect(ctx)])
 
 
 def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = None) -> list[dict]:
