@@ -111,6 +111,28 @@ def registration_growth(nbytes: int, cycles: int) -> int:
 # ---- point-to-point ---------------------------------------------------------
 
 
+def _windowed(call: Callable, flush: Callable, local: np.ndarray, target: int, slots: Slots, size: int,
+              window: int) -> Callable[[int], Callable[[], None]]:
+    """op_at(t) of a windowed RMA loop: iteration t of a batch calls `call` (Put or Get) on each of its
+    slots, local and remote at the same offset, then one Flush."""
+    def op_at(t: int):
+        plan = [([local[off:off + size], MPI.BYTE], off) for off in slots.offsets(t)]
+        if window == 1:  # no inner loop: it would add to every latency sample
+            (spec, disp), = plan
+
+            def op():
+                call(spec, target, disp)
+                flush(target)
+            return op
+
+        def op():
+            for spec, disp in plan:
+                call(spec, target, disp)
+            flush(target)
+        return op
+    return op_at
+
+
 class PairLink:
     """Two ranks (a pair communicator of size 2) with an RMA window on each.
 
@@ -160,21 +182,7 @@ class PairLink:
             win, target, send = self.win, self.peer, self.send
             put, flush = win.Put, win.Flush
 
-            def op_at(t: int):
-                plan = [([send[off:off + size], MPI.BYTE], off) for off in slots.offsets(t)]
-                if window == 1:  # no inner loop: it would add to every latency sample
-                    (spec, disp), = plan
-
-                    def op():
-                        put(spec, target, disp)
-                        flush(target)
-                    return op
-
-                def op():
-                    for spec, disp in plan:
-                        put(spec, target, disp)
-                    flush(target)
-                return op
+            op_at = _windowed(put, flush, send, target, slots, size, window)
 
             win.Lock(target, MPI.LOCK_SHARED)
             try:
@@ -233,21 +241,7 @@ class PairLink:
             get, flush = win.Get, win.Flush
             tally = Tally()
 
-            def op_at(t: int):
-                plan = [([local[off:off + size], MPI.BYTE], off) for off in slots.offsets(t)]
-                if window == 1:  # no inner loop: it would add to every latency sample
-                    (spec, disp), = plan
-
-                    def op():
-                        get(spec, target, disp)
-                        flush(target)
-                    return op
-
-                def op():
-                    for spec, disp in plan:
-                        get(spec, target, disp)
-                    flush(target)
-                return op
+            op_at = _windowed(get, flush, local, target, slots, size, window)
 
             def after(batch: int, written: int, last: bool) -> None:
                 tally.merge(slot_tally(local[:written * size], size, *seed, 0))
