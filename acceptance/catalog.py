@@ -215,6 +215,9 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("counters", (), measures=False, metrics=(
         Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise",
                setting=lambda f: f.Int(0, help="rise an error counter (symbol_error, link_downed, CRC, ...) may show in one window")),
+        Metric(("retransmit",), "ppm", False, "counter", "counters.retransmit_ppm_max",
+               label="retransmissions per million packets",
+               setting=lambda f: f.Float(0.0, help="retransmissions (out_of_sequence, packet_seq_err, local_ack_timeout_err, duplicate_request, ...) per million packets a port moved in one window; 0 = none allowed")),
         Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise",
                setting=lambda f: f.Int(0, help="rise of a discard counter above which a port warns")),
         Metric(("pause",), "1/s", False, "counter", "counters.pause_rate_max", label="pause frames per second",

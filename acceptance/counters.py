@@ -24,13 +24,13 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .counter_kinds import CNP_COUNTERS, KINDS, REQ_RESP_ERROR, kind_of  # noqa: F401 - KINDS, kind_of: re-exported
+from .counter_kinds import CNP_COUNTERS, KINDS, PACKET_COUNTERS, REQ_RESP_ERROR, kind_of  # noqa: F401 - KINDS, kind_of: re-exported
 from .naming import natural_key
 from .results import VERDICTS, read_json, utc_now, worst
 
@@ -328,6 +328,8 @@ class Delta:
     seconds: float
     rate: float | None         # delta / seconds
     note: str | None = None    # "reset or wrapped"
+    packets: int | None = None  # retransmit kind: the port's packets sent + received in the window
+    ppm: float | None = None    # retransmit kind: delta per million of those packets (None: unknown)
 
 
 class DiffResult(list):
@@ -354,7 +356,7 @@ def saturated(snap: Mapping[str, Any]) -> list[str]:
         for name, c in port.get("counters", {}).items():
             width = c.get("width")
             if (_saturates(c.get("source", ""), width) and c.get("value") == 2**width - 1
-                    and kind_of(name) in ("error", "discard")):
+                    and kind_of(name) in ("error", "retransmit", "discard")):
                 lines.append(f"{port['device']} port {port['port']}: {name} at {2**width - 1} ({width}-bit)")
     return lines
 
@@ -399,7 +401,26 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
             if name not in was:
                 continue
             deltas.append(_delta(key, a.get("netdev"), name, was[name], c, seconds))
-    return DiffResult(deltas, notes, str(after["node"]), seconds)
+    return DiffResult(_per_packet(deltas), notes, str(after["node"]), seconds)
+
+
+def _per_packet(deltas: list[Delta]) -> list[Delta]:
+    """Retransmit counters related to their port's traffic: packets (the first PACKET_COUNTERS pair
+    the port has, both deltas known) and ppm. No retransmission is 0 ppm even without a packet count."""
+    by_port: dict[tuple, dict[str, int | None]] = {}
+    for d in deltas:
+        by_port.setdefault((d.device, d.port), {})[d.name] = d.delta
+    out = []
+    for d in deltas:
+        if d.kind == "retransmit":
+            seen = by_port[(d.device, d.port)]
+            packets = next((seen[a] + seen[b] for a, b in PACKET_COUNTERS
+                            if seen.get(a) is not None and seen.get(b) is not None), None)
+            ppm = (0.0 if d.delta == 0 else None if d.delta is None or not packets
+                   else d.delta / packets * 1e6)
+            d = replace(d, packets=packets, ppm=ppm)
+        out.append(d)
+    return out
 
 
 def _delta(key, netdev, name: str, old: Mapping, new: Mapping, seconds: float) -> Delta:
@@ -428,19 +449,22 @@ class Limits:
     discards_max: int = 0                # rise of a discard counter above which a port warns
     pause_rate_max: float | None = None  # pause frames per second (per counter); None: recorded only
     cnp_rate_max: float | None = None    # CNPs / ECN-marked packets per second; None: recorded only
+    retransmit_ppm_max: float = 0.0      # retransmissions per million packets of the port in one window
 
     @classmethod
     def from_profile(cls, profile) -> Limits:
         if profile is None:
             return cls()
         return cls(errors_max=profile.get("counters.errors_max"),
+                   retransmit_ppm_max=profile.get("counters.retransmit_ppm_max"),
                    discards_max=profile.get("counters.discards_max"),
                    pause_rate_max=profile.get("counters.pause_rate_max"),
                    cnp_rate_max=profile.get("counters.cnp_rate_max"))
 
     def keys(self) -> dict:
         """The profile keys these limits stand for (what acceptance.judge.counter reads)."""
-        return {"counters.errors_max": self.errors_max, "counters.discards_max": self.discards_max,
+        return {"counters.errors_max": self.errors_max, "counters.retransmit_ppm_max": self.retransmit_ppm_max,
+                "counters.discards_max": self.discards_max,
                 "counters.pause_rate_max": self.pause_rate_max, "counters.cnp_rate_max": self.cnp_rate_max}
 
 
@@ -448,21 +472,34 @@ def counter_verdict(delta: Delta, limits: Limits) -> str:
     """fail | warn | pass | info for one counter change, by the one judge (acceptance.judge.counter):
     error: fail when it rose by more than errors_max or saturated during the window, warn when it was
     saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
-    discard: warn when it rose by more than discards_max or saturated. pause / cnp: warn when the rate
-    exceeds its bound (info without a bound). Every other kind: info.
+    retransmit: as error, per million packets of the port against retransmit_ppm_max; warn when that
+    rate is unknown (it rose and the port's packet count is unknown, or it was reset or wrapped). discard: warn when it rose by more than discards_max or
+    saturated. pause / cnp: warn when the rate exceeds its bound (info without a bound). Every other
+    kind: info.
     """
     from . import judge
-    rated = delta.kind in ("pause", "cnp")
-    name, unit, value = ((delta.name + "_rate", "1/s", delta.rate) if rated
-                         else (delta.name, "count", delta.delta))
+    name, unit, value = judged_as(delta)
     _, code = judge.counter(np.array([name], dtype=object), np.array([unit], dtype=object),
                             np.array([np.nan if value is None else float(value)]),
                             np.array([delta.saturated], dtype=object), limits.keys())
     return VERDICTS[int(code[0])]
 
 
+# Kinds judged by a derived value, recorded beside the count: (metric suffix, unit, Delta field).
+DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm")}
+
+
+def judged_as(delta: Delta) -> tuple[str, str, float | None]:
+    """(metric, unit, value) of the record that carries a counter's verdict."""
+    if delta.kind in DERIVED:
+        suffix, unit, field = DERIVED[delta.kind]
+        return delta.name + suffix, unit, getattr(delta, field)
+    return delta.name, "count", delta.delta
+
+
 def _rate_bound(kind: str, limits: Limits) -> float | None:
-    return {"pause": limits.pause_rate_max, "cnp": limits.cnp_rate_max}.get(kind)
+    return {"pause": limits.pause_rate_max, "cnp": limits.cnp_rate_max,
+            "retransmit": limits.retransmit_ppm_max}.get(kind)
 
 
 def _count_bound(kind: str, limits: Limits) -> int | None:
@@ -502,6 +539,17 @@ def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
             why = ("error counters must not rise" if limits.errors_max == 0
                    else f"more than the {limits.errors_max:,} allowed")
             lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window ({why})")
+        elif d.kind == "retransmit":
+            if d.delta is None:
+                lines.append(f"{where}: {d.name} was reset or wrapped during the window: how far it rose "
+                             f"is unknown")
+            elif d.ppm is None:
+                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, and the port's packet "
+                             f"count is unknown: it cannot be judged against the traffic")
+            else:
+                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, {_num(d.ppm)} per million "
+                             f"of the port's {d.packets:,} packets (more than the "
+                             f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
         elif d.kind == "discard":
             lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window "
                          f"(more than {limits.discards_max:,}: packets dropped on this port)")
@@ -514,7 +562,7 @@ def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
 
 
 # ---- records for the suites ---------------------------------------------------
-RECORDED_KINDS = ("error", "discard", "pause", "pause_duration", "cnp", "wait", "corrected")
+RECORDED_KINDS = ("error", "retransmit", "discard", "pause", "pause_duration", "cnp", "wait", "corrected")
 
 
 def _detail(d: Delta) -> str:
@@ -532,8 +580,9 @@ def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, in
     """Keyword dicts for a suite's `record(**kw)`: one per counter of a recorded kind (not data/other).
 
     The count record carries the count bound and verdict for error and discard counters. Pause and
-    CNP counters get a second record, name + "_rate" in 1/s, which carries the rate bound and the
-    verdict (their count record is info). Each carries the counter's device, port and saturation.
+    CNP counters get a second record, name + "_rate" in 1/s, and retransmit counters one named
+    name + "_ppm" (per million packets of the port), which carries the bound and the verdict (their
+    count record is info). Each carries the counter's device, port and saturation.
     """
     out = []
     for d in deltas:
@@ -542,12 +591,14 @@ def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, in
         verdict = counter_verdict(d, limits)
         common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d), "device": d.device,
                   "port": d.port, "saturated": d.saturated}
-        rated = d.kind in ("pause", "cnp")
+        rated = d.kind in DERIVED
         out.append({"metric": d.name, "value": d.delta, "unit": "us" if d.kind == "pause_duration" else "count",
                     "threshold": _count_bound(d.kind, limits), "verdict": "info" if rated else verdict, **common})
         if rated:
-            out.append({"metric": d.name + "_rate", "value": d.rate, "unit": "1/s",
-                        "threshold": _rate_bound(d.kind, limits), "verdict": verdict, **common})
+            metric, unit, value = judged_as(d)
+            detail = common["detail"] + (f"; {d.packets:,} packets" if d.packets is not None else "")
+            out.append({**common, "metric": metric, "value": value, "unit": unit, "detail": detail,
+                        "threshold": _rate_bound(d.kind, limits), "verdict": verdict})
     return out
 
 
@@ -599,7 +650,8 @@ def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
             change = d.note or "unknown"
         else:
             change = f"{d.delta:+,}"
-        rate = f"{_num(d.rate)}/s" if d.rate is not None and d.delta else ""
+        rate = (f"{_num(d.ppm)} ppm" if d.ppm is not None and d.delta
+                else f"{_num(d.rate)}/s" if d.rate is not None and d.delta else "")
         rows.append((d.device, str(d.port), d.name, d.kind, change, rate, verdict))
     lines = [f"{node}: port counters over {seconds:,.1f} s"]
     if not rows:

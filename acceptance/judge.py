@@ -238,31 +238,37 @@ def memlock(values: np.ndarray, profile: Profile, key: str) -> tuple[np.ndarray,
             np.where(unlimited | (values >= float(minimum)), PASS, FAIL).astype(np.int8))
 
 
-COUNTER_SEVERITY = {"error": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
+COUNTER_SEVERITY = {"error": FAIL, "retransmit": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
+# A derived counter record: its metric is the counter's name plus this suffix (acceptance.counters.DERIVED).
+COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm"}
 
 
 def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,
             profile: Profile | dict) -> tuple[np.ndarray, np.ndarray]:
-    """Port counter deltas: an error counter fails when it rises more than errors_max, a discard
-    counter warns above discards_max; pause and CNP rates (unit 1/s) warn above their bounds. A
-    saturated counter has no delta (value null) and a `saturated` field: one that saturated during
-    the window ("during") rose; one saturated before it ("before") only warns."""
+    """Port counter deltas: an error counter fails when it rises more than errors_max, a retransmit
+    counter per million packets of its port (unit ppm) above retransmit_ppm_max (and warns when the
+    rate is unknown: no packet count, or the counter reset or wrapped), a discard counter warns above discards_max; pause and CNP rates (unit 1/s) warn
+    above their bounds. Each is judged in the unit its catalog entry names; a count beside a derived
+    value is information. A saturated counter has no delta (value null) and a `saturated` field: one
+    that saturated during the window ("during") rose; one saturated before it ("before") only warns."""
     from .counter_kinds import kind_of
     threshold = np.full(len(values), np.nan)
     verdict = np.full(len(values), INFO, dtype=np.int8)
     during, before = saturated == "during", saturated == "before"
     for name, unit in set(zip(names, units)):
         sel = (names == name) & (units == unit)
-        is_rate = unit == "1/s"
-        kind = kind_of(name[:-len("_rate")] if is_rate and name.endswith("_rate") else name)
+        suffix = COUNTER_SUFFIX.get(unit)
+        kind = kind_of(name[:-len(suffix)] if suffix and name.endswith(suffix) else name)
         entry = catalog.metric("counters", kind)
-        if entry is None or (entry.unit == "1/s") != is_rate:
-            continue  # information: data, wait, corrected, other, and a pause/CNP count
+        if entry is None or entry.unit != unit:
+            continue  # information: data, wait, corrected, other, and the count beside a derived value
         bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.counters.Limits)
         b = np.full(int(sel.sum()), np.nan if bound is None else float(bound))
         v = compare(values[sel], b, False)
         v[v == FAIL] = COUNTER_SEVERITY[kind]
-        if not is_rate:
+        if unit == "ppm":
+            v[np.isnan(values[sel])] = WARN  # it rose with no packet count, or was reset or wrapped
+        if unit != "1/s":
             v[during[sel]] = COUNTER_SEVERITY[kind]
             v[before[sel]] = WARN
         threshold[sel], verdict[sel] = b, v

@@ -519,6 +519,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "perftest": {
         "duration": Duration("5s", help="ib_write_bw run time per pair and direction (-D)"),
         "max_size": Size("8MiB", help="ib_write_bw message size: the sweep's largest, at most this"),
+        "timeout": Duration("30s", positive=True, help="how much longer than its own test time (duration, or "
+                            "iterations at 100 us) a perftest client may run before it is killed; keep it "
+                            "below run.hang_timeout"),
     },
     "incast": {
         "senders": Int(4, min=1, help="senders writing to one receiver at once (K), at most the rail's nodes - 1"),

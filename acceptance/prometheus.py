@@ -34,7 +34,7 @@ Families:
   acceptance_collective_busbw_bytes_per_second{op,scope,rail,size_bytes}
         median bus bandwidth at the largest size; scope world, rail (with rail) or node (median over nodes)
   acceptance_port_error_increase{node,rail,device,port,counter,kind}
-        largest rise of an error or discard counter (acceptance.counters.kind_of) in one
+        largest rise of an error, retransmit or discard counter (acceptance.counters.kind_of) in one
         measurement window; non-zero ones only
   acceptance_node_drain_suggested{node}             1 for each node of the drain lines
 
@@ -65,7 +65,7 @@ BANDWIDTH_BYTES = {"Gbit/s": 1e9 / 8, "Mbit/s": 1e6 / 8, "bit/s": 1 / 8, "GB/s":
 SECONDS = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}
 # Counter kinds (acceptance.counters.kind_of) that count something going wrong, not traffic, pause
 # frames, waits or congestion notifications.
-ERROR_KINDS = ("error", "discard")
+ERROR_KINDS = ("error", "retransmit", "discard")
 
 
 # ---------------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
         return
     # -u: the QP's ACK timeout exponent, the verbs engine's ([verbs] timeout): one connection setting for both.
     side = {"device": me["device"], "ib_port": me["port"], "gid_index": me["gid"],
-            "extra": ("-u", str(profile.get("verbs.timeout")))}
+            "extra": ("-u", str(profile.get("verbs.timeout"))), "allowance_s": profile.get("perftest.timeout")}
     specs = (perftest.Spec("bw", size=min(sweep_from_profile(profile).sizes[-1], profile.get("perftest.max_size")),
                            duration_s=profile.get("perftest.duration"), tx_depth=profile.get("verbs.tx_depth"), **side),
              perftest.Spec("lat", size=profile.get("latency.size"), iters=profile.get("latency.iters"), **side))

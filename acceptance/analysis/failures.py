@@ -153,6 +153,11 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
                 return f"{row.metric} saturated {row.saturated} the window"
             if row.unit == "1/s":
                 return f"{row.metric} {fmt_value(row.value)}/s > {fmt_value(row.threshold)}/s"
+            if row.unit == "ppm":
+                if pd.isna(row.value):
+                    return f"{row.metric.removesuffix('_ppm')} rose, with no packet count to relate it to"
+                return (f"{row.metric.removesuffix('_ppm')} {fmt_value(row.value)} per million packets "
+                        f"(bound {fmt_value(row.threshold)})")
             return f"{row.metric} rose by {fmt_value(row.value)} (bound {fmt_value(row.threshold)})"
 
         evidence = [f"{what(row)} during {row.test}" for row in g.head(EVIDENCE_MAX).itertuples()]

@@ -138,7 +138,7 @@ def test_widths():
 
 @pytest.mark.parametrize("name, kind", [
     ("symbol_error", "error"), ("link_downed", "error"), ("port_rcv_remote_physical_errors", "error"),
-    ("local_link_integrity_errors", "error"), ("out_of_sequence", "error"), ("local_ack_timeout_err", "error"),
+    ("local_link_integrity_errors", "error"), ("out_of_sequence", "retransmit"), ("local_ack_timeout_err", "retransmit"),
     ("req_remote_access_errors", "error"), ("resp_local_length_error", "error"), ("rx_crc_errors_phy", "error"),
     ("rx_err_lane_2_phy", "error"), ("link_down_events_phy", "error"), ("tx_pause_storm_error_events", "error"),
     ("req_cqe_flush_error", "other"),  # QP teardown with posted work requests: normal
@@ -150,7 +150,7 @@ def test_widths():
     ("np_cnp_sent", "cnp"), ("rp_cnp_handled", "cnp"), ("np_ecn_marked_roce_packets", "cnp"),
     ("port_xmit_wait", "wait"), ("rx_corrected_bits_phy", "corrected"),
     ("port_xmit_data", "data"), ("port_rcv_packets", "data"), ("rx_bits_phy", "data"), ("rx_prio3_bytes", "data"),
-    ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "error"), ("completer_retry_err", "error"), ("rcvd_seq_err", "error"), ("sent_pkts", "data"), ("rcvd_rnr_err", "other"), ("module_unplug", "other"),
+    ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "retransmit"), ("completer_retry_err", "retransmit"), ("rcvd_seq_err", "retransmit"), ("sent_pkts", "data"), ("rcvd_rnr_err", "other"), ("module_unplug", "other"),
 ])
 def test_kind_of(name, kind):
     assert c.kind_of(name) == kind
@@ -311,11 +311,13 @@ def test_reset_gives_no_delta(ib_root):
     fakesysfs.set_counter(ib_root, "mlx5_0", 1, "symbol_error", 0)  # perfquery -R
     fakesysfs.set_counter(ib_root, "mlx5_0", 1, "out_of_sequence", 3, hw=True)  # 32-bit Q-counter wrapped
     deltas = c.diff(before, snap_at(ib_root, 1.0))
-    for name in ("symbol_error", "out_of_sequence"):
+    for name, verdict in (("symbol_error", "info"), ("out_of_sequence", "warn")):
         d = by_name(deltas, "mlx5_0", name)
         assert (d.delta, d.rate, d.note, d.saturated) == (None, None, "reset or wrapped", None)
-        assert c.counter_verdict(d, c.Limits()) == "info"
-    assert c.problems(deltas, c.Limits(), "node3") == []
+        # a retransmit counter is judged per packet: wrapped, its rate is unknown, and it may have risen
+        assert c.counter_verdict(d, c.Limits()) == verdict
+    assert c.problems(deltas, c.Limits(), "node3") == [
+        "node3 mlx5_0 port 1: out_of_sequence was reset or wrapped during the window: how far it rose is unknown"]
     assert "reset or wrapped" in c.format_diff(deltas, c.Limits(), "node3")
 
 
@@ -398,7 +400,7 @@ def test_to_records_details_and_values(tmp_path, monkeypatch):
     deltas = c.diff(before, snap_at(root, 10.0))
     limits = c.Limits(pause_rate_max=1000.0)
     recs = c.to_records(deltas, limits, {"mlx5_0": 0, "mlx5_1": 1})
-    assert not {c.kind_of(r["metric"].removesuffix("_rate")) for r in recs} & {"data", "other"}
+    assert not {c.kind_of(r["metric"].removesuffix("_rate").removesuffix("_ppm")) for r in recs} & {"data", "other"}
     get = {(r["detail"].split(";")[0], r["metric"]): r for r in recs}
     assert get[("mlx5_0 port 1", "port_rcv_errors")] == {
         "metric": "port_rcv_errors", "value": 7, "unit": "count", "rail": 0, "threshold": 0, "verdict": "fail",
@@ -454,14 +456,18 @@ def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
     assert before["problems"] == []
     kinds = {name: c.kind_of(name) for name in before["ports"][0]["counters"]}
     assert {n for n, k in kinds.items() if k == "error"} == {
-        "completer_retry_err", "duplicate_request", "link_downed", "out_of_seq_request", "rcvd_seq_err",
-        "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"}
+        "link_downed", "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"}
+    assert {n for n, k in kinds.items() if k == "retransmit"} == {
+        "completer_retry_err", "duplicate_request", "out_of_seq_request", "rcvd_seq_err"}
     assert {n for n, k in kinds.items() if k == "data"} == {"rcvd_pkts", "sent_pkts", "rdma_recvs", "rdma_sends"}
     fakesysfs.set_counter(root, "rxe_n1r0", 1, "out_of_seq_request", 12, hw=True)
     fakesysfs.set_counter(root, "rxe_n1r0", 1, "sent_pkts", 5000, hw=True)
     deltas = c.diff(before, c.snapshot(root, ethtool=False, node="node1"))
+    # judged per packet: 12 of the port's 5,000 (sent_pkts + rcvd_pkts) is 2,400 per million
     assert c.problems(deltas, c.Limits(), "node1") == [
-        "node1 rxe_n1r0 port 1: out_of_seq_request rose by 12 during the window (error counters must not rise)"]
+        "node1 rxe_n1r0 port 1: out_of_seq_request rose by 12 during the window, 2,400 per million of the "
+        "port's 5,000 packets (more than the 0 allowed: lost or late packets)"]
     recs = c.to_records(deltas, c.Limits(), {"rxe_n1r0": 0})
     assert {(r["metric"], r["value"], r["verdict"], r["rail"]) for r in recs if r["value"]} == {
-        ("out_of_seq_request", 12, "fail", 0)}
+        ("out_of_seq_request", 12, "info", 0), ("out_of_seq_request_ppm", 2400.0, "fail", 0)}
+    assert c.problems(deltas, c.Limits(retransmit_ppm_max=2400.0), "node1") == []
