@@ -164,8 +164,9 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
         names = list(dict.fromkeys(g["metric"]))
         headline = what(next(g.itertuples()))
         more = f" and {len(names) - 1} more counter(s)" if len(names) > 1 else ""
-        advice = ("error counters must not rise: check the cable, transceiver and switch port"
-                  if severity == "fail" else "congestion or drops on this port")
+        advice = ("congestion or drops on this port" if severity != "fail"
+                  else "packets lost or late: check the cable, transceiver and switch port" if h["unit"] == "ppm"
+                  else "error counters must not rise: check the cable, transceiver and switch port")
         value = None if pd.isna(h["value"]) else float(h["value"])
         bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
         out.append(make_finding(severity, "nic", node, rail, None, h["metric"], value, bound,

@@ -97,3 +97,26 @@ def test_pause_rate_above_the_profile_bound_warns(tmp_path, node_tree):
     f = next(f for f in analyze(run, profile=str(prof)).findings if f["kind"] == "counter")
     assert (f["severity"], f["node"], f["rail"]) == ("warn", "node03", 3)
     assert "rx_prio3_pause_rate 5,000/s > 10/s" in f["message"] or "5000" in f["message"]
+
+
+def test_retransmissions_are_judged_per_million_packets_of_their_port(tmp_path, node_tree):
+    """30 out_of_sequence in 30,000 packets (sent + received) of mlx5_1 is 1,000 per million: a NIC finding
+    under a profile that allows none, nothing under one that allows 2,000."""
+    def change():
+        fakesysfs.set_counter(node_tree, "mlx5_1", 1, "out_of_sequence", 30, hw=True)
+        fakesysfs.set_counter(node_tree, "mlx5_1", 1, "port_xmit_packets", 10_000)
+        fakesysfs.set_counter(node_tree, "mlx5_1", 1, "port_rcv_packets", 20_000)
+    recs = window(change)
+    (ppm,) = [r for r in recs if r["metric"] == "out_of_sequence_ppm" and r["device"] == "mlx5_1"]
+    assert (ppm["value"], ppm["unit"], ppm["verdict"]) == (pytest.approx(1000.0), "ppm", "fail")
+    assert ppm["detail"] == "mlx5_1 port 1; 30,000 packets"
+    assert {r["verdict"] for r in recs if r["metric"] == "out_of_sequence"} == {"info"}
+    (f,) = [f for f in analyzed(tmp_path, recs).findings if f["kind"] == "counter"]
+    assert (f["node"], f["rail"], f["metric"], f["severity"]) == ("node03", 1, "out_of_sequence_ppm", "fail")
+    assert "node03 mlx5_1 port 1 (rail 1): out_of_sequence 1000.0 per million packets (bound 0)" in f["message"]
+    assert "packets lost or late" in f["message"]
+
+    toml = tmp_path / "allows.toml"
+    toml.write_text('extends = "local"\n[counters]\nretransmit_ppm_max = 2000\n')
+    relaxed = [r for r in window(change, str(toml)) if r["metric"] == "out_of_sequence_ppm"]
+    assert relaxed and {r["verdict"] for r in relaxed} == {"pass"}
