@@ -1,7 +1,8 @@
 """What this machine offers: one probe per engine or launcher, never raising.
 
-`acceptance doctor` prints `probe_all()`; engines and suites reuse single probes
-so that an unusable engine skips with the same concrete reason on every rank.
+`acceptance doctor` prints `probe_all()`. The mpi, verbs and nccl lines are the engines' own
+available() (acceptance.fabric.engines.probe): the reason the doctor prints is the one engine
+selection and the suites' skips give.
 """
 from __future__ import annotations
 
@@ -18,8 +19,6 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 TIMEOUT_S = 5.0  # bound on every external command: a probe must never hang
-SYSFS_IB = Path("/sys/class/infiniband")
-CUPY_HINT = "pip install 'acceptance[gpu]'"
 
 
 @dataclass(frozen=True)
@@ -74,12 +73,6 @@ def first_line(cmd: list[str], timeout: float | None = None, contains: str | Non
     return lines[0]
 
 
-def nccl_version_string(code: int) -> str:
-    """NCCL's integer version: 22703 -> "2.27.3"; before 2.9 it was 2804 -> "2.8.4"."""
-    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
-    return f"{major}.{rest // 100}.{rest % 100}"
-
-
 def _never_raises(name: str) -> Callable:
     """A probe that raises anyway reports the exception as its reason."""
     def wrap(fn: Callable[[], Availability]) -> Callable[[], Availability]:
@@ -97,39 +90,13 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
 
 
-def _sysfs_ports(dev: str, root: Path = SYSFS_IB) -> str:
-    """'2 ports: ACTIVE 400 Gb/sec, DOWN 10 Gb/sec' from sysfs, or '' if unreadable."""
-    ports = []
-    for port in sorted((root / dev / "ports").glob("*")):
-        try:
-            state = (port / "state").read_text().split(":")[-1].strip()   # "4: ACTIVE"
-            rate = (port / "rate").read_text().split("(")[0].strip()       # "400 Gb/sec (4X NDR)"
-        except OSError:
-            continue
-        ports.append(f"{state} {rate}".strip())
-    if not ports:
-        return ""
-    return f"{len(ports)} port{'s' if len(ports) != 1 else ''}: {', '.join(ports)}"
-
-
-def _sysfs_devices(root: Path = SYSFS_IB) -> list[str]:
-    try:
-        return sorted(p.name for p in root.iterdir())
-    except OSError:
-        return []
-
-
-def _sysfs_note(root: Path = SYSFS_IB) -> str:
-    devs = _sysfs_devices(root)
-    return f"{root} lists {', '.join(devs)}" if devs else f"no {root}"
-
-
 def _import_cupy():
     """(cupy, None) or (None, reason)."""
     try:
         import cupy
     except ModuleNotFoundError as e:
         if e.name == "cupy":
+            from .fabric.nccl import CUPY_HINT
             return None, f"cupy not installed ({CUPY_HINT})"
         return None, f"cupy not importable: {e}"
     except Exception as e:  # CUDA libraries missing or mismatched raise various errors
@@ -139,36 +106,15 @@ def _import_cupy():
 
 # --- probes ----------------------------------------------------------------
 
+def _engine(name: str) -> Availability:
+    """What an engine says of itself (acceptance.fabric.engines.probe): the doctor asks, it does not re-probe."""
+    from .fabric import engines
+    return Availability(name, *engines.probe(name))
+
+
 @_never_raises("mpi")
 def probe_mpi() -> Availability:
-    try:
-        import mpi4py
-    except ImportError as e:
-        return Availability("mpi", False, f"mpi4py not importable: {e}")
-    try:
-        from mpi4py import MPI  # initializes MPI; singleton init is fine under MPICH
-    except Exception as e:  # libmpi missing or ABI mismatch
-        return Availability("mpi", False, f"mpi4py {mpi4py.__version__} imports but mpi4py.MPI does not: {e}")
-    lib = next((ln for ln in MPI.Get_library_version().splitlines() if ln.strip()), "unknown MPI")
-    # "MPICH Version:      5.0.2" -> "MPICH 5.0.2"; "Open MPI v4.1.5, package: ..." -> "Open MPI v4.1.5"
-    lib = " ".join(lib.split(",")[0].replace("Version:", "").split())
-    major, minor = MPI.Get_version()
-    return Availability("mpi", True, f"{lib} (MPI {major}.{minor}) via mpi4py {mpi4py.__version__}; "
-                                     f"{thread_mode(MPI.Query_thread())}")
-
-
-_THREAD_LEVELS = {0: "SINGLE", 1: "FUNNELED", 2: "SERIALIZED", 3: "MULTIPLE"}
-
-
-def thread_mode(provided: int) -> str:
-    """Which hang-watchdog mode a thread level gives (docs/pytest-under-mpi.md, "Thread level")."""
-    name = f"MPI_THREAD_{_THREAD_LEVELS.get(provided, provided)}"
-    if provided >= 3:
-        return (f"thread level {name}: the hang watchdog may call MPI (names the ranks that arrived, asks the "
-                f"stuck ones where they are, MPI_Abort)")
-    return (f"thread level {name} (below MPI_THREAD_MULTIPLE; mpi4py asks for MULTIPLE unless "
-            f"MPI4PY_RC_THREAD_LEVEL says otherwise): the hang watchdog makes no MPI call: a HANG report from "
-            f"it lists every rank and the job ends by rank 0's exit")
+    return _engine("mpi")
 
 
 @_never_raises("launcher")
@@ -217,23 +163,7 @@ def probe_slurm() -> Availability:
 
 @_never_raises("verbs")
 def probe_verbs() -> Availability:
-    try:
-        from pyverbs.device import get_device_list
-    except Exception as e:  # ImportError, or a broken rdma-core install
-        return Availability("verbs", False, f"pyverbs not importable: {e} ({_sysfs_note()})")
-    try:
-        devices = get_device_list()
-    except Exception as e:  # PyverbsRDMAError / PyverbsError
-        return Availability("verbs", False, f"pyverbs imports but get_device_list() failed: {e} ({_sysfs_note()})")
-    if not devices:
-        return Availability("verbs", False,
-                            f"pyverbs imports but get_device_list() found no RDMA devices ({_sysfs_note()})")
-    parts = []
-    for d in devices:
-        name = d.name.decode() if isinstance(d.name, bytes) else str(d.name)
-        ports = _sysfs_ports(name)
-        parts.append(f"{name} ({ports})" if ports else name)
-    return Availability("verbs", True, f"{len(parts)} device(s): {', '.join(parts)}")
+    return _engine("verbs")
 
 
 @_never_raises("gpu")
@@ -259,18 +189,7 @@ def probe_gpu() -> Availability:
 
 @_never_raises("nccl")
 def probe_nccl() -> Availability:
-    cupy, reason = _import_cupy()
-    if cupy is None:
-        return Availability("nccl", False, reason)
-    try:
-        from cupy.cuda import nccl
-        version = nccl_version_string(nccl.get_version())
-    except Exception as e:  # cupy built or installed without NCCL
-        return Availability("nccl", False, f"cupy.cuda.nccl not usable: {type(e).__name__}: {e}")
-    gpu = probe_gpu()
-    if not gpu.usable:
-        return Availability("nccl", False, f"NCCL {version} present but no GPU: {gpu.detail}")
-    return Availability("nccl", True, f"NCCL {version} via cupy {cupy.__version__}")
+    return _engine("nccl")
 
 
 @_never_raises("perftest")

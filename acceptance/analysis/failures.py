@@ -13,7 +13,8 @@ from ..results import FAILED_METRIC
 from .base import EVIDENCE_MAX, codes_of, floats_of
 from .evaluate import direction_of
 from .load import FIELD_COLUMNS, with_fields
-from .wording import capped, make_finding, fmt_value, size_text, data_loss, fleet_basis
+from .finding import make_finding
+from .wording import capped, fmt_value, size_text, data_loss, fleet_basis
 
 
 
@@ -92,10 +93,11 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
         msg = f"{subject}: {h['suite']} {text}{more}"
         if scope == "node":
             msg += f": drain {node}"
-        out.append(make_finding("fail", scope, node, rail, None, h["metric"], value, bound,
-                            capped(lines, len(g)), msg, "bound", h["unit"], h["size"], bound=h["bound"], suite=h["suite"],
-                            basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
-                                              h["unit"])))
+        out.append(make_finding(severity="fail", scope=scope, node=node, rail=rail, metric=h["metric"], value=value,
+                                expected=bound, evidence=capped(lines, len(g)), message=msg, kind="bound",
+                                unit=h["unit"], size=h["size"], bound=h["bound"], suite=h["suite"],
+                                basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
+                                                  h["unit"])))
 
     # GPUDirect use (gdrdma, from NCCL's log) is a property of a node's NIC, not of a communicator.
     per_comm = (f["suite"] == "collective") & (f["metric"] != "gdrdma")
@@ -169,8 +171,9 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
                   else "error counters must not rise: check the cable, transceiver and switch port")
         value = None if pd.isna(h["value"]) else float(h["value"])
         bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
-        out.append(make_finding(severity, "nic", node, rail, None, h["metric"], value, bound,
-                            capped(evidence, len(g)), f"{on}: {headline}{more}; {advice}", "counter", h["unit"]))
+        out.append(make_finding(severity=severity, scope="nic", node=node, rail=rail, metric=h["metric"], value=value,
+                                expected=bound, evidence=capped(evidence, len(g)), suite="counters",
+                                message=f"{on}: {headline}{more}; {advice}", kind="counter", unit=h["unit"]))
     return out
 
 
@@ -199,10 +202,11 @@ def failed_tests(ev: pd.DataFrame) -> list[dict]:
         evidence = [f"{test}: {why}"]
         if not nodes or (len(nodes) >= 2 and len(nodes) >= 0.5 * len(all_nodes)):
             where = f"{len(nodes)} of {len(all_nodes)} nodes" if nodes else "the job"
-            out.append(make_finding("fail", "cluster", None, rail, None, FAILED_METRIC, None, None, evidence,
-                                f"{test} failed on {where}: {why}", "test"))
+            out.append(make_finding(severity="fail", scope="cluster", rail=rail, metric=FAILED_METRIC,
+                                    evidence=evidence, message=f"{test} failed on {where}: {why}", kind="test"))
             continue
         for node in nodes:
-            out.append(make_finding("fail", "node", node, rail, None, FAILED_METRIC, None, None, evidence,
-                                f"{node}: {test} failed: {why}: drain {node}", "test"))
+            out.append(make_finding(severity="fail", scope="node", node=node, rail=rail, metric=FAILED_METRIC,
+                                    evidence=evidence, message=f"{node}: {test} failed: {why}: drain {node}",
+                                    kind="test"))
     return out

@@ -12,7 +12,8 @@ import pandas as pd
 
 from .. import catalog
 from .base import codes_of, floats_of
-from .wording import fmt_value, make_finding
+from .finding import clean_value, make_finding
+from .wording import fmt_value
 
 FLEET, TOO_FEW = "fleet", "fleet_too_few"
 SHOWN = 10
@@ -62,10 +63,6 @@ def summary(ev: pd.DataFrame) -> dict:
             "populations": pops}
 
 
-def clean_value(x):
-    return None if x is None or not np.isfinite(x) else float(x)
-
-
 def line(s: dict) -> str | None:
     """One line for the terminal, or None when no fleet bound applied."""
     if not s["judged"] and not s["too_few"]:
@@ -91,11 +88,11 @@ def too_few_findings(ev: pd.DataFrame, min_population: int) -> list[dict]:
         if len(pops) > SHOWN:
             evidence.append(f"and {len(pops) - SHOWN} more")
         label = catalog.label(suite, metric)
-        out.append(make_finding("warn", "cluster", None, None, None, metric, None, None, evidence,
-                            f"{len(g):,} {suite} {label} value(s) not judged against the fleet: too few "
-                            f"comparable measurements (fewer than {min_population}; fleet.min_population); "
-                            f"only their absolute bounds held them", "fleet", g["unit"].iloc[0],
-                            bound=TOO_FEW))
+        out.append(make_finding(severity="warn", scope="cluster", metric=metric, evidence=evidence, suite=suite,
+                                message=f"{len(g):,} {suite} {label} value(s) not judged against the fleet: too few "
+                                        f"comparable measurements (fewer than {min_population}; "
+                                        f"fleet.min_population); only their absolute bounds held them",
+                                kind="fleet", unit=g["unit"].iloc[0], bound=TOO_FEW))
     return out
 
 

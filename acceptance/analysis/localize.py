@@ -11,7 +11,8 @@ import pandas as pd
 from ..profile import Profile
 from .base import EVIDENCE_MAX
 from .evaluate import OUTLIER_METRICS, direction_of
-from .wording import DATA_NOUNS, METRIC_PRIORITY, capped, change_text, evidence_line, make_finding, fmt_value, how_phrase, size_text, data_loss
+from .finding import make_finding
+from .wording import DATA_NOUNS, METRIC_PRIORITY, capped, change_text, evidence_line, fmt_value, how_phrase, size_text, data_loss
 
 
 
@@ -249,7 +250,8 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             msg = f"every rail plane {phrase} ({detail}): a fabric-wide problem, or bounds that do not fit this fabric"
         if severity == "fail" and who.scope in ("nic", "node"):
             msg += f": drain {node}"
-        out.append(make_finding(severity, who.scope, node, who.rail, peer, metric, value, expected, lines, msg,
-                            kind if kind != "fleet" else ("bound" if not median_known else "outlier"), unit, size,
-                            bound=how, basis=basis))
+        out.append(make_finding(severity=severity, scope=who.scope, node=node, rail=who.rail, peer=peer, metric=metric,
+                                value=value, expected=expected, evidence=lines, message=msg,
+                                kind=kind if kind != "fleet" else ("bound" if not median_known else "outlier"),
+                                unit=unit, size=size, bound=how, basis=basis))
     return out

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from ..profile import Profile
+from .finding import Finding
 from .fleet import summary
 from .trends import burnin_series
 from .verdict import EXIT_CODES, run_verdict
@@ -18,7 +19,7 @@ class Analysis:
     run: dict                         # run.json as read (at least run_id and profile)
     profile: Profile                  # the profile the records were re-evaluated against
     records: pd.DataFrame             # one row per record; see load_records() for the columns
-    findings: list[dict]              # docs/records.md schema, most severe and most specific first
+    findings: list[Finding]           # docs/records.md, "A finding"; most severe and most specific first
     drains: list[str]                 # scontrol lines, one per node to drain
     deltas: pd.DataFrame | None = None  # baseline comparison, when a baseline was given
     baseline_id: str | None = None

@@ -13,7 +13,8 @@ import numpy as np
 
 from .model import Analysis
 from .validate import is_node_name
-from .wording import clean_value, fmt_value
+from .finding import clean_value
+from .wording import fmt_value
 
 
 

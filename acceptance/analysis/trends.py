@@ -13,7 +13,8 @@ from .base import codes_of, floats_of
 from .evaluate import TREND_METRICS, COMPARE_KEYS, direction_of
 from .localize import localize
 from .outliers import node_names
-from .wording import make_finding, fmt_value, how_phrase, size_text
+from .finding import make_finding
+from .wording import fmt_value, how_phrase, size_text
 
 
 
@@ -111,8 +112,9 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
             f"CV {row.value:.0%}" if kind == "instability" else
             f"{fmt_value(row.value)} vs baseline {fmt_value(row.expected)} {row.unit}")
         msg = f"{subject} {phrase} ({detail})" + (f": drain {node}" if severity == "fail" and scope == "node" else "")
-        out.append(make_finding(severity, scope, node, rail, None, row.metric, row.value, row.expected, [line], msg,
-                            kind, row.unit, row.size))
+        out.append(make_finding(severity=severity, scope=scope, node=node, rail=rail, metric=row.metric, value=row.value,
+                                expected=row.expected, evidence=[line], message=msg, kind=kind, unit=row.unit,
+                                size=row.size))
     return out
 
 

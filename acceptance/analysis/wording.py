@@ -1,13 +1,11 @@
-"""Words and numbers of findings: how a value is shown, what a finding dict holds."""
+"""Words and numbers of findings: how a value, a change and a bound are said (the finding itself is
+acceptance.analysis.finding)."""
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from .evaluate import DIRECTION, OUTLIER_METRICS
-
 
 
 def fmt_value(x) -> str:
@@ -140,29 +138,3 @@ def change_text(value: float, reference: float) -> str:
 
 def capped(lines: list[str], total: int) -> list[str]:
     return lines + ([f"and {total - len(lines)} more"] if total > len(lines) else [])
-
-
-def clean_value(x):
-    if x is None:
-        return None
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (np.floating, float)):
-        x = float(x)
-        return x if math.isfinite(x) else None
-    if isinstance(x, (np.bool_,)):
-        return bool(x)
-    return x
-
-
-def make_finding(severity, scope, node, rail, peer, metric, value, expected, evidence, message, kind, unit=None,
-             size=None, bound=None, basis=None, suite=None) -> dict:
-    """One finding (docs/records.md). bound: how `expected` was derived when it is a bound (absolute,
-    line_rate, fleet, ...); basis: a fleet bound's population, in words; suite: the records' suite."""
-    size = clean_value(size)
-    return {"severity": severity, "scope": scope, "node": node, "rail": None if rail is None else int(rail),
-            "peer": peer, "suite": suite if isinstance(suite, str) else None,
-            "metric": metric, "value": clean_value(value), "expected": clean_value(expected),
-            "evidence": list(evidence), "message": message, "kind": kind,
-            "unit": unit if isinstance(unit, str) else None, "size": None if size is None else int(size),
-            "bound": bound if isinstance(bound, str) else None, "basis": basis if isinstance(basis, str) else None}

@@ -34,6 +34,12 @@ def _load(name: str, needs: tuple[str, ...]) -> tuple[ModuleType | None, bool, s
     return module, ok, detail
 
 
+def probe(name: str) -> tuple[bool, str]:
+    """(usable here, what was found or why not) of one built engine, as it says itself (its
+    available()): what `acceptance doctor` prints."""
+    return _load(name, ())[1:]
+
+
 def local_choices(choice: str, needs: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
     """(engine, usable here, why) for each engine the choice allows that can do `needs`, best first.
 

@@ -49,7 +49,6 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from ..doctor import CUPY_HINT, nccl_version_string
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers, compare  # noqa: F401 (compare: tests)
 from .mpi import Collective, checked
 
@@ -71,6 +70,15 @@ def _cupy():
     import cupy
 
     return cupy
+
+
+CUPY_HINT = "pip install 'acceptance[gpu]'"
+
+
+def nccl_version_string(code: int) -> str:
+    """NCCL's integer version: 22703 -> "2.27.3"; before 2.9 it was 2804 -> "2.8.4"."""
+    major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
 
 
 def available() -> tuple[bool, str]:

@@ -206,7 +206,7 @@ def available() -> tuple[bool, str]:
     except Exception as exc:  # noqa: BLE001 - a broken binding must not take the harness down
         return False, f"get_device_list() failed: {type(exc).__name__}: {exc}"
     if not names:
-        return False, "no RDMA devices"
+        return False, f"no RDMA devices ({_no_devices_hint()})"
     shown, opened = [], 0
     for name in names:
         try:

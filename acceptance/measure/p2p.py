@@ -62,13 +62,13 @@ class RailPairs:
             self.progress()
 
     def each_link(self, engine, size: int, memory: str, problems: list[str], record: Callable,
-                  metric: str, unit: str, body: Callable, slot_bytes: int = 0) -> None:
+                  profile: Profile, suite: str, metric: str, op: str, body: Callable, slot_bytes: int = 0) -> None:
         """body(link, low, high) for each pair of this rank, on an engine link freed afterwards.
 
         A link that fails (cannot connect, completions time out, the peer's side broke) fails its
-        pair only: both ranks raise (the engine agrees on errors), the pair is recorded unmeasured
-        (value null, verdict fail) and named in `problems`, and the schedule goes on, so no rank of
-        a later round waits for these two.
+        pair only: both ranks raise (the engine agrees on errors), the pair's `metric` is recorded
+        unmeasured (value null, judged a fail) and named in `problems`, and the schedule goes on, so
+        no rank of a later round waits for these two.
         """
         for comm, low, high in self.pairs():
             link = None
@@ -82,8 +82,9 @@ class RailPairs:
                 why = f"{type(e).__name__}: {e}"
                 problems.append(f"{nodes[0]} <-> {nodes[1]} rail {self.rail}: {metric} not measured: {why}")
                 if self.index == low:
-                    record(metric, None, unit, rail=self.rail, nodes=nodes, ranks=ranks, engine=engine.NAME,
-                           memory=memory, samples=0, verdict="fail", detail=f"not measured: {why}")
+                    judge.record(record, profile, suite, metric, None, missing="fail", rail=self.rail, nodes=nodes,
+                                 ranks=ranks, engine=engine.NAME, memory=memory, op=op, samples=0,
+                                 detail=f"not measured: {why}")
             finally:
                 if link is not None:
                     link.free()
@@ -164,7 +165,7 @@ def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, reco
                                     f"< bound {bound:g} Gbit/s")
 
     largest = max(sweep.sizes)
-    rp.each_link(engine, largest, memory, problems, record, metric, "Gbit/s", measure,
+    rp.each_link(engine, largest, memory, problems, record, profile, suite, metric, op, measure,
                  slot_bytes=min(largest * window, policy.slot_region))
     return problems
 
@@ -239,7 +240,7 @@ def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: 
                                  samples=pp.samples, detail=pp.note(field) if field != "max" else None,
                                  **{**common, "op": "pingpong"})
 
-    rp.each_link(engine, size, memory, problems, record, f"{prefix}latency_p50", "us", measure,
+    rp.each_link(engine, size, memory, problems, record, profile, suite, f"{prefix}latency_p50", op, measure,
                  slot_bytes=min(size * iters, policy.slot_region))
     return problems
 

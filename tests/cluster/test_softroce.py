@@ -57,8 +57,12 @@ def rig(*args: str, timeout: float = 600, ahead: bool = False) -> subprocess.Com
     return p
 
 
-def acceptance(*run_args: str) -> str:
-    return " ".join([str(ACCEPTANCE), "run", "--profile", "softroce", *run_args])
+def acceptance(*run_args: str, profile: str = "softroce") -> str:
+    return " ".join([str(ACCEPTANCE), "run", "--profile", profile, *run_args])
+
+
+# The fault scenarios measure only what their fault shows in (tests/cluster/profiles/).
+PROFILES = Path(__file__).resolve().parent / "profiles"
 
 
 # Every scenario is judged from run.json, results.jsonl and findings.json; report.html would add a
@@ -74,10 +78,12 @@ SCENARIOS = {
     "healthy": acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m 'memreg or p2p or preflight or counters'"),
     # Both rails measured, so rail 1's link has peers to stand apart from.
     "throttled": f"{FAULT} --clear --throttle node2:1:10mbit && "
-                 + acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m p2p -k 'write_bandwidth or read_bandwidth'"),
+                 + acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m p2p -k 'write_bandwidth or read_bandwidth'",
+                              profile=str(PROFILES / "softroce-throttled.toml")),
     # One rank per node: only rail 0 is measured; the rail-1 devices, in the same counter windows, stay clean.
     "loss": f"{FAULT} --clear --loss node2:0:1% && "
-            + acceptance(QUICK, "--nodes 2 --ranks-per-node 1 -- -m p2p -k write_bandwidth"),
+            + acceptance(QUICK, "--nodes 2 --ranks-per-node 1 -- -m p2p -k write_bandwidth",
+                         profile=str(PROFILES / "softroce-loss.toml")),
 }
 
 

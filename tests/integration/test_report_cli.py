@@ -11,6 +11,10 @@ import synthetic  # noqa: E402
 
 from acceptance.results import make_record  # noqa: E402
 
+# How `acceptance run` says a duration (cli._duration): "42 s", "1 min 21 s", "2 h 5 min", whatever the
+# machine's speed made it.
+DURATION = r"(?:\d+ h \d+ min|\d+ min \d+ s|\d+ s)"
+
 
 def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptance_cli, tmp_path):
     src = synthetic.make_run(tmp_path / "full", nodes=8, rails=4, slow_nic=("node05", 2))
@@ -142,8 +146,8 @@ def test_burn_in_iterations_repeat_the_suites(acceptance_cli):
     p = acceptance_cli("run", "--iterations", "2", "--nodes", "2", "--ranks-per-node", "1",
                        "--", "-m", "p2p", "-k", "bandwidth")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert re.search(r"burn-in iteration 1/2 done \(exit 0\), elapsed \d+ s, remaining ~\d+ s", p.stdout)
-    assert re.search(r"burn-in iteration 2/2 done \(exit 0\), elapsed \d+ s, remaining 0 s", p.stdout)
+    assert re.search(rf"burn-in iteration 1/2 done \(exit 0\), elapsed {DURATION}, remaining ~{DURATION}\n", p.stdout)
+    assert re.search(rf"burn-in iteration 2/2 done \(exit 0\), elapsed {DURATION}, remaining 0 s\n", p.stdout)
     folder = Path(re.search(r"^run folder: (\S+)$", p.stdout, re.M).group(1))
     iterations = {json.loads(line)["iteration"] for line in (folder / "results.jsonl").read_text().splitlines()}
     assert iterations == {0, 1}
@@ -157,5 +161,6 @@ def test_burn_in_duration_stops_by_itself(acceptance_cli):
                        "--", "-m", "preflight")
     assert p.returncode == 0, p.stdout + p.stderr
     # However many iterations fit in the second, the last one says nothing remains.
-    lines = re.findall(r"burn-in iteration (\d+) done \(exit 0\), elapsed \d+ s, remaining (\S+ s)", p.stdout)
+    lines = re.findall(rf"burn-in iteration (\d+) done \(exit 0\), elapsed {DURATION}, remaining (0 s|~{DURATION})\n",
+                       p.stdout)
     assert lines and lines[-1][1] == "0 s" and [int(k) for k, _ in lines] == list(range(1, len(lines) + 1))

@@ -10,7 +10,7 @@ import pytest
 
 from acceptance import doctor
 from acceptance.doctor import (
-    Availability, first_line, format_report, nccl_version_string, probe_all,
+    Availability, first_line, format_report, probe_all,
     probe_gpu, probe_launcher, probe_mpi, probe_nccl, probe_slurm, probe_verbs,
 )
 
@@ -38,6 +38,7 @@ def test_line_shape():
 
 @pytest.mark.parametrize("code, text", [(22703, "2.27.3"), (21805, "2.18.5"), (2804, "2.8.4"), (2708, "2.7.8")])
 def test_nccl_version_string(code, text):
+    from acceptance.fabric.nccl import nccl_version_string
     assert nccl_version_string(code) == text
 
 
@@ -49,7 +50,7 @@ def test_probe_mpi_finds_mpich():
 
 
 def test_doctor_says_what_a_lower_thread_level_means():
-    from acceptance.doctor import thread_mode
+    from acceptance.fabric.mpi import thread_mode
     assert thread_mode(2).startswith("thread level MPI_THREAD_SERIALIZED (below MPI_THREAD_MULTIPLE")
     assert "makes no MPI call" in thread_mode(1)
 
@@ -150,16 +151,6 @@ def test_first_line_picks_matching_line(tmp_path):
     assert first_line([str(tool)]) == "HYDRA build details:"
     assert first_line([str(tool)], contains="version") == "Version: 5.0.2"
     assert first_line([str(tmp_path / "missing")]) is None
-
-
-def test_sysfs_ports(tmp_path):
-    for port, state, rate in (("1", "4: ACTIVE", "400 Gb/sec (4X NDR)"), ("2", "1: DOWN", "10 Gb/sec (4X SDR)")):
-        d = tmp_path / "mlx5_0" / "ports" / port
-        d.mkdir(parents=True)
-        (d / "state").write_text(state + "\n")
-        (d / "rate").write_text(rate + "\n")
-    assert doctor._sysfs_ports("mlx5_0", tmp_path) == "2 ports: ACTIVE 400 Gb/sec, DOWN 10 Gb/sec"
-    assert doctor._sysfs_ports("absent", tmp_path) == ""
 
 
 def test_probes_never_raise_in_a_broken_environment(monkeypatch):

@@ -1,0 +1,56 @@
+"""A finding: plain data, the shape of one entry of findings.json (docs/records.md, "A finding")."""
+
+from __future__ import annotations
+
+import math
+from typing import TypedDict
+
+import numpy as np
+
+
+class Finding(TypedDict):
+    severity: str            # fail | warn
+    scope: str               # link | nic | node | rail | cluster
+    node: str | None
+    rail: int | None
+    peer: str | None         # a link's other end
+    suite: str | None        # the records' suite
+    metric: str | None
+    value: float | None
+    expected: float | None   # the bound, the fleet median or the baseline the value is held to
+    evidence: list[str]      # readable lines, most telling first
+    message: str
+    kind: str                # bound | outlier | counter | test | fleet | drift | instability | baseline ...
+    unit: str | None
+    size: int | None
+    bound: str | None        # how `expected` was derived when it is a bound (absolute, line_rate, fleet, ...)
+    basis: str | None        # a fleet bound's population, in words
+
+
+def clean_value(x):
+    """numpy scalars as Python numbers, NaN and infinities as None (JSON has neither)."""
+    if x is None:
+        return None
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    if isinstance(x, (np.bool_,)):
+        return bool(x)
+    return x
+
+
+def _text(x) -> str | None:
+    return x if isinstance(x, str) else None  # a pandas NA or NaN where a column had no value
+
+
+def make_finding(*, severity: str, scope: str, metric: str | None, message: str, kind: str,
+                 evidence=(), node: str | None = None, rail=None, peer: str | None = None, value=None,
+                 expected=None, unit=None, size=None, bound=None, basis=None, suite=None) -> Finding:
+    """One finding, every field named."""
+    size = clean_value(size)
+    return Finding(severity=severity, scope=scope, node=node, rail=None if rail is None else int(rail), peer=peer,
+                   suite=_text(suite), metric=metric, value=clean_value(value), expected=clean_value(expected),
+                   evidence=list(evidence), message=message, kind=kind, unit=_text(unit),
+                   size=None if size is None else int(size), bound=_text(bound), basis=_text(basis))
