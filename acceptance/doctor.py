@@ -114,7 +114,25 @@ def _engine(name: str) -> Availability:
 
 @_never_raises("mpi")
 def probe_mpi() -> Availability:
-    return _engine("mpi")
+    found = _engine("mpi")
+    if not found.usable:
+        return found
+    from mpi4py import MPI
+    return Availability("mpi", True, f"{found.detail}; {thread_mode(MPI.Query_thread())}")
+
+
+_THREAD_LEVELS = {0: "SINGLE", 1: "FUNNELED", 2: "SERIALIZED", 3: "MULTIPLE"}
+
+
+def thread_mode(provided: int) -> str:
+    """Which hang-watchdog mode a thread level gives (docs/pytest-under-mpi.md, "Thread level")."""
+    name = f"MPI_THREAD_{_THREAD_LEVELS.get(provided, provided)}"
+    if provided >= 3:
+        return (f"thread level {name}: the hang watchdog may call MPI (names the ranks that arrived, asks the "
+                f"stuck ones where they are, MPI_Abort)")
+    return (f"thread level {name} (below MPI_THREAD_MULTIPLE; mpi4py asks for MULTIPLE unless "
+            f"MPI4PY_RC_THREAD_LEVEL says otherwise): the hang watchdog makes no MPI call: a HANG report from "
+            f"it lists every rank and the job ends by rank 0's exit")
 
 
 @_never_raises("launcher")

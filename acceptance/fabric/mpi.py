@@ -41,28 +41,13 @@ OFFERS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "registe
 
 
 def available() -> tuple[bool, str]:
-    """The mpi engine runs wherever mpi4py imports: which library, MPI version, mpi4py, thread level."""
+    """The mpi engine runs wherever mpi4py imports: which library, its MPI version, and mpi4py's."""
     import mpi4py
     lib = next((ln for ln in MPI.Get_library_version().splitlines() if ln.strip()), "unknown MPI")
     # "MPICH Version:      5.0.2" -> "MPICH 5.0.2"; "Open MPI v4.1.5, package: ..." -> "Open MPI v4.1.5"
     lib = " ".join(lib.split(",")[0].replace("Version:", "").split())
     major, minor = MPI.Get_version()
-    return True, (f"{lib} (MPI {major}.{minor}) via mpi4py {mpi4py.__version__}; "
-                  f"{thread_mode(MPI.Query_thread())}")
-
-
-THREAD_LEVELS = {0: "SINGLE", 1: "FUNNELED", 2: "SERIALIZED", 3: "MULTIPLE"}
-
-
-def thread_mode(provided: int) -> str:
-    """Which hang-watchdog mode a thread level gives (docs/pytest-under-mpi.md, "Thread level")."""
-    name = f"MPI_THREAD_{THREAD_LEVELS.get(provided, provided)}"
-    if provided >= 3:
-        return (f"thread level {name}: the hang watchdog may call MPI (names the ranks that arrived, asks the "
-                f"stuck ones where they are, MPI_Abort)")
-    return (f"thread level {name} (below MPI_THREAD_MULTIPLE; mpi4py asks for MULTIPLE unless "
-            f"MPI4PY_RC_THREAD_LEVEL says otherwise): the hang watchdog makes no MPI call: a HANG report from "
-            f"it lists every rank and the job ends by rank 0's exit")
+    return True, f"{lib} (MPI {major}.{minor}) via mpi4py {mpi4py.__version__}"
 
 
 def used_device() -> str | None:

@@ -50,7 +50,7 @@ def test_probe_mpi_finds_mpich():
 
 
 def test_doctor_says_what_a_lower_thread_level_means():
-    from acceptance.fabric.mpi import thread_mode
+    from acceptance.doctor import thread_mode
     assert thread_mode(2).startswith("thread level MPI_THREAD_SERIALIZED (below MPI_THREAD_MULTIPLE")
     assert "makes no MPI call" in thread_mode(1)
 
