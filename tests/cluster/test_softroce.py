@@ -77,7 +77,7 @@ SCENARIOS = {
     # The README's command, and the issue's: memreg, p2p, preflight and counters on 2 nodes x 2 rails.
     "healthy": acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m 'memreg or p2p or preflight or counters'"),
     # Both rails measured, so rail 1's link has peers to stand apart from.
-    "throttled": f"{FAULT} --clear --throttle node2:1:10mbit && "
+    "throttled": f"{FAULT} --clear --throttle node2:1:5mbit && "
                  + acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m p2p -k 'write_bandwidth or read_bandwidth'",
                               profile=str(PROFILES / "softroce-throttled.toml")),
     # One rank per node: only rail 0 is measured; the rail-1 devices, in the same counter windows, stay clean.
@@ -173,7 +173,7 @@ def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
     # Written while measuring: the fleet bound applies (the whole run decides it); every link of both
     # rails is one population, and none stands apart.
     assert {r["bound"] for r in recs if r["suite"] == "rdma_write" and r["metric"] == "bandwidth"
-            and r["size"] >= 4096} == {"fleet"}
+            and r["size"] >= 32768} == {"fleet"}
     fleet = run_json["fleet"]
     assert fleet["judged"] >= 4 * 5 and fleet["outside"] == 0 and fleet["too_few"] == 0, fleet
     assert {p["peers"] for p in fleet["populations"]} == {"all pairs"} and all(
@@ -183,7 +183,7 @@ def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
 
 
 def test_a_throttled_rail_link_is_named_alone(session):
-    """node2's rail-1 link at 10 Mbit/s: exit 1, and every failing finding is that link (with 2 nodes a
+    """node2's rail-1 link at 5 Mbit/s: exit 1, and every failing finding is that link (with 2 nodes a
     link cannot be told from a NIC at either end), failing its fleet bound, in write and READ bandwidth."""
     rc, out = session.part("throttled")
     assert rc == 1, out[-4000:]
