@@ -6,9 +6,9 @@ Run:  .venv/bin/python benchmarks/gpu_check.py [--device N] [--size-mib 256] [--
 No mpiexec needed (MPI starts as a singleton; the NCCL check runs on MPI.COMM_SELF).
 Checks, in order, each printed as one line:
 
-1. engine     acceptance.fabric.nccl.available(): what the nccl engine sees.
+1. engine     acceptance.engines.nccl.available(): what the nccl engine sees.
 2. alloc      cupy allocation: a device array whose sum is known; the harness's own
-              device buffer (acceptance.fabric.memory.allocate(..., "cuda")) filled with
+              device buffer (acceptance.engines.memory.allocate(..., "cuda")) filled with
               the verification pattern and verified on the GPU.
 3. dmabuf     page-aligned device memory for dma-buf (docs/rdma.md §4): cudaMalloc through
               cupy.cuda.Memory (not the pool, which sub-allocates), size rounded up to
@@ -28,7 +28,7 @@ Checks, in order, each printed as one line:
               %globaltimer for a known 1, 10 and 50 ms must read that long (within 5 % +
               0.2 ms); and an event pair around a known copy must not read longer than the
               host's own clock around the same copy, nor imply more than 10 TB/s.
-7. nccl       a one-rank NCCL all-reduce and all-to-all through acceptance.fabric.nccl on
+7. nccl       a one-rank NCCL all-reduce and all-to-all through acceptance.engines.nccl on
               MPI.COMM_SELF (the engine's own code: exact check, event timing), with algbw
               and busbw (busbw is 0 by definition on one rank: 2(n-1)/n = 0); NCCL's debug
               output captured to a temporary folder first (capture_nccl_debug) and parsed
@@ -57,9 +57,9 @@ import numpy as np
 # Run from a checkout without installing: make `acceptance` importable from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from acceptance.fabric import gpumem
-from acceptance.fabric import nccl as engine
-from acceptance.measure import busbw, gbyte_per_s
+from acceptance.engines import gpumem
+from acceptance.engines import nccl as engine
+from acceptance.drivers import busbw, gbyte_per_s
 
 MIB = 1 << 20
 PAGE = 4096
@@ -116,7 +116,7 @@ def timed_copies(cupy, stream, copy, iters: int) -> np.ndarray:
 
 
 def check_alloc(cupy, rep: Report) -> None:
-    from acceptance.fabric.memory import allocate, fill_pattern, verify
+    from acceptance.engines.memory import allocate, fill_pattern, verify
 
     n = 1 << 24
     total = int(cupy.arange(n, dtype=cupy.int64).sum())
@@ -136,7 +136,7 @@ def _alignment(ptr: int) -> int:
 
 
 def check_dmabuf(cupy, device: int, nbytes: int, rep: Report) -> None:
-    """The harness's own GPUDirect buffer path (acceptance.fabric.gpumem): allocate, export as dma-buf."""
+    """The harness's own GPUDirect buffer path (acceptance.engines.gpumem): allocate, export as dma-buf."""
     try:
         buf = gpumem.device_buffer(nbytes)
     except gpumem.GpuMemError as e:
@@ -161,7 +161,7 @@ def check_dmabuf(cupy, device: int, nbytes: int, rep: Report) -> None:
 
 
 def check_host_copies(cupy, stream, nbytes: int, iters: int, rep: Report) -> None:
-    from acceptance.fabric.memory import fill_pattern
+    from acceptance.engines.memory import fill_pattern
 
     rt = cupy.cuda.runtime
     src_mem, back_mem = cupy.cuda.alloc_pinned_memory(nbytes), cupy.cuda.alloc_pinned_memory(nbytes)

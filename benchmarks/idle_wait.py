@@ -6,7 +6,7 @@ Run (no MPI launcher needed; it starts `acceptance run` itself):
 
 Each round runs `acceptance run --nodes 3 --ranks-per-node 2 -- -m p2p` twice, in
 alternating order: once as shipped (ranks with nothing to do wait in a non-blocking
-barrier polled with a growing sleep, acceptance.pulse) and once with ACCEPTANCE_WAIT=spin
+barrier polled with a growing sleep, acceptance.runtime.pulse) and once with ACCEPTANCE_WAIT=spin
 (they wait in blocking MPI calls, which MPICH busy-polls, and the sync point polls without
 sleeping). Six ranks share this machine's cores, as on an oversubscribed CI runner or a
 node whose cores are busy feeding GPUs, so a spinning idle rank takes cycles from the

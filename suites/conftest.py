@@ -1,19 +1,19 @@
 # Every suite runs collectively: one pytest session per MPI rank, outcomes agreed at rank 0.
 import pytest
 
-from acceptance import catalog
-from acceptance.fabric.engines import agree
-from acceptance.portwatch import PortWatch
-from acceptance.pytest_plugin import recorder_of
+from acceptance.spec import catalog
+from acceptance.engines.registry import agree
+from acceptance.host.portwatch import PortWatch
+from acceptance.runtime.pytest_plugin import recorder_of
 
-pytest_plugins = ["acceptance.pytest_plugin"]
+pytest_plugins = ["acceptance.runtime.pytest_plugin"]
 
 
 @pytest.fixture(scope="module")
 def engine(request, topology, profile, run_folder):
     """The engine that measures this suite: run.engine, or for `auto` the best one every rank can use.
 
-    What a suite's engine must offer is in the catalog (acceptance.catalog); the choice, why, and the device each rank
+    What a suite's engine must offer is in the catalog (acceptance.spec.catalog); the choice, why, and the device each rank
     measures through are written to run.json ("engines") by rank 0; a suite without a usable
     engine skips with the reason, and one whose engine fails to set up on any rank errors on all.
     """

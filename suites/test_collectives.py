@@ -7,8 +7,8 @@ GPUDirect RDMA (a `gdrdma` record per node and rail; host staging fails).
 
 import pytest
 
-from acceptance.measure.collective import sweep_collective
-from acceptance.pytest_plugin import topology_of
+from acceptance.drivers.collective import sweep_collective
+from acceptance.runtime.pytest_plugin import topology_of
 
 pytestmark = pytest.mark.collective
 SUITE = "collective"
@@ -56,8 +56,8 @@ def test_gpudirect_rdma_used(engine, topology, profile, record, run_folder):
     """Runs after the sweeps: NCCL logged every connection it made for them."""
     if engine.NAME != "nccl":
         pytest.skip(f"GPUDirect RDMA use is read from NCCL's log; the collectives ran on the {engine.NAME} engine")
-    from acceptance.fabric.nccl import net_paths
-    from acceptance.measure.gpudirect_paths import rails_for, record_gdr
+    from acceptance.engines.nccl import net_paths
+    from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
     topology.world.Barrier()  # every rank's NCCL log is complete
     problems = None
     if topology.rank == 0:

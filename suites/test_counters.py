@@ -8,7 +8,8 @@ of every suite are recorded around each suite file (see suites/conftest.py).
 
 import pytest
 
-from acceptance import counters, judge
+from acceptance.host import counters
+from acceptance.spec import judge
 
 pytestmark = pytest.mark.counters
 SUITE = "preflight"

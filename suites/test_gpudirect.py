@@ -11,12 +11,12 @@ test_gpudirect, which carries this marker too.
 
 import pytest
 
-from acceptance import judge
-from acceptance.fabric import nccl
-from acceptance.measure.p2p import op_latency, pair_bandwidth
-from acceptance.measure.stats import percentiles
-from acceptance.measure.sweep import sizes
-from acceptance.measure.units import us
+from acceptance.spec import judge
+from acceptance.engines import nccl
+from acceptance.drivers.p2p import op_latency, pair_bandwidth
+from acceptance.drivers.stats import percentiles
+from acceptance.drivers.sweep import sizes
+from acceptance.drivers.units import us
 
 pytestmark = [pytest.mark.gpudirect, pytest.mark.rail]
 SUITE = "gpudirect"

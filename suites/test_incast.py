@@ -8,7 +8,7 @@ and [counters] bounds.
 
 import pytest
 
-from acceptance.measure.incast import incast
+from acceptance.drivers.incast import incast
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p, pytest.mark.congestion]
 SUITE = "incast"

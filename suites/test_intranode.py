@@ -3,13 +3,13 @@
 Every value is held to the profile's floor (intranode.h2d_min, d2h_min, p2p_min) and to
 its node's median: a GPU or pair below intranode.outlier_fraction x the median of its kind
 fails, named with both numbers. On each node its first rank measures every GPU, one at a
-time (acceptance.measure.intranode); whether to run at all is decided from what every
+time (acceptance.drivers.intranode); whether to run at all is decided from what every
 node's first rank sees, gathered over the job, so every rank skips or fails alike.
 """
 
 import pytest
 
-from acceptance.measure import intranode
+from acceptance.drivers import intranode
 
 pytestmark = pytest.mark.intranode
 SUITE = intranode.SUITE

@@ -8,10 +8,10 @@ library allocates and registers; Win.Create: it registers our memory).
 
 import pytest
 
-from acceptance.measure.memreg import leak, registration
+from acceptance.drivers.memreg import leak, registration
 
 pytestmark = pytest.mark.memreg
-SUITE = "memreg"  # its metrics and engine needs: acceptance.catalog
+SUITE = "memreg"  # its metrics and engine needs: acceptance.spec.catalog
 
 
 def test_registration_time(engine, profile, record):

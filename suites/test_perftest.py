@@ -20,11 +20,11 @@ import time
 import pytest
 from mpi4py import MPI
 
-from acceptance import counters, nics
-from acceptance.fabric import perftest
-from acceptance.measure.p2p import RailPairs
-from acceptance.measure.sweep import sweep_from_profile
-from acceptance.naming import natural_key
+from acceptance.host import counters, nics
+from acceptance.tools import perftest
+from acceptance.drivers.p2p import RailPairs
+from acceptance.drivers.sweep import sweep_from_profile
+from acceptance.records.naming import natural_key
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
 SUITE = "perftest"

@@ -6,14 +6,14 @@ ranks per node, every rail on every node), and one software stack across nodes.
 Then the fabric as each node sees it: its RDMA devices; every port up, at the
 profile's rate, MTU and link layer; one firmware, driver, kernel and rdma-core
 on every node; huge pages; its GPUs, each near its rail's NIC, with a GPUDirect
-RDMA path. A node's facts are read once, by its first rank (acceptance.nodefacts),
+RDMA path. A node's facts are read once, by its first rank (acceptance.host.nodefacts),
 and shared with every rank. A check whose source no node has skips with the
 reason; one that some nodes have and others lack fails naming those nodes.
 """
 
 import pytest
 
-from acceptance.nodefacts import (
+from acceptance.host.nodefacts import (
     Unavailable,
     collect,
     common_link_layer,
@@ -23,16 +23,10 @@ from acceptance.nodefacts import (
     ports_down,
     sysfs_root,
 )
-from acceptance import judge
-from acceptance.nics import mapped_devices, topology_rails
-from acceptance.preflight import (
-    UNLIMITED,
-    layout_problems,
-    memlock_limit,
-    odd_ones_out,
-    software_versions,
-)
-from acceptance.profile import format_size
+from acceptance.spec import judge
+from acceptance.host.nics import mapped_devices, topology_rails
+from acceptance.host.preflight import UNLIMITED, layout_problems, memlock_limit, odd_ones_out, software_versions
+from acceptance.spec.profile import format_size
 
 pytestmark = pytest.mark.preflight
 SUITE = "preflight"

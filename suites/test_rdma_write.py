@@ -8,7 +8,7 @@ of single reads, and of 8-byte atomic fetch-and-adds (the target checks its coun
 
 import pytest
 
-from acceptance.measure.p2p import op_latency, pair_bandwidth, write_latency
+from acceptance.drivers.p2p import op_latency, pair_bandwidth, write_latency
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
 SUITE = "rdma_write"

@@ -147,7 +147,7 @@ def mpi_pytest(tmp_path):
         extra = dict(env or {})
         if nodes and launcher:
             extra.update(ACCEPTANCE_VIRTUAL_NODES=str(nodes), ACCEPTANCE_RANKS_PER_NODE=str(n // nodes))
-        cmd = [sys.executable, "-m", "mpi4py", "-m", "pytest", "-p", "acceptance.pytest_plugin",
+        cmd = [sys.executable, "-m", "mpi4py", "-m", "pytest", "-p", "acceptance.runtime.pytest_plugin",
                "-p", "no:cacheprovider", f"--confcutdir={SUITES}", "--run-dir", str(folder),
                str(SUITES / suite), *args]
         if launcher:

@@ -2,7 +2,7 @@
 
 Used by the analysis tests, the report tests and the analysis benchmark. The
 records are shaped exactly like the ones the suites write (every key of
-acceptance.results.REQUIRED_KEYS, same units and test ids), so what analysis
+acceptance.records.results.REQUIRED_KEYS, same units and test ids), so what analysis
 sees here is what it sees on a cluster.
 
 make_run(dir, ...)       a small, complete run: rdma_write bandwidth (all ordered pairs,
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from acceptance.profile import load_profile
-from acceptance.results import SCHEMA_VERSION
+from acceptance.spec.profile import load_profile
+from acceptance.records.results import SCHEMA_VERSION
 
 # Local's bounds with the real-cluster outlier settings (tests/profiles/synthetic.toml).
 SYNTHETIC_PROFILE = str(Path(__file__).resolve().parent / "profiles" / "synthetic.toml")
@@ -219,7 +219,7 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
 
 
 def _collectives(names, rails, it, rng):
-    from acceptance.fabric.collective_data import SPECS
+    from acceptance.engines.collective_data import SPECS
     out = []
     n = len(names)
     scopes = [("world", None, names, list(range(n * rails)))]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..judge import floats, is_value
-from ..results import VERDICTS as RECORD_VERDICTS
+from ..spec.judge import floats, is_value
+from ..records.results import VERDICTS as RECORD_VERDICTS
 
 
 VERDICTS = list(RECORD_VERDICTS)  # category order of the verdict column

@@ -14,13 +14,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from ..profile import Profile
+from ..spec import catalog
+from ..spec.profile import Profile
 from .failures import counter_findings, failed_tests, other_failures
 from .fleet import too_few_findings
 from .localize import localize
-from .outliers import (against_rails, bad_pairs, fleet_outliers, measured_pairs, node_names, pair_values,
-                       pairwise_view, rail_planes)
+from .outliers import (
+    against_rails,
+    bad_pairs,
+    fleet_outliers,
+    measured_pairs,
+    node_names,
+    pair_values,
+    pairwise_view,
+    rail_planes,
+)
 from .trends import burnin_findings, regression_findings
 
 

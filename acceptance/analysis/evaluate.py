@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from ..judge import judge_records
-from ..profile import Profile
-from ..results import BOUND_KINDS
+from ..spec import catalog
+from ..spec.judge import judge_records
+from ..spec.profile import Profile
+from ..records.results import BOUND_KINDS
 from .base import INFO, VERDICTS, floats_of
 from .load import with_fields
 

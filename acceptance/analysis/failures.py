@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from ..results import FAILED_METRIC
+from ..spec import catalog
+from ..records.results import FAILED_METRIC
 from .base import EVIDENCE_MAX, codes_of, floats_of
 from .evaluate import direction_of
 from .load import FIELD_COLUMNS, with_fields

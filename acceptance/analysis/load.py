@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..results import SCHEMA_VERSION, InputError
+from ..records.results import SCHEMA_VERSION, InputError
 
 
 

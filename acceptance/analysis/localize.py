@@ -8,11 +8,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..profile import Profile
+from ..spec.profile import Profile
 from .base import EVIDENCE_MAX
 from .evaluate import OUTLIER_METRICS, direction_of
 from .finding import make_finding
-from .wording import DATA_NOUNS, METRIC_PRIORITY, capped, change_text, evidence_line, fmt_value, how_phrase, size_text, data_loss
+from .wording import (
+    DATA_NOUNS,
+    METRIC_PRIORITY,
+    capped,
+    change_text,
+    evidence_line,
+    fmt_value,
+    how_phrase,
+    size_text,
+    data_loss,
+)
 
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..profile import Profile
+from ..spec.profile import Profile
 from .finding import Finding
 from .fleet import summary
 from .trends import burnin_series

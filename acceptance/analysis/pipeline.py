@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..results import InputError
-from ..profile import SCHEMA, Profile, load_profile
+from ..records.results import InputError
+from ..spec.profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
 from .model import Analysis
 from .evaluate import evaluate

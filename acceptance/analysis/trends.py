@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from ..profile import Profile, format_size
+from ..spec import catalog
+from ..spec.profile import Profile, format_size
 from .load import with_fields
 from .base import codes_of, floats_of
 from .evaluate import TREND_METRICS, COMPARE_KEYS, direction_of

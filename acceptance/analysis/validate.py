@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..results import InputError
+from ..records.results import InputError
 
 MAX_NODE_NAME = 255
 SHOWN = 5

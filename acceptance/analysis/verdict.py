@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..results import FAILED_METRIC
+from ..records.results import FAILED_METRIC
 from .base import codes_of
 
 PASS, FAIL, INCOMPLETE = "pass", "fail", "incomplete"

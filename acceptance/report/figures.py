@@ -19,7 +19,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from ..profile import format_size
+from ..spec.profile import format_size
 
 DPI = 100
 MAX_CELLS = 256        # heatmap cells per axis before block pooling

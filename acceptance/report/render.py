@@ -26,7 +26,7 @@ def environment() -> Environment:
 
 def context(analysis, run_dir: str | os.PathLike) -> dict:
     """Everything the template shows, pre-formatted."""
-    from ..profile import format_profile
+    from ..spec.profile import format_profile
 
     run_dir = Path(run_dir)
     run = analysis.run or {}

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import catalog
-from ..overrides import describe as describe_overrides
+from ..spec import catalog
+from ..host.overrides import describe as describe_overrides
 from . import figures
 from .data import (
     collective_labels,

@@ -5,7 +5,7 @@ from collections import Counter
 from itertools import permutations
 from pathlib import Path
 
-from acceptance import catalog
+from acceptance.spec import catalog
 
 
 def folder_of(p) -> Path:

@@ -196,7 +196,7 @@ def test_a_rank_stuck_at_its_end_exits_3_naming_the_step():
     """The bound around NCCL teardown and MPI_Finalize, in a real process."""
     import subprocess
     import sys
-    code = ("import sys, time\nfrom acceptance.pytest_plugin import _bounded\n"
+    code = ("import sys, time\nfrom acceptance.runtime.pytest_plugin import _bounded\n"
             "with _bounded('rank 1@node1: NCCL teardown and MPI_Finalize', 1.0, sys.stderr):\n    time.sleep(60)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 3, p.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synthetic  # noqa: E402
 
-from acceptance.results import make_record  # noqa: E402
+from acceptance.records.results import make_record  # noqa: E402
 
 # How `acceptance run` says a duration (cli._duration): "42 s", "1 min 21 s", "2 h 5 min", whatever the
 # machine's speed made it.

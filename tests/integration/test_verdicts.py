@@ -27,7 +27,7 @@ def verdict_line(p) -> str:
 def test_a_run_whose_only_test_fails_is_a_fail_with_the_failure_as_a_finding(acceptance_cli, tmp_path):
     suite = tmp_path / "test_one.py"
     suite.write_text(ONE_FAILING_TEST)
-    p = acceptance_cli("run", "--suites", str(suite), "--", f"--confcutdir={tmp_path}", "-p", "acceptance.pytest_plugin")
+    p = acceptance_cli("run", "--suites", str(suite), "--", f"--confcutdir={tmp_path}", "-p", "acceptance.runtime.pytest_plugin")
     assert p.returncode == 1, p.stdout + p.stderr
     assert verdict_line(p).startswith("verdict: FAIL (1 failing finding, 1 failed test;"), p.stdout
     folder = folder_of(p)

@@ -3,8 +3,8 @@ PairLink does for a dead peer): the other pairs of later rounds are still measur
 
 from types import SimpleNamespace
 
-from acceptance.fabric import mpi
-from acceptance.measure.p2p import pair_bandwidth
+from acceptance.engines import mpi
+from acceptance.drivers.p2p import pair_bandwidth
 
 
 def test_write_bandwidth_around_a_dead_node(topology, profile, record, progress):

@@ -10,7 +10,7 @@ import time
 from mpi4py import MPI
 import pytest
 
-from acceptance import pulse
+from acceptance.runtime import pulse
 
 RANK = MPI.COMM_WORLD.Get_rank()
 HANG_RANK = int(os.environ.get("HANG_RANK", "-1"))

@@ -15,18 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import synthetic
 
-from acceptance.analysis import (
-    Analysis,
-    analyze,
-    compare,
-    drain_lines,
-    evaluate,
-    find,
-    load_records,
-    write_outputs,
-)
-from acceptance.profile import load_profile
-from acceptance.results import InputError, make_record
+from acceptance.analysis import Analysis, analyze, compare, drain_lines, evaluate, find, load_records, write_outputs
+from acceptance.spec.profile import load_profile
+from acceptance.records.results import InputError, make_record
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -542,8 +533,9 @@ def test_fast_generator_shape(tmp_path):
 
 def test_a_crash_in_analysis_or_report_exits_3_with_the_traceback(tmp_path, monkeypatch, capsys):
     """A harness bug after the suites: never "a check failed" (1), and never a pass."""
-    from acceptance import cli, postrun
-    from acceptance.results import RunFolder
+    from acceptance import cli
+    from acceptance.cli import postrun
+    from acceptance.records.results import RunFolder
 
     def broken(*_a, **_k):
         raise ZeroDivisionError("a bug in the report")

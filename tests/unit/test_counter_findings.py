@@ -11,10 +11,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fakesysfs
 import synthetic
 
-from acceptance import counters
+from acceptance.host import counters
 from acceptance.analysis import analyze, drain_lines
-from acceptance.profile import load_profile
-from acceptance.results import Recorder
+from acceptance.spec.profile import load_profile
+from acceptance.records.results import Recorder
 
 TEST = "suites/test_rdma_write.py"
 

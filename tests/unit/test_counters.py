@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptance import counters as c
-from acceptance.results import make_record
+from acceptance.host import counters as c
+from acceptance.records.results import make_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fakesysfs
@@ -377,7 +377,7 @@ def test_ports_and_counters_on_one_side_only_are_notes(ib_root, tmp_path, monkey
 
 
 def test_limits_from_profile(tmp_path):
-    from acceptance.profile import load_profile
+    from acceptance.spec.profile import load_profile
     assert c.Limits.from_profile(load_profile("local")) == c.Limits(0, 0, None, None)
     toml = tmp_path / "p.toml"
     toml.write_text('extends = "local"\n[counters]\nerrors_max = 2\ndiscards_max = 5\n'

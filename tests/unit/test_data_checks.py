@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from acceptance.fabric import mpi
-from acceptance.measure.verify import Policy, Slots, Tally, timed_verified
+from acceptance.engines import mpi
+from acceptance.drivers.verify import Policy, Slots, Tally, timed_verified
 from faults import MODES, FaultyComm
 
 SIZES = [8, 64, 1024, 65536]

@@ -8,10 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from acceptance import doctor
-from acceptance.doctor import (
-    Availability, first_line, format_report, probe_all,
-    probe_gpu, probe_launcher, probe_mpi, probe_nccl, probe_slurm, probe_verbs,
+from acceptance.cli import doctor
+from acceptance.cli.doctor import (
+    Availability,
+    first_line,
+    format_report,
+    probe_all,
+    probe_gpu,
+    probe_launcher,
+    probe_mpi,
+    probe_nccl,
+    probe_slurm,
+    probe_verbs,
 )
 
 VENV_MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
@@ -38,7 +46,7 @@ def test_line_shape():
 
 @pytest.mark.parametrize("code, text", [(22703, "2.27.3"), (21805, "2.18.5"), (2804, "2.8.4"), (2708, "2.7.8")])
 def test_nccl_version_string(code, text):
-    from acceptance.fabric.nccl import nccl_version_string
+    from acceptance.engines.nccl import nccl_version_string
     assert nccl_version_string(code) == text
 
 
@@ -50,7 +58,7 @@ def test_probe_mpi_finds_mpich():
 
 
 def test_doctor_says_what_a_lower_thread_level_means():
-    from acceptance.doctor import thread_mode
+    from acceptance.cli.doctor import thread_mode
     assert thread_mode(2).startswith("thread level MPI_THREAD_SERIALIZED (below MPI_THREAD_MULTIPLE")
     assert "makes no MPI call" in thread_mode(1)
 
@@ -169,7 +177,7 @@ def test_a_raising_probe_reports_instead(monkeypatch):
 
 
 def test_report_from_a_fresh_interpreter():
-    code = "from acceptance.doctor import probe_all, format_report; print(format_report(probe_all()))"
+    code = "from acceptance.cli.doctor import probe_all, format_report; print(format_report(probe_all()))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

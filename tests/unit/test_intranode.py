@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from acceptance.analysis import analyze, evaluate, find, load_records
-from acceptance.fabric.memory import MemoryUnavailable
-from acceptance.measure import intranode
-from acceptance.measure.intranode import (
+from acceptance.engines.memory import MemoryUnavailable
+from acceptance.drivers import intranode
+from acceptance.drivers.intranode import (
     CupyCopier,
     Measurement,
     Probe,
@@ -36,8 +36,8 @@ from acceptance.measure.intranode import (
     settings_from_profile,
     unordered_pairs,
 )
-from acceptance.profile import load_profile
-from acceptance.results import REQUIRED_KEYS, Recorder, RunFolder
+from acceptance.spec.profile import load_profile
+from acceptance.records.results import REQUIRED_KEYS, Recorder, RunFolder
 
 MiB = 2**20
 SIZE = 256 * MiB

@@ -1,8 +1,8 @@
-"""Launchers: one class each, registered by name, chosen by --launcher (acceptance.launch)."""
+"""Launchers: one class each, registered by name, chosen by --launcher (acceptance.cli.launch)."""
 
 import pytest
 
-from acceptance import launch
+from acceptance.cli import launch
 
 
 def test_every_launcher_is_registered_once_by_its_name():

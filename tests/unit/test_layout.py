@@ -91,12 +91,12 @@ def test_engines_declare_what_they_offer_and_have_it():
     operation a catalog suite needs is offered by some engine."""
     import importlib
 
-    from acceptance import catalog
-    from acceptance.fabric import contract, engines
+    from acceptance.spec import catalog
+    from acceptance.engines import contract, registry
 
     offered = set()
-    for name in engines.BUILT:
-        module = importlib.import_module(f"acceptance.fabric.{name}")
+    for name in registry.BUILT:
+        module = importlib.import_module(f"acceptance.engines.{name}")
         assert module.NAME == name and module.OFFERS <= contract.OPERATIONS, name
         for op in module.OFFERS:
             assert hasattr(module, op), (name, op)

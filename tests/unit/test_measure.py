@@ -1,4 +1,4 @@
-"""acceptance.measure: nearest-rank percentiles, timing loops, sweeps, units."""
+"""acceptance.drivers: nearest-rank percentiles, timing loops, sweeps, units."""
 import gc
 import itertools
 import math
@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from acceptance.measure import (
+from acceptance.drivers import (
     PERCENTILES,
     Sweep,
     busbw,
@@ -22,7 +22,7 @@ from acceptance.measure import (
     timed_total,
     us,
 )
-from acceptance.profile import load_profile
+from acceptance.spec.profile import load_profile
 
 
 @pytest.fixture
@@ -344,7 +344,7 @@ def test_us():
 def test_driver_imports_stay_light():
     import subprocess
     import sys
-    code = ("import sys, acceptance.measure; "
+    code = ("import sys, acceptance.drivers; "
             "bad = [m for m in ('pytest', 'mpi4py') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -352,7 +352,7 @@ def test_driver_imports_stay_light():
 
 def test_timed_capped_stops_at_the_budget_after_min_iters():
     import time as _time
-    from acceptance.measure import timed_capped
+    from acceptance.drivers import timed_capped
     calls = []
 
     def op():

@@ -3,7 +3,7 @@ import time
 import numpy as np
 import pytest
 
-from acceptance.fabric.memory import (
+from acceptance.engines.memory import (
     FLIP_ENV,
     MemoryUnavailable,
     Mismatch,

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from acceptance.fabric import mpi
-from acceptance.fabric.collective_data import ALLREDUCE, Buffers
-from acceptance.fabric.engines import decide, local_choices, select
-from acceptance.profile import load_profile
+from acceptance.engines import mpi
+from acceptance.engines.collective_data import ALLREDUCE, Buffers
+from acceptance.engines.registry import decide, local_choices, select
+from acceptance.spec.profile import load_profile
 
 
 def test_register_times_both_kinds():
@@ -79,7 +79,7 @@ def test_the_job_agrees_on_one_engine_and_names_the_odd_nodes():
 
 
 def test_every_builtin_profile_selects_a_sweep():
-    from acceptance.measure import sweep_from_profile
+    from acceptance.drivers import sweep_from_profile
     for name in ("local", "h100-ndr400", "h200-ndr400", "a100-hdr200"):
         sweep = sweep_from_profile(load_profile(name))
         assert sweep.sizes[0] == 8

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from acceptance.fabric import mpi, nccl
-from acceptance.fabric.collective_data import ALLREDUCE, ALLTOALL, Wrong
-from acceptance.fabric.engines import BUILT, PREFERENCE, select
-from acceptance.measure.gpudirect_paths import rails_for, record_gdr
-from acceptance.results import REQUIRED_KEYS, Recorder, make_record
-from acceptance.topology import RankInfo, Topology
+from acceptance.engines import mpi, nccl
+from acceptance.engines.collective_data import ALLREDUCE, ALLTOALL, Wrong
+from acceptance.engines.registry import BUILT, PREFERENCE, select
+from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
+from acceptance.records.results import REQUIRED_KEYS, Recorder, make_record
+from acceptance.runtime.topology import RankInfo, Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fakesysfs
 
-from acceptance import nics
-from acceptance.topology import TopologyError, local_identity
+from acceptance.host import nics
+from acceptance.runtime.topology import TopologyError, local_identity
 
 MAP = {"node1": ["rxe_n1r0", "rxe_n1r1"], "node2": ["rxe_n2r0", "rxe_n2r1"]}
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptance import nodefacts as nf
-from acceptance.nodefacts import (
+from acceptance.host import nodefacts as nf
+from acceptance.host.nodefacts import (
     Affinity,
     Unavailable,
     collect,
@@ -33,7 +33,7 @@ from acceptance.nodefacts import (
     read_ports,
     sysfs_root,
 )
-from acceptance.preflight import odd_ones_out
+from acceptance.host.preflight import odd_ones_out
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fakesysfs

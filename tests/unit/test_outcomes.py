@@ -1,5 +1,5 @@
 """outcomes.merge / describe: one verdict from every rank's phase outcome."""
-from acceptance.outcomes import SHOWN_RANKS, describe, merge, phase_summary
+from acceptance.runtime.outcomes import SHOWN_RANKS, describe, merge, phase_summary
 
 LABELS = {0: "0@n1", 1: "1@node1", 2: "2@n2", 3: "3@n2"}
 

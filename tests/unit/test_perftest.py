@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.fabric import perftest
-from acceptance.fabric.perftest import (
+from acceptance.tools import perftest
+from acceptance.tools.perftest import (
     BwResult,
     LatResult,
     PerftestError,
@@ -29,7 +29,7 @@ from acceptance.fabric.perftest import (
     parse_lat,
     records_for,
 )
-from acceptance.results import make_record
+from acceptance.records.results import make_record
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perftest"
 FAKE = DATA / "fake_perftest.py"

@@ -5,8 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
-from acceptance.judge import size_bound
-from acceptance.profile import (
+from acceptance.spec.judge import size_bound
+from acceptance.spec.profile import (
     SCHEMA,
     ProfileError,
     builtin_dir,

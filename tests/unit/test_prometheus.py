@@ -1,4 +1,4 @@
-"""`acceptance report --prometheus`: the node_exporter textfile of a run (acceptance/prometheus.py)."""
+"""`acceptance report --prometheus`: the node_exporter textfile of a run (acceptance/export/prometheus.py)."""
 
 import dataclasses
 import json
@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import synthetic
 
-from acceptance import prometheus
+from acceptance.export import prometheus
 from acceptance.analysis import analyze
 
 LARGEST = synthetic.DEFAULT_SIZES[-1]

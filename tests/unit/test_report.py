@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from acceptance.analysis import Analysis
-from acceptance.profile import format_profile, load_profile
+from acceptance.spec.profile import format_profile, load_profile
 from acceptance.report import render
 from acceptance.report.data import compress_hosts, compress_ints, fmt_num, prepare
 
@@ -342,7 +342,7 @@ def test_renders_the_frame_load_records_returns(tmp_path):
     import json
 
     import acceptance.analysis as analysis_module
-    from acceptance.results import REQUIRED_KEYS
+    from acceptance.records.results import REQUIRED_KEYS
 
     load_records = getattr(analysis_module, "load_records", None)
     if load_records is None:

@@ -7,8 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.results import (
-    REQUIRED_KEYS, Recorder, RecordError, RunFolder, make_record, new_run_id, utc_now,
+from acceptance.records.results import (
+    REQUIRED_KEYS,
+    Recorder,
+    RecordError,
+    RunFolder,
+    make_record,
+    new_run_id,
+    utc_now,
 )
 
 BASE = dict(test="t::x", suite="rdma_write", metric="bw", unit="GB/s", nodes=["n1"], ranks=[0])
@@ -140,7 +146,7 @@ def test_concurrent_updates_from_threads_and_processes_lose_nothing(tmp_path):
     import threading
     f = RunFolder.create(tmp_path, "r")
     f.write_run({})
-    script = ("import sys\nfrom acceptance.results import RunFolder\n"
+    script = ("import sys\nfrom acceptance.records.results import RunFolder\n"
               "for i in range(40):\n    RunFolder(sys.argv[1]).update_run(**{f'{sys.argv[2]}{i}': i})\n")
 
     def writer(prefix):
@@ -190,9 +196,16 @@ def test_utc_now_format():
 
 def test_the_published_record_schema_is_the_records_contract():
     """docs/record.schema.json says what results.py and the catalog say, key for key."""
-    from acceptance import catalog
-    from acceptance.results import (BOUND_KINDS, MEMORY, OPTIONAL_KEYS, REQUIRED_KEYS, SATURATED, SCOPES,
-                                    VERDICTS)
+    from acceptance.spec import catalog
+    from acceptance.records.results import (
+        BOUND_KINDS,
+        MEMORY,
+        OPTIONAL_KEYS,
+        REQUIRED_KEYS,
+        SATURATED,
+        SCOPES,
+        VERDICTS,
+    )
     schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "record.schema.json").read_text())
     props = schema["properties"]
     assert schema["required"] == list(REQUIRED_KEYS)

@@ -1,4 +1,4 @@
-"""Node-pair schedules (acceptance.schedule) and the `acceptance plan` estimate."""
+"""Node-pair schedules (acceptance.runtime.schedule) and the `acceptance plan` estimate."""
 import re
 import subprocess
 import sys
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.plan import estimate_seconds, format_seconds, pair_direction_seconds, plan_text, step_problem
-from acceptance.profile import load_profile
-from acceptance.schedule import (
+from acceptance.cli.plan import estimate_seconds, format_seconds, pair_direction_seconds, plan_text, step_problem
+from acceptance.spec.profile import load_profile
+from acceptance.runtime.schedule import (
     pair_count,
     parse_pattern,
     round_count,

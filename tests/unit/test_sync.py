@@ -4,8 +4,8 @@ import time
 import pytest
 from mpi4py import MPI
 
-from acceptance.outcomes import merge, phase_summary
-from acceptance.sync import Agreement
+from acceptance.runtime.outcomes import merge, phase_summary
+from acceptance.runtime.sync import Agreement
 
 
 @pytest.fixture

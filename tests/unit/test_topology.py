@@ -4,10 +4,17 @@ import socket
 import pytest
 from mpi4py import MPI
 
-from acceptance.naming import natural_key
-from acceptance.topology import (
-    ENV_NIC, ENV_NODES, ENV_RANKS_PER_NODE, RankInfo, Topology, TopologyError,
-    emulation, local_identity, rail_of,
+from acceptance.records.naming import natural_key
+from acceptance.runtime.topology import (
+    ENV_NIC,
+    ENV_NODES,
+    ENV_RANKS_PER_NODE,
+    RankInfo,
+    Topology,
+    TopologyError,
+    emulation,
+    local_identity,
+    rail_of,
 )
 
 

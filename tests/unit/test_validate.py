@@ -19,7 +19,7 @@ from acceptance.analysis.validate import (
     record_node_names,
     topology_nodes,
 )
-from acceptance.results import InputError, make_record
+from acceptance.records.results import InputError, make_record
 
 VALID = ["gpu001", "node-1.rack2", "n_3", "node07", "a", "x" * 255, "GPU-A100_7.example.com"]
 INVALID = {"gpu[001-512]": "hostlist syntax '['", "a,b": "hostlist syntax ','", "gpu]": "hostlist syntax ']'",
@@ -165,7 +165,7 @@ def test_drain_lines_name_only_the_runs_nodes(tmp_path):
 
 def test_an_input_error_after_a_run_exits_2_with_the_message(tmp_path, capsys):
     from acceptance import cli
-    from acceptance.results import RunFolder
+    from acceptance.records.results import RunFolder
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
     with open(run / "results.jsonl", "a") as fh:
         fh.write(record(["gpu[001-512]"]))

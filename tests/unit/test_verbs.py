@@ -34,9 +34,9 @@ from pyverbs.wr import SGE, RecvWR, SendWR
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from threadpair import THREAD, run_pair  # noqa: E402
 
-from acceptance.fabric import gpumem, memory, verbs
-from acceptance.fabric.verbs import e  # the engine's enum shim
-from acceptance.profile import load_profile
+from acceptance.engines import gpumem, memory, verbs
+from acceptance.engines.verbs import e  # the engine's enum shim
+from acceptance.spec.profile import load_profile
 
 # ---- reading back the C structs pyverbs will hand to ibv_post_send / ibv_post_recv -----------
 # pyverbs 44 exposes no getter for wr.rdma / wr.atomic (rdma_remote_addr and rdma_rkey arrived in
@@ -600,7 +600,7 @@ def test_available_when_no_device_opens(monkeypatch):
 
 def test_engine_imports_without_pyverbs():
     code = ("import sys; sys.modules['pyverbs'] = None\n"
-            "from acceptance.fabric import verbs\n"
+            "from acceptance.engines import verbs\n"
             "print(verbs.available())\n"
             "try:\n    verbs._open_context('mlx5_0')\nexcept verbs.VerbsError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)

@@ -25,8 +25,8 @@ from pyverbs.qp import QP
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from threadpair import run_pair  # noqa: E402
 
-from acceptance.fabric import memory, verbs
-from acceptance.fabric.verbs import e
+from acceptance.engines import memory, verbs
+from acceptance.engines.verbs import e
 
 USABLE, WHY = verbs.available()
 pytestmark = pytest.mark.skipif(not USABLE, reason=f"no usable RDMA device: {WHY}")

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from acceptance.watchdog import Phase, Watchdog
+from acceptance.runtime.watchdog import Phase, Watchdog
 
 WAIT = 2.0  # upper bound for any wait on the watchdog thread
 

@@ -1,0 +1,124 @@
+"""How `acceptance run` starts its ranks: one class per launcher, registered by name (as ReFrame's
+@register_launcher). Each says whether it can run here and the command that starts N ranks.
+
+    local    mpiexec on this machine; ranks grouped into virtual nodes node1..nodeN
+    mpirun   your MPI's mpirun, real hosts (the MPI library places the ranks)
+    srun     srun over the current Slurm allocation
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+# With srun: each rank's FI_TCP_IFACE becomes this prefix + its local rank (e.g. "rail" -> rail0, rail1).
+ENV_RAIL_IFACE = "ACCEPTANCE_RAIL_IFACE_PREFIX"
+
+
+class LaunchError(Exception):
+    """A launcher that cannot run here, with what to do about it (the CLI's usage error, exit 2)."""
+
+
+class Launcher:
+    """Starts nodes x per_node ranks of `python -m mpi4py ...` (a rank that dies aborts the job)."""
+
+    name = ""
+
+    def check(self) -> None:
+        """Raise LaunchError when this launcher cannot run here."""
+
+    def command(self, nodes: int, per_node: int) -> tuple[list[str], dict, str]:
+        """(argv prefix, environment, what it does in words)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def python() -> list[str]:
+        return [sys.executable, "-m", "mpi4py"]
+
+
+LAUNCHERS: dict[str, Launcher] = {}
+
+
+def register(cls: type[Launcher]) -> type[Launcher]:
+    LAUNCHERS[cls.name] = cls()
+    return cls
+
+
+def mpiexec() -> str:
+    """The pip-installed MPICH next to this interpreter (mpi4py here was built against it), else the
+    system's mpiexec or mpirun."""
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
+    if not found:
+        raise LaunchError("no mpiexec found: `pip install 'acceptance[mpich]'`, or load your "
+                          "cluster's MPI module (and build mpi4py against it)")
+    return found
+
+
+@register
+class Local(Launcher):
+    name = "local"
+
+    def command(self, nodes, per_node):
+        # Imported here: topology imports mpi4py.MPI, which initializes MPI, and commands such
+        # as `srun acceptance counters snapshot` must not start MPI in every task.
+        from ..host.nics import ENV_DEVICE_MAP
+        from ..runtime.topology import ENV_NODES, ENV_RANKS_PER_NODE
+        env = dict(os.environ)
+        n = nodes * per_node
+        env[ENV_NODES], env[ENV_RANKS_PER_NODE] = str(nodes), str(per_node)
+        devices = os.environ.get(ENV_DEVICE_MAP)
+        return ([mpiexec(), "-n", str(n), *self.python()], env,
+                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails (mpiexec)"
+                + (f", each node's RDMA devices from {ENV_DEVICE_MAP}={devices}" if devices else ""))
+
+
+@register
+class Mpirun(Launcher):
+    name = "mpirun"
+
+    def command(self, nodes, per_node):
+        from ..runtime.topology import ENV_NODES, ENV_RANKS_PER_NODE
+        env = dict(os.environ)
+        for var in (ENV_NODES, ENV_RANKS_PER_NODE):
+            env.pop(var, None)
+        n = nodes * per_node
+        mpirun = shutil.which("mpirun") or mpiexec()
+        return [mpirun, "-n", str(n), *self.python()], env, f"{n} ranks ({mpirun})"
+
+
+@register
+class Srun(Launcher):
+    name = "srun"
+
+    def check(self):
+        if not shutil.which("srun"):
+            raise LaunchError("--launcher srun: srun is not on PATH")
+
+    def command(self, nodes, per_node):
+        env = dict(os.environ)
+        srun = ["srun", "--kill-on-bad-exit=1"]
+        if not os.environ.get("SLURM_NTASKS_PER_NODE") and os.environ.get("SLURM_JOB_NUM_NODES"):
+            # The job did not fix its tasks per node (an exclusive job of whole nodes): one rank per rail.
+            job_nodes = int(os.environ["SLURM_JOB_NUM_NODES"])
+            srun += [f"--nodes={job_nodes}", f"--ntasks={job_nodes * per_node}", f"--ntasks-per-node={per_node}"]
+        if os.environ.get("ACCEPTANCE_SRUN_MPI"):
+            srun.append(f"--mpi={os.environ['ACCEPTANCE_SRUN_MPI']}")
+        if os.environ.get(ENV_RAIL_IFACE):
+            # Each rank's MPI traffic leaves through its own rail: interface <prefix><local rank>.
+            # Set per rank, before MPI starts, so it must happen in the rank's own shell.
+            srun += ["/bin/sh", "-c", f'FI_TCP_IFACE="${{{ENV_RAIL_IFACE}}}$SLURM_LOCALID" exec "$0" "$@"']
+        return [*srun, *self.python()], env, f"srun over Slurm job {os.environ.get('SLURM_JOB_ID', '?')}"
+
+
+def resolve(choice: str) -> Launcher:
+    """The launcher for --launcher CHOICE: auto is srun inside a Slurm allocation, else local."""
+    if choice == "auto":
+        choice = "srun" if os.environ.get("SLURM_JOB_ID") and shutil.which("srun") else "local"
+    if choice not in LAUNCHERS:
+        raise LaunchError(f"--launcher {choice}: not one of auto, {', '.join(LAUNCHERS)}")
+    launcher = LAUNCHERS[choice]
+    launcher.check()
+    return launcher

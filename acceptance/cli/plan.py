@@ -1,0 +1,171 @@
+"""`acceptance plan`: how many rounds and pair measurements a cluster needs, and about how long.
+
+Only closed-form counts are used (acceptance.runtime.schedule.round_count/pair_count),
+so planning a 2048-node cluster is instant. The duration is a rough estimate
+from the profile's sweep and latency settings; its assumptions are printed.
+"""
+from __future__ import annotations
+
+import math
+
+from ..spec import catalog
+from ..spec.profile import Profile, format_size, load_profile, parse_rate
+from ..runtime.schedule import pair_count, parse_pattern, round_count
+
+ITER_OVERHEAD_S = 5e-6   # assumed per-iteration cost beyond the wire time (post, poll, flush)
+LATENCY_SAMPLE_S = 5e-6  # assumed time of one latency sample
+DEFAULT_RATE = 100.0     # Gbit/s, when neither --rate nor the profile's bandwidth_min says
+
+
+def sweep_sizes(sweep: dict) -> list[int]:
+    """min_size, min_size * factor, ... up to max_size (bytes)."""
+    sizes, size = [], max(1, sweep["min_size"])  # a 0-byte start would never grow
+    while size <= sweep["max_size"]:
+        sizes.append(size)
+        size *= sweep["factor"]
+    return sizes
+
+
+def sweep_iterations(sweep: dict, size: int) -> tuple[int, int]:
+    """(timed, warmup) iterations at one size, as the bandwidth sweep chooses them."""
+    iters = sweep["bytes_per_size"] // (size * sweep["window"])
+    iters = max(sweep["min_iters"], min(sweep["max_iters"], iters))
+    return iters, max(1, math.ceil(iters * sweep["warmup_fraction"]))
+
+
+def sweep_direction_seconds(sweep: dict, rate_gbits: float) -> float:
+    """One pair's bandwidth sweep in one direction (each size capped by sweep.max_time_per_size)."""
+    total = 0.0
+    for size in sweep_sizes(sweep):
+        iters, warmup = sweep_iterations(sweep, size)
+        n = iters + warmup
+        one = n * sweep["window"] * size * 8 / (rate_gbits * 1e9) + n * ITER_OVERHEAD_S
+        total += min(one, sweep["max_time_per_size"]) if sweep.get("max_time_per_size") else one
+    return total
+
+
+def latency_direction_seconds(latency: dict) -> float:
+    """One pair's put latency and send/recv ping-pong in one direction."""
+    return (latency["iters"] + latency["warmup"]) * 2 * LATENCY_SAMPLE_S
+
+
+# The rdma_write bandwidths measured over the size sweep (the catalog's curves: write and read).
+SWEEPS = sum(1 for suite, _ in catalog.with_role("curve") if suite == "rdma_write")
+
+
+def pair_direction_seconds(sweep: dict, latency: dict, rate_gbits: float) -> float:
+    """One pair in one direction: each bandwidth sweep (SWEEPS) plus put latency and a send/recv ping-pong."""
+    return SWEEPS * sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
+
+
+def longest_step(sweep: dict, latency: dict, rate_gbits: float) -> tuple[float, str]:
+    """(seconds, what): the longest stretch between two progress() calls of the p2p and collective
+    suites, which the hang timeout must cover (docs/pytest-under-mpi.md). A p2p test shows progress
+    after each round (one pair, both directions); a collective sweep after each size."""
+    largest = sweep_sizes(sweep)[-1] if sweep_sizes(sweep) else 0
+    iters, warmup = sweep_iterations(sweep, largest) if largest else (0, 0)
+    collective = (iters + warmup) * 2 * largest * 8 / (rate_gbits * 1e9)  # all-reduce moves ~2x the buffer
+    return max((2 * sweep_direction_seconds(sweep, rate_gbits),
+                "a round of test_write_bandwidth: one pair's sweep, both directions"),
+               (2 * latency_direction_seconds(latency), "a round of test_write_latency: both directions"),
+               (collective, f"one size ({format_size(largest)}) of test_allreduce"))
+
+
+def step_problem(profile: Profile, rate_gbits: float) -> str | None:
+    """Why the profile's hang timeout cannot cover its longest step, or None."""
+    seconds, what = longest_step(profile.get("sweep"), profile.get("latency"), rate_gbits)
+    timeout = profile.get("run.hang_timeout")
+    if seconds < timeout:
+        return None
+    return (f"the longest step ({what}) takes about {format_seconds(seconds)} at {rate_gbits:g} Gbit/s, not "
+            f"within profile {profile.name}'s run.hang_timeout of {format_seconds(timeout)}: every such step "
+            f"would end as a HANG; raise run.hang_timeout or shrink the sweep (sweep.bytes_per_size, "
+            f"sweep.max_iters, sweep.max_time_per_size, latency.iters)")
+
+
+def estimate_seconds(rails: int, rounds: int, sweep: dict, latency: dict, rate_gbits: float) -> float:
+    """Rails run one after another, rounds one after another, both directions one after the
+    other; all pairs of a round at once, so the pair count does not enter."""
+    return rails * rounds * 2 * pair_direction_seconds(sweep, latency, rate_gbits)
+
+
+def choose_rate(profile: Profile, rate: str | None) -> tuple[float, str]:
+    """(Gbit/s, where it came from): --rate, else the profile's bound at its largest size, else 100."""
+    if rate is not None:
+        gbits = parse_rate(rate)
+        if gbits <= 0:
+            raise ValueError(f"must be above zero, got {rate!r}")
+        return gbits, "from --rate"
+    bounds = profile.get("rdma_write.bandwidth_min")  # [[bytes, Gbit/s], ...] sorted by size
+    if bounds and bounds[-1][1] > 0:
+        return bounds[-1][1], f"profile {profile.name}'s rdma_write.bandwidth_min at its largest size"
+    return DEFAULT_RATE, f"assumed: profile {profile.name} sets no rdma_write.bandwidth_min; give --rate"
+
+
+def format_seconds(seconds: float) -> str:
+    """Human durations: "0.04 s", "45 s", "12 min 5 s", "3 h 12 min", "2 d 4 h"."""
+    if seconds < 0.01:
+        return "under 0.01 s"
+    if seconds < 10:
+        return f"{seconds:.2g} s"
+    # Round to the smallest unit shown first, so 3599.7 s reads "1 h 0 min", not "59 min 60 s".
+    for unit, sub, name, sub_name in ((86400, 3600, "d", "h"), (3600, 60, "h", "min"), (60, 1, "min", "s")):
+        whole = round(seconds / sub) * sub
+        if whole >= unit:
+            return f"{whole // unit} {name} {whole % unit // sub} {sub_name}"
+    return f"{round(seconds)} s"
+
+
+def plan_text(nodes: int, rails: int, pattern: str | None, profile: Profile | str | None,
+              rate: str | None = None) -> str:
+    """The `acceptance plan` report; ValueError for bad input. pattern None: the profile's."""
+    if not isinstance(profile, Profile):
+        profile = load_profile(profile)
+    if nodes < 2:
+        raise ValueError(f"--nodes must be at least 2 (pairs need two nodes), got {nodes}")
+    if rails < 1:
+        raise ValueError(f"--rails must be at least 1, got {rails}")
+    pattern = pattern or profile.get("rdma_write.pattern")
+    kind, k = parse_pattern(pattern)
+    try:
+        gbits, rate_from = choose_rate(profile, rate)
+    except ValueError as e:
+        raise ValueError(f"--rate: {e}") from None
+
+    rounds, pairs = round_count(nodes, pattern), pair_count(nodes, pattern)
+    sweep, latency = profile.get("sweep"), profile.get("latency")
+    per = pair_direction_seconds(sweep, latency, gbits)
+    total = estimate_seconds(rails, rounds, sweep, latency, gbits)
+    sizes = sweep_sizes(sweep)
+    span = f"{format_size(sizes[0])}..{format_size(sizes[-1])}" if sizes else "no sizes"
+    if kind == "all-pairs":
+        partners = f"every node meets every other node ({nodes - 1} partners)"
+    else:
+        used = min(k, rounds)
+        each = (f"{used} partners per node" if nodes % 2 == 0
+                else f"{used - 1} or {used} partners per node (with an odd count each node sits out a round)")
+        partners = f"{used} rounds spread over the all-pairs schedule, {each}"
+    idle = "one node idle" if nodes % 2 else "no node idle"
+    rows = [
+        ("nodes", f"{nodes}"),
+        ("rails", f"{rails}"),
+        ("pattern", f"{pattern}: {partners}"),
+        ("rounds per rail", f"{rounds}   (a round: {nodes // 2} disjoint pairs measured at once, {idle})"),
+        ("node pairs per rail", f"{pairs}"),
+        ("pair-directions per rail", f"{2 * pairs}   (x2: A->B, then B->A)"),
+        ("total pair-directions", f"{2 * pairs * rails}   (x{rails} rails, one after another, one test per rail)"),
+        ("rate", f"{gbits:g} Gbit/s   ({rate_from})"),
+        ("per pair-direction", f"{format_seconds(per)}   (profile {profile.name}: bandwidth sweep "
+                               f"{span}, {len(sizes)} sizes, + {ITER_OVERHEAD_S * 1e6:g} us "
+                               f"per iteration; latency 2 x {latency['iters'] + latency['warmup']} samples "
+                               f"at {LATENCY_SAMPLE_S * 1e6:g} us each)"),
+        ("estimated duration", f"{format_seconds(total)}   ({rails} rails x {rounds} rounds x 2 directions "
+                               f"x {format_seconds(per)}; all pairs of a round at once)"),
+    ]
+    step, what = longest_step(sweep, latency, gbits)
+    timeout = profile.get("run.hang_timeout")
+    fits = "fits" if step < timeout else "DOES NOT FIT"
+    rows.append(("longest step", f"{format_seconds(step)}   ({what}); run.hang_timeout "
+                                 f"{format_seconds(timeout)}: {fits} (the deadline bounds a step, not a test)"))
+    width = max(len(label) for label, _ in rows) + 1
+    return "\n".join(f"{label + ':':<{width}} {value}" for label, value in rows)

@@ -1,0 +1,293 @@
+"""Point-to-point writes and reads on one rail: every scheduled node pair, both directions.
+
+All pairs of a round run at once, each on its own two-rank communicator;
+within a pair the lower node goes first, then the higher one. The origin
+records what it timed; the side that received the data (the target of a
+write, the origin of a read) records whether it arrived intact. PairwiseDriver
+is the template (schedule, directions, failure isolation, recording); Bandwidth
+and Latency give only their operation, sizes and metric.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mpi4py import MPI
+
+from ..spec import judge
+from ..runtime import pulse
+from ..spec.profile import Profile
+from ..runtime.schedule import schedule
+from ..runtime.topology import Topology
+from .stats import iteration_time, percentiles
+from .sweep import sweep_from_profile
+from .units import gbit_per_s, us
+from .verify import Policy, Tally
+
+LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "latency_p999"), ("max", "latency_max"))
+
+
+class RailPairs:
+    """This rank's view of one rail's schedule. Ranks not on the rail have nothing to do."""
+
+    def __init__(self, topology: Topology, rail: int, pattern: str, progress: Callable[[], None] | None):
+        self.active = topology.rail == rail
+        self.rail = rail
+        self.progress = progress or (lambda: None)
+        if not self.active:
+            return
+        self.comm = topology.rail_comm
+        self.index = self.comm.Get_rank()
+        members = self.comm.allgather((topology.rank, topology.node))
+        self.world_ranks = [r for r, _ in members]
+        self.nodes = [n for _, n in members]
+        self.rounds = schedule(len(members), pattern)
+
+    def pairs(self):
+        """Yield (pair communicator, low, high) for each round this rank takes part in.
+
+        Collective over the rail communicator; a rank with a bye gets no pair that round.
+        """
+        for pairs in self.rounds:
+            # A rank with a bye (or done early) waits here, asleep, rather than spinning in Split.
+            pulse.wait(self.comm)
+            color, key = MPI.UNDEFINED, 0
+            for i, (low, high) in enumerate(pairs):
+                if self.index in (low, high):
+                    color, key = i, 0 if self.index == low else 1
+            comm = self.comm.Split(color, key)
+            if comm != MPI.COMM_NULL:
+                try:
+                    low, high = next(p for p in pairs if self.index in p)
+                    yield comm, low, high
+                finally:
+                    comm.Free()
+            self.progress()
+
+    def each_link(self, engine, size: int, memory: str, problems: list[str], record: Callable,
+                  profile: Profile, suite: str, metric: str, op: str, body: Callable, slot_bytes: int = 0) -> None:
+        """body(link, low, high) for each pair of this rank, on an engine link freed afterwards.
+
+        A link that fails (cannot connect, completions time out, the peer's side broke) fails its
+        pair only: both ranks raise (the engine agrees on errors), the pair's `metric` is recorded
+        unmeasured (value null, judged a fail) and named in `problems`, and the schedule goes on, so
+        no rank of a later round waits for these two.
+        """
+        for comm, low, high in self.pairs():
+            link = None
+            try:
+                # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
+                link = (engine.PairLink(comm, size, slot_bytes) if memory == "host"
+                        else engine.PairLink(comm, size, slot_bytes, memory=memory))
+                body(link, low, high)
+            except Exception as e:  # noqa: BLE001 - reported as this pair's failure
+                _, _, nodes, ranks = self.direction(low, high, 0)
+                why = f"{type(e).__name__}: {e}"
+                problems.append(f"{nodes[0]} <-> {nodes[1]} rail {self.rail}: {metric} not measured: {why}")
+                if self.index == low:
+                    judge.record(record, profile, suite, metric, None, missing="fail", rail=self.rail, nodes=nodes,
+                                 ranks=ranks, engine=engine.NAME, memory=memory, op=op, samples=0,
+                                 detail=f"not measured: {why}")
+            finally:
+                if link is not None:
+                    link.free()
+
+    def direction(self, low: int, high: int, origin: int) -> tuple[int, int, list[str], list[int]]:
+        """(source rail index, destination rail index, [src node, dst node], [src rank, dst rank])."""
+        src, dst = (low, high) if origin == 0 else (high, low)
+        return src, dst, [self.nodes[src], self.nodes[dst]], [self.world_ranks[src], self.world_ranks[dst]]
+
+
+class PairwiseDriver:
+    """A pairwise measurement on one rail (the template): the schedule, both directions of each pair,
+    one engine link per pair with its failure isolated, progress, and what every record carries.
+    A subclass gives only its metric (what a pair that could not be measured is recorded as), the
+    link's size and slot bytes, and measure(link, low, high); run() returns the failures' messages.
+    """
+
+    metric: str = ""
+
+    def __init__(self, engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+                 progress: Callable[[], None] | None = None, op: str = "write", memory: str = "host",
+                 suite: str = "rdma_write"):
+        self.engine, self.profile, self.record, self.op, self.memory, self.suite = (
+            engine, profile, record, op, memory, suite)
+        self.rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
+        self.rail = rail
+        self.policy = Policy.from_profile(profile)
+        self.problems: list[str] = []
+
+    def link_size(self) -> int:
+        raise NotImplementedError
+
+    def slot_bytes(self) -> int:
+        raise NotImplementedError
+
+    def measure(self, link, low: int, high: int) -> None:
+        raise NotImplementedError
+
+    def run(self) -> list[str]:
+        if self.rp.active:
+            self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
+                              self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes())
+        return self.problems
+
+    def direction(self, low: int, high: int, origin: int) -> tuple[list[str], list[int], dict]:
+        """([src node, dst node], [src rank, dst rank], the fields every record of that direction carries)."""
+        _, _, nodes, ranks = self.rp.direction(low, high, origin)
+        return nodes, ranks, dict(rail=self.rail, nodes=nodes, ranks=ranks, engine=self.engine.NAME,
+                                  memory=self.memory, op=self.op)
+
+    def judged(self, metric: str, value, **fields) -> tuple[float | None, str]:
+        return judge.record(self.record, self.profile, self.suite, metric, value, **fields)
+
+    def checked(self, metric: str, tally: Tally, noun: str, where: str, samples: int, **fields) -> None:
+        """The data check of the side that received the data: recorded, and a failure named."""
+        self.judged(metric, tally.wrong, samples=samples, detail=tally.summary(noun), **tally.fields(), **fields)
+        if tally.failed:
+            self.problems.append(f"{where}: {tally.summary(noun)}")
+
+
+# op -> (bandwidth metric, its data check's metric, what one checked operation is called, engine method)
+BANDWIDTH_OPS = {"write": ("bandwidth", "errors", "writes", "put_bandwidth"),
+                 "read": ("read_bandwidth", "read_errors", "reads", "read_bandwidth")}
+
+
+class Bandwidth(PairwiseDriver):
+    """Bandwidth sweep of windowed writes or reads (`op`, BANDWIDTH_OPS) in both directions of every
+    pair; the data verified after each size by the side that received it (the target of a write, the
+    origin of a read). Round-major, directions alternating: one stall of a shared host hits one round
+    of a size, not all of them; each size records its best round."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.metric, self.errors_metric, self.noun, self.method = BANDWIDTH_OPS[self.op]
+        self.sweep = sweep_from_profile(self.profile)
+        self.window = self.profile.get("sweep.window")
+
+    def link_size(self) -> int:
+        return max(self.sweep.sizes)
+
+    def slot_bytes(self) -> int:
+        return min(self.link_size() * self.window, self.policy.slot_region)
+
+    def measure(self, link, low, high):
+        profile, sweep, window = self.profile, self.sweep, self.window
+        budget, statistic = profile.get("sweep.max_time_per_size"), profile.get("sweep.statistic")
+        rounds = profile.get("sweep.rounds")
+        # Each round moves its own pattern, so a stale buffer cannot pass the check. The origin keeps
+        # each size's best round; the side that checked, what every round's checks found.
+        best: dict[tuple[int, int], tuple[float, int]] = {}  # (origin, size index) -> (Gbit/s, iterations)
+        checked: dict[tuple[int, int], Tally] = {}  # (origin, size index) -> the checks
+        run = getattr(link, self.method)
+        for r in range(rounds):
+            for origin in (0, 1):
+                _, ranks, _ = self.direction(low, high, origin)
+                for i, size in enumerate(sweep.sizes):
+                    iters = sweep.iters(size, size * window)
+                    t = run(size, iters, sweep.warmup(iters), window, origin,
+                            seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget, policy=self.policy)
+                    self.rp.progress()  # one size is a step: the hang timeout bounds it, not the whole sweep
+                    if t.tally is not None:
+                        checked.setdefault((origin, i), Tally()).merge(t.tally)
+                    if t.times_ns is None:
+                        continue
+                    value = gbit_per_s(size * window, iteration_time(t.times_ns, statistic))
+                    if value > best.get((origin, i), (-1.0, 0))[0]:
+                        best[origin, i] = (value, len(t.times_ns))  # fewer iterations when the budget ran out
+        for origin in (0, 1):
+            nodes, _, common = self.direction(low, high, origin)
+            where = f"{nodes[0]} -> {nodes[1]} rail {self.rail}"
+            for i, size in enumerate(sweep.sizes):
+                if (origin, i) in checked:
+                    self.checked(self.errors_metric, checked[origin, i], self.noun, f"{where}, size {size} B",
+                                 rounds, size=size, **common)
+                if (origin, i) not in best:
+                    continue
+                value, iters = best[origin, i]
+                bound, verdict = self.judged(self.metric, value, samples=iters, size=size, **common)
+                if verdict == "fail":
+                    self.problems.append(f"{where}, size {size} B: {self.op} bandwidth {value:.3f} Gbit/s "
+                                         f"< bound {bound:g} Gbit/s")
+
+
+def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+                   progress: Callable[[], None] | None = None, op: str = "write", memory: str = "host",
+                   suite: str = "rdma_write") -> list[str]:
+    """Bandwidth of `op` (write or read) in both directions of every pair of the rail (Bandwidth).
+    memory "cuda" moves GPU memory to GPU memory (GPUDirect RDMA); `suite` is the catalog suite
+    whose metrics (and so whose bounds) the records are."""
+    return Bandwidth(engine, topology, rail, profile, record, progress, op, memory, suite).run()
+
+
+def write_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+                  progress: Callable[[], None] | None = None) -> list[str]:
+    """Write latency at latency.size (and a send/recv ping-pong for reference), both directions of every pair."""
+    return op_latency(engine, topology, rail, profile, record, progress, "write")
+
+
+# op -> (the metric prefix, what the engine does, the metric of its data check, what one checked operation is called)
+LATENCY_OPS = {"write": ("", "write", "errors", "writes"), "read": ("read_", "read", "read_errors", "reads"),
+               "atomic": ("atomic_", "atomic fetch-and-add", "atomic_errors", "atomic fetch-and-adds")}
+
+
+class Latency(PairwiseDriver):
+    """Latency percentiles of one operation (write, read or atomic) in both directions of every pair.
+
+    Every verified operation is recorded by the side that checked it: the target checks the writes,
+    the origin what its reads and fetch-and-adds brought back, and the target that its atomic counter
+    holds exactly the number of adds. Writes also time a send/recv ping-pong, for reference."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.prefix, self.what, self.errors_metric, self.noun = LATENCY_OPS[self.op]
+        self.metric = f"{self.prefix}latency_p50"
+        self.size = 8 if self.op == "atomic" else self.profile.get("latency.size")
+        self.iters, self.warmup = self.profile.get("latency.iters"), self.profile.get("latency.warmup")
+
+    def link_size(self) -> int:
+        return self.size
+
+    def slot_bytes(self) -> int:
+        return min(self.size * self.iters, self.policy.slot_region)
+
+    def timed(self, link, origin: int, seed):
+        """(the operation's result, the ping-pong's times or None)."""
+        size, iters, warmup = self.size, self.iters, self.warmup
+        if self.op == "write":
+            return (link.put_latency(size, iters, warmup, origin, seed, self.policy),
+                    link.pingpong_latency(size, iters, warmup, origin))
+        if self.op == "read":
+            return link.read_latency(size, iters, warmup, origin, seed, self.policy), None
+        return link.atomic_latency(iters, warmup, origin), None
+
+    def measure(self, link, low, high):
+        for origin in (0, 1):
+            nodes, ranks, common = self.direction(low, high, origin)
+            common["size"] = self.size
+            where = f"{nodes[0]} -> {nodes[1]} rail {self.rail}, size {self.size} B"
+            got, pingpong = self.timed(link, origin, (ranks[0], ranks[1], 1 << 20))  # apart from the sweep's seeds
+            if got.tally is not None:  # the side that checked: the target of writes, the origin of reads and fetches
+                self.checked(self.errors_metric, got.tally, self.noun, where, 1, **common)
+            if got.times_ns is None:
+                continue  # the side that did not time this direction
+            stats = percentiles(us(got.times_ns))
+            for field, metric in LATENCY_METRICS:
+                value = getattr(stats, field)
+                bound, verdict = self.judged(self.prefix + metric, value, samples=stats.samples,
+                                             detail=stats.note(field) if field != "max" else None, **common)
+                if verdict == "fail":
+                    self.problems.append(f"{where}: {self.what} latency {field} {value:.2f} us > bound "
+                                         f"{bound:g} us ({stats.samples} samples)")
+            if pingpong is not None:
+                pp = percentiles(us(pingpong))
+                for field, metric in LATENCY_METRICS:
+                    self.judged(f"pingpong_{metric}", getattr(pp, field), samples=pp.samples,
+                                detail=pp.note(field) if field != "max" else None, **{**common, "op": "pingpong"})
+
+
+def op_latency(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
+               progress: Callable[[], None] | None, op: str, memory: str = "host",
+               suite: str = "rdma_write") -> list[str]:
+    """Latency percentiles of `op` (write, read or atomic) in both directions of every pair (Latency)."""
+    return Latency(engine, topology, rail, profile, record, progress, op, memory, suite).run()

@@ -1,0 +1,79 @@
+"""What an engine is, as the drivers use it: small Protocols (one per role, as pytest-xdist's
+scheduler protocol) and the one result type of a point-to-point operation.
+
+An engine is a module (mpi, verbs, nccl) with NAME, OFFERS, available(), configure() and
+used_device(); OFFERS
+names the operations it has, from the catalog's engine_needs (acceptance.spec.catalog Suite), and
+acceptance.engines.registry chooses by it, never by looking for attributes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..drivers.verify import Policy, Tally
+
+# Every operation an engine may offer: a suite's engine_needs are a subset.
+OPERATIONS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times",
+                        "registration_growth", "memlock_effect", "gpu_register_times"))
+
+
+@dataclass
+class Transfer:
+    """One direction of one size: the origin's times, and what the side that checked found."""
+
+    times_ns: np.ndarray | None  # origin only
+    tally: Tally | None  # who verified (the target of writes, the origin of reads): what arrived
+
+
+@runtime_checkable
+class PairLink(Protocol):
+    """Two ranks of a pair communicator; both call every method, `origin` (0 or 1) says who acts."""
+
+    def put_bandwidth(self, size: int, iters: int, warmup: int, window: int, origin: int,
+                      seed: tuple[int, int, int], budget_s: float | None = None,
+                      policy: Policy | None = None) -> Transfer: ...
+
+    def read_bandwidth(self, size: int, iters: int, warmup: int, window: int, origin: int,
+                       seed: tuple[int, int, int], budget_s: float | None = None,
+                       policy: Policy | None = None) -> Transfer: ...
+
+    def put_latency(self, size: int, iters: int, warmup: int, origin: int, seed=None,
+                    policy: Policy | None = None) -> Transfer: ...
+
+    def read_latency(self, size: int, iters: int, warmup: int, origin: int, seed=None,
+                     policy: Policy | None = None) -> Transfer: ...
+
+    def atomic_latency(self, iters: int, warmup: int, origin: int) -> Transfer: ...
+
+    def pingpong_latency(self, size: int, iters: int, warmup: int, origin: int) -> np.ndarray | None: ...
+
+    def free(self) -> None: ...
+
+
+@runtime_checkable
+class IncastGroup(Protocol):
+    """Senders and one receiver of a rail; round() is collective over the group."""
+
+    def round(self, receiver: int, size: int, window: int, budget_s: float, probe_size: int, probe_iters: int,
+              seed: Callable) -> object: ...
+
+    def free(self) -> None: ...
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An engine module: its name, what it offers, whether it can run here, and its set-up."""
+
+    NAME: str
+    OFFERS: frozenset
+
+    def available(self) -> tuple[bool, str]: ...
+
+    def configure(self, topology, profile, log_dir=None) -> None: ...
+
+    def used_device(self) -> str | None: ...

@@ -1,0 +1,1 @@
+"""Exports of a run for other tools (Prometheus textfile)."""

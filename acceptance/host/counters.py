@@ -1,0 +1,676 @@
+"""RDMA port counters before and after a window: sysfs (PMA and mlx5 hw_counters) and `ethtool -S`.
+
+A snapshot reads every port of every RDMA device on this node:
+
+  <root>/class/infiniband/<dev>/ports/<n>/counters/*     PMA PortCounters (16/8/4/32-bit, data 64-bit)
+  <root>/class/infiniband/<dev>/ports/<n>/hw_counters/*  mlx5 Q-counters (32-bit) and congestion (64-bit);
+                                                         rxe's (Soft-RoCE) retransmission and packet counters
+  ethtool -S <netdev>                                    RoCE ports only: PFC pause, PHY errors, drops
+
+and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, ...) that
+`judge` turns into a verdict against the profile's [counters] bounds. PMA counters clamp at all-ones
+instead of wrapping, so a counter at its maximum is *saturated*: its rise is unknown, never a delta.
+
+Nothing here imports pytest or mpi4py: the suites, the CLI (`acceptance counters`) and the analysis
+all use it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .counter_kinds import CNP_COUNTERS, KINDS, PACKET_COUNTERS, REQ_RESP_ERROR, kind_of  # noqa: F401 - KINDS, kind_of: re-exported
+from ..records.naming import natural_key
+from ..records.results import VERDICTS, read_json, utc_now, worst
+
+ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
+ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
+FORMAT = "acceptance-counters/1"
+ETHTOOL_TIMEOUT = 10.0  # seconds per `ethtool -S`; a wedged driver must not hang a suite
+SOURCES = ("counters", "hw_counters", "ethtool")
+
+# ---- widths -------------------------------------------------------------------
+# PMA PortCounters (PORT_PMA_ATTR in drivers/infiniband/core/sysfs.c). Data and packet counters are
+# 32-bit in the base table but 64-bit when the PMA advertises extended width, which mlx5 does.
+_PMA_WIDTHS = {
+    **dict.fromkeys(("symbol_error", "port_rcv_errors", "port_rcv_remote_physical_errors",
+                     "port_rcv_switch_relay_errors", "port_xmit_discards", "VL15_dropped"), 16),
+    **dict.fromkeys(("link_error_recovery", "link_downed", "port_xmit_constraint_errors",
+                     "port_rcv_constraint_errors"), 8),
+    **dict.fromkeys(("local_link_integrity_errors", "excessive_buffer_overrun_errors"), 4),
+    "port_xmit_wait": 32,
+    **dict.fromkeys(("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
+                     "unicast_xmit_packets", "unicast_rcv_packets", "multicast_xmit_packets",
+                     "multicast_rcv_packets"), 64),
+}
+# mlx5 hw_counters (drivers/infiniband/hw/mlx5/counters.c): Q-counters are 32-bit in hardware even
+# though sysfs prints u64, so they wrap at 2**32; congestion and PPCNT counters are 64-bit.
+_Q_COUNTERS = frozenset((
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "rx_dct_connect", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err", "implied_nak_seq_err",
+    "local_ack_timeout_err", "roce_adp_retrans", "roce_adp_retrans_to", "roce_slow_restart",
+    "roce_slow_restart_cnps", "roce_slow_restart_trans", "req_rnr_retries_exceeded",
+    "req_transport_retries_exceeded",
+))
+
+
+def width_of(name: str, source: str) -> int | None:
+    """Bits of a counter: 16 for symbol_error, 32 for an mlx5 Q-counter, 64 for ethtool; None if unknown."""
+    if source == "counters":
+        return _PMA_WIDTHS.get(name)
+    if source == "hw_counters":
+        if name in CNP_COUNTERS:
+            return 64
+        return 32 if name in _Q_COUNTERS or REQ_RESP_ERROR.match(name) else 64
+    if source == "ethtool":
+        return 64
+    raise ValueError(f"unknown counter source {source!r}; expected one of {SOURCES}")
+
+
+# ---- ports ----------------------------------------------------------------------
+
+NODE_PLACEHOLDER = "{node}"
+
+
+def sysfs_root(node: str | None = None) -> Path:
+    """ACCEPTANCE_SYSFS_ROOT (a fake tree in tests), else /sys.
+
+    A literal "{node}" in it becomes `node`, so emulated nodes sharing one host each
+    read their own tree (ACCEPTANCE_SYSFS_ROOT=/tmp/fake/{node}).
+    """
+    raw = os.environ.get(ENV_SYSFS_ROOT) or "/sys"
+    return Path(raw.replace(NODE_PLACEHOLDER, node) if node is not None else raw)
+
+
+@dataclass(frozen=True)
+class Port:
+    device: str          # mlx5_0
+    port: int            # 1
+    link_layer: str | None  # InfiniBand | Ethernet
+    netdev: str | None   # ens1f0np0 (RoCE) or ibp24s0 (IPoIB); None when the device has none
+    state: str | None    # as sysfs prints it: "4: ACTIVE"
+    rate: str | None     # "400 Gb/sec (4X NDR)"
+
+
+def read_sysfs(path: Path) -> str | None:
+    """A sysfs file's text without the trailing newline; None when missing or unreadable."""
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _netdev(dev: Path, port: int) -> str | None:
+    """The port's netdev under <dev>/device/net (the one whose 0-based dev_port matches, when there are
+    several); else the netdev of the port's first GID (gid_attrs/ndevs/0)."""
+    try:
+        nets = sorted((p for p in (dev / "device" / "net").iterdir()), key=lambda p: natural_key(p.name))
+    except OSError:
+        nets = []
+    if len(nets) > 1:  # a multi-port device
+        for net in nets:
+            if read_sysfs(net / "dev_port") == str(port - 1):
+                return net.name
+    if nets:
+        return nets[0].name
+    # The GID's ndev can be an upper device (bond0 under RoCE LAG), hence only second choice.
+    return read_sysfs(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0") or None
+
+
+def ports(root: str | os.PathLike | None = None, devices: Iterable[str] | None = None) -> list[Port]:
+    """Every port under <root>/class/infiniband, devices in natural order (mlx5_2 before mlx5_10)."""
+    base = Path(root) if root is not None else sysfs_root()
+    wanted = set(devices) if devices is not None else None
+    found = []
+    try:
+        devs = sorted((d for d in (base / "class" / "infiniband").iterdir()), key=lambda d: natural_key(d.name))
+    except OSError:
+        return []
+    for dev in devs:
+        if wanted is not None and dev.name not in wanted:
+            continue
+        try:
+            numbers = sorted(int(p.name) for p in (dev / "ports").iterdir() if p.name.isdigit())
+        except OSError:
+            continue
+        for n in numbers:
+            port = dev / "ports" / str(n)
+            found.append(Port(device=dev.name, port=n, link_layer=read_sysfs(port / "link_layer"),
+                              netdev=_netdev(dev, n), state=read_sysfs(port / "state"), rate=read_sysfs(port / "rate")))
+    return found
+
+
+# ---- ethtool ------------------------------------------------------------------
+# Per-queue software counters of the Ethernet driver (rx0_packets, tx12_bytes, ch3_events, ...): RoCE
+# traffic bypasses these rings, and mlx5 prints thousands of them, so snapshots leave them out.
+_PER_QUEUE = re.compile(r"^(?:rx|tx|ch|qos_tx|ptp_(?:rx|tx|cq|ch))\d+_")
+
+
+def parse_ethtool_stats(text: str) -> dict[str, int]:
+    """`ethtool -S` output ("NIC statistics:" then "     name: value" lines) -> {name: value}.
+
+    Lines whose value is not an integer (headers, driver notes) are ignored.
+    """
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        name, sep, value = line.rpartition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
+            continue
+        try:
+            stats[name] = int(value)
+        except ValueError:
+            continue
+    return stats
+
+
+class EthtoolError(Exception):
+    pass
+
+
+class EthtoolMissing(EthtoolError):
+    """The ethtool command itself is not there: no point asking again for the next netdev."""
+
+
+def ethtool_stats(netdev: str, command: str | None = None, timeout: float = ETHTOOL_TIMEOUT) -> dict[str, int]:
+    """`ethtool -S netdev` parsed; EthtoolError (with a readable reason) when it cannot be had.
+
+    The command is ACCEPTANCE_ETHTOOL (e.g. "sudo -n ethtool"), else "ethtool".
+    """
+    command = command or os.environ.get(ENV_ETHTOOL) or "ethtool"
+    argv = [*shlex.split(command), "-S", netdev]
+    try:
+        p = subprocess.run(argv, check=False, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except FileNotFoundError:
+        raise EthtoolMissing(f"{argv[0]} not found: install ethtool (or set {ENV_ETHTOOL}); "
+                           f"RoCE pause, PHY error and drop counters were not read") from None
+    except subprocess.TimeoutExpired:
+        raise EthtoolError(f"`{shlex.join(argv)}` did not answer within {timeout:g} s") from None
+    except OSError as e:
+        raise EthtoolError(f"`{shlex.join(argv)}` could not start: {e.strerror or e}") from None
+    if p.returncode != 0:
+        why = (p.stderr.strip().splitlines() or ["no message"])[0]
+        raise EthtoolError(f"`{shlex.join(argv)}` exited {p.returncode}: {why}")
+    stats = parse_ethtool_stats(p.stdout)
+    if not stats:
+        raise EthtoolError(f"`{shlex.join(argv)}` printed no statistics")
+    return stats
+
+
+# ---- snapshot -----------------------------------------------------------------
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def _read_counters(folder: Path, source: str, into: dict, issues: list[str], where: str) -> None:
+    try:
+        files = sorted(folder.iterdir(), key=lambda p: p.name)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        issues.append(f"{where}: cannot list {folder}: {e.strerror or e}")
+        return
+    for f in files:
+        if f.name == "lifespan":  # hw_counters cache interval in ms, not a counter
+            continue
+        try:
+            text = f.read_text().strip()
+        except OSError as e:
+            issues.append(f"{where}: cannot read {source}/{f.name}: {e.strerror or e}")
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            issues.append(f"{where}: {source}/{f.name} holds {text[:40]!r}, not a number")
+            continue
+        _put(into, f.name, value, source)
+
+
+def _put(into: dict, name: str, value: int, source: str) -> None:
+    # A name already taken by another source (rare) is kept apart as name@source.
+    key = name if name not in into else f"{name}@{source}"
+    into[key] = {"value": value, "source": source, "width": width_of(name, source)}
+
+
+def snapshot(root: str | os.PathLike | None = None, ethtool: bool = True,
+             devices: Iterable[str] | None = None, node: str | None = None) -> dict[str, Any]:
+    """Every counter of every RDMA port on this node, JSON-able (format "acceptance-counters/1").
+
+    Never raises for what the node lacks: no devices, unreadable files, a missing or failing
+    ethtool each become a line in "problems".
+    """
+    base = Path(root) if root is not None else sysfs_root()
+    issues: list[str] = []
+    snap: dict[str, Any] = {"format": FORMAT, "node": node or node_name(), "time": utc_now(),
+                            "epoch": time.time(), "sysfs_root": str(base), "ports": [], "problems": issues}
+    ib = base / "class" / "infiniband"
+    if not ib.is_dir():
+        issues.append(f"no RDMA devices: {ib} does not exist (no RDMA driver loaded, or not an RDMA node)")
+        return snap
+    found = ports(base, devices)
+    if not found:
+        issues.append(f"no RDMA ports under {ib}")
+    ethtool_missing = False
+    read_netdevs: dict[str, dict[str, int] | None] = {}
+    for p in found:
+        where = f"{p.device} port {p.port}"
+        counters: dict[str, dict] = {}
+        folder = ib / p.device / "ports" / str(p.port)
+        _read_counters(folder / "counters", "counters", counters, issues, where)
+        _read_counters(folder / "hw_counters", "hw_counters", counters, issues, where)
+        if ethtool and p.netdev and p.link_layer == "Ethernet" and not ethtool_missing:
+            if p.netdev not in read_netdevs:
+                try:
+                    read_netdevs[p.netdev] = ethtool_stats(p.netdev)
+                except EthtoolMissing as e:
+                    read_netdevs[p.netdev] = None
+                    issues.append(str(e))
+                    ethtool_missing = True
+                except EthtoolError as e:
+                    read_netdevs[p.netdev] = None
+                    issues.append(f"{where} ({p.netdev}): {e}")
+            for name, value in (read_netdevs[p.netdev] or {}).items():
+                if not _PER_QUEUE.match(name):
+                    _put(counters, name, value, "ethtool")
+        snap["ports"].append({"device": p.device, "port": p.port, "link_layer": p.link_layer,
+                              "netdev": p.netdev, "state": p.state, "rate": p.rate, "counters": counters})
+    return snap
+
+
+def check_snapshot(data: Any) -> str | None:
+    """Why `data` is not a counters snapshot this version reads, or None when it is."""
+    if not isinstance(data, dict) or "format" not in data:
+        return 'not a counters snapshot (no "format" key; write one with `acceptance counters snapshot`)'
+    if data["format"] != FORMAT:
+        return f"unsupported snapshot format {data['format']!r} (this version reads {FORMAT!r})"
+    for key in ("node", "epoch", "ports"):
+        if key not in data:
+            return f'counters snapshot without "{key}"'
+    return None
+
+
+def load_snapshot(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and check a snapshot file; ValueError naming the file and the reason."""
+    data = read_json(path)
+    why = check_snapshot(data)
+    if why:
+        raise ValueError(f"{path}: {why}")
+    return data
+
+
+# ---- diff ---------------------------------------------------------------------
+
+@dataclass
+class Delta:
+    device: str
+    port: int
+    netdev: str | None
+    name: str
+    source: str
+    kind: str
+    width: int | None
+    before: int
+    after: int
+    delta: int | None          # None: saturated, or reset / wrapped
+    saturated: str | None      # None | "during" (rose to its cap) | "before" (already at its cap)
+    seconds: float
+    rate: float | None         # delta / seconds
+    note: str | None = None    # "reset or wrapped"
+    packets: int | None = None  # retransmit kind: the port's packets sent + received in the window
+    ppm: float | None = None    # retransmit kind: delta per million of those packets (None: unknown)
+
+
+class DiffResult(list):
+    """diff()'s answer: a list of Delta, plus `notes` (ports and counters present in one snapshot only,
+    and the snapshots' own problems), `node` and `seconds` (the window)."""
+
+    def __init__(self, deltas: Iterable[Delta] = (), notes: list[str] | None = None, node: str = "",
+                 seconds: float = 0.0):
+        super().__init__(deltas)
+        self.notes = list(notes or [])
+        self.node = node
+        self.seconds = seconds
+
+
+def _saturates(source: str, width: int | None) -> bool:
+    # IBTA PMA counters clamp at all-ones; sysfs Q-counters and ethtool counters wrap or are 64-bit.
+    return source == "counters" and width is not None and width < 64
+
+
+def saturated(snap: Mapping[str, Any]) -> list[str]:
+    """Error and discard counters of one snapshot that sit at their maximum, as readable lines."""
+    lines = []
+    for port in snap.get("ports", []):
+        for name, c in port.get("counters", {}).items():
+            width = c.get("width")
+            if (_saturates(c.get("source", ""), width) and c.get("value") == 2**width - 1
+                    and kind_of(name) in ("error", "retransmit", "discard")):
+                lines.append(f"{port['device']} port {port['port']}: {name} at {2**width - 1} ({width}-bit)")
+    return lines
+
+
+def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
+    """Counter changes between two snapshots of one node (ValueError for two nodes or a bad snapshot).
+
+    A PMA counter narrower than 64 bits that reads its maximum 2**w-1 afterwards is saturated:
+    "during" if it was below before, "before" if it already was; delta is None (the rise is unknown).
+    A counter that went down was reset or wrapped: delta None, note "reset or wrapped".
+    """
+    for label, snap in (("before", before), ("after", after)):
+        why = check_snapshot(snap)
+        if why:
+            raise ValueError(f"{label}: {why}")
+    if before["node"] != after["node"]:
+        raise ValueError(f"snapshots of different nodes: before is from {before['node']}, "
+                         f"after from {after['node']}; diff two snapshots of the same node")
+    seconds = float(after["epoch"]) - float(before["epoch"])
+    notes: list[str] = []
+    said_before, said_after = list(before.get("problems") or []), list(after.get("problems") or [])
+    for line in said_before:
+        notes.append(f"{'both snapshots' if line in said_after else 'before snapshot'}: {line}")
+    notes += [f"after snapshot: {line}" for line in said_after if line not in said_before]
+    old = {(p["device"], p["port"]): p for p in before["ports"]}
+    new = {(p["device"], p["port"]): p for p in after["ports"]}
+    for key in old.keys() - new.keys():
+        notes.append(f"{key[0]} port {key[1]}: only in the before snapshot (port gone: device reset, "
+                     f"driver reload or failed NIC?)")
+    for key in new.keys() - old.keys():
+        notes.append(f"{key[0]} port {key[1]}: only in the after snapshot (port appeared during the window)")
+    deltas = []
+    for key in sorted(new.keys() & old.keys(), key=lambda k: (natural_key(k[0]), k[1])):
+        a, b = new[key], old[key]
+        was, now = b.get("counters") or {}, a.get("counters") or {}
+        for side, names in (("before", sorted(was.keys() - now.keys())), ("after", sorted(now.keys() - was.keys()))):
+            if names:
+                shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+                notes.append(f"{key[0]} port {key[1]}: {len(names)} counter(s) only in the {side} snapshot, "
+                             f"not compared: {shown}")
+        for name, c in now.items():
+            if name not in was:
+                continue
+            deltas.append(_delta(key, a.get("netdev"), name, was[name], c, seconds))
+    return DiffResult(_per_packet(deltas), notes, str(after["node"]), seconds)
+
+
+def _per_packet(deltas: list[Delta]) -> list[Delta]:
+    """Retransmit counters related to their port's traffic: packets (the first PACKET_COUNTERS pair
+    the port has, both deltas known) and ppm. No retransmission is 0 ppm even without a packet count."""
+    by_port: dict[tuple, dict[str, int | None]] = {}
+    for d in deltas:
+        by_port.setdefault((d.device, d.port), {})[d.name] = d.delta
+    out = []
+    for d in deltas:
+        if d.kind == "retransmit":
+            seen = by_port[(d.device, d.port)]
+            packets = next((seen[a] + seen[b] for a, b in PACKET_COUNTERS
+                            if seen.get(a) is not None and seen.get(b) is not None), None)
+            ppm = (0.0 if d.delta == 0 else None if d.delta is None or not packets
+                   else d.delta / packets * 1e6)
+            d = replace(d, packets=packets, ppm=ppm)
+        out.append(d)
+    return out
+
+
+def _delta(key, netdev, name: str, old: Mapping, new: Mapping, seconds: float) -> Delta:
+    source = new.get("source", "counters")
+    base_name = name.split("@", 1)[0]
+    width = new.get("width", width_of(base_name, source) if source in SOURCES else None)
+    b, a = int(old["value"]), int(new["value"])
+    saturated = note = None
+    value: int | None = a - b
+    if _saturates(source, width) and a == 2 ** width - 1:
+        saturated = "during" if b < a else "before"
+        value = None
+    elif a < b:
+        value, note = None, "reset or wrapped"
+    rate = value / seconds if value is not None and seconds > 0 else None
+    return Delta(device=key[0], port=key[1], netdev=netdev, name=name, source=source, kind=kind_of(base_name),
+                 width=width, before=b, after=a, delta=value, saturated=saturated, seconds=seconds, rate=rate,
+                 note=note)
+
+
+# ---- verdicts -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Limits:
+    errors_max: int = 0                  # rise an error counter may show in one window
+    discards_max: int = 0                # rise of a discard counter above which a port warns
+    pause_rate_max: float | None = None  # pause frames per second (per counter); None: recorded only
+    cnp_rate_max: float | None = None    # CNPs / ECN-marked packets per second; None: recorded only
+    retransmit_ppm_max: float = 0.0      # retransmissions per million packets of the port in one window
+
+    @classmethod
+    def from_profile(cls, profile) -> Limits:
+        if profile is None:
+            return cls()
+        return cls(errors_max=profile.get("counters.errors_max"),
+                   retransmit_ppm_max=profile.get("counters.retransmit_ppm_max"),
+                   discards_max=profile.get("counters.discards_max"),
+                   pause_rate_max=profile.get("counters.pause_rate_max"),
+                   cnp_rate_max=profile.get("counters.cnp_rate_max"))
+
+    def keys(self) -> dict:
+        """The profile keys these limits stand for (what acceptance.spec.judge.counter reads)."""
+        return {"counters.errors_max": self.errors_max, "counters.retransmit_ppm_max": self.retransmit_ppm_max,
+                "counters.discards_max": self.discards_max,
+                "counters.pause_rate_max": self.pause_rate_max, "counters.cnp_rate_max": self.cnp_rate_max}
+
+
+def counter_verdict(delta: Delta, limits: Limits) -> str:
+    """fail | warn | pass | info for one counter change, by the one judge (acceptance.spec.judge.counter):
+    error: fail when it rose by more than errors_max or saturated during the window, warn when it was
+    saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
+    retransmit: as error, per million packets of the port against retransmit_ppm_max; warn when that
+    rate is unknown (it rose and the port's packet count is unknown, or it was reset or wrapped). discard: warn when it rose by more than discards_max or
+    saturated. pause / cnp: warn when the rate exceeds its bound (info without a bound). Every other
+    kind: info.
+    """
+    from ..spec import judge
+    name, unit, value = judged_as(delta)
+    _, code = judge.counter(np.array([name], dtype=object), np.array([unit], dtype=object),
+                            np.array([np.nan if value is None else float(value)]),
+                            np.array([delta.saturated], dtype=object), limits.keys())
+    return VERDICTS[int(code[0])]
+
+
+# Kinds judged by a derived value, recorded beside the count: (metric suffix, unit, Delta field).
+DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm")}
+
+
+def judged_as(delta: Delta) -> tuple[str, str, float | None]:
+    """(metric, unit, value) of the record that carries a counter's verdict."""
+    if delta.kind in DERIVED:
+        suffix, unit, field = DERIVED[delta.kind]
+        return delta.name + suffix, unit, getattr(delta, field)
+    return delta.name, "count", delta.delta
+
+
+def _rate_bound(kind: str, limits: Limits) -> float | None:
+    return {"pause": limits.pause_rate_max, "cnp": limits.cnp_rate_max,
+            "retransmit": limits.retransmit_ppm_max}.get(kind)
+
+
+def _count_bound(kind: str, limits: Limits) -> int | None:
+    return {"error": limits.errors_max, "discard": limits.discards_max}.get(kind)
+
+
+def _num(x: float) -> str:
+    """4200 -> '4,200'; 0.25 -> '0.25'."""
+    if x == int(x) or abs(x) >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def _cap(d: Delta) -> str:
+    return f"{2 ** d.width - 1} ({d.width}-bit)" if d.width else "its maximum"
+
+
+def _clear_hint(d: Delta) -> str:
+    return f"clear it (perfquery -R -C {d.device} -P {d.port})"
+
+
+def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
+    """One readable line per failing or warning counter, naming node, device and port."""
+    lines = []
+    for d in deltas:
+        verdict = counter_verdict(d, limits)
+        if verdict not in ("fail", "warn"):
+            continue
+        where = f"{node} {d.device} port {d.port}"
+        if d.saturated == "during":
+            lines.append(f"{where}: {d.name} saturated at {_cap(d)} during the window: it rose, by an "
+                         f"unknown amount; {_clear_hint(d)}")
+        elif d.saturated == "before":
+            lines.append(f"{where}: {d.name} saturated at {_cap(d)} before the window: the rise is unknown; "
+                         f"{_clear_hint(d)}")
+        elif d.kind == "error":
+            why = ("error counters must not rise" if limits.errors_max == 0
+                   else f"more than the {limits.errors_max:,} allowed")
+            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window ({why})")
+        elif d.kind == "retransmit":
+            if d.delta is None:
+                lines.append(f"{where}: {d.name} was reset or wrapped during the window: how far it rose "
+                             f"is unknown")
+            elif d.ppm is None:
+                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, and the port's packet "
+                             f"count is unknown: it cannot be judged against the traffic")
+            else:
+                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, {_num(d.ppm)} per million "
+                             f"of the port's {d.packets:,} packets (more than the "
+                             f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
+        elif d.kind == "discard":
+            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window "
+                         f"(more than {limits.discards_max:,}: packets dropped on this port)")
+        else:
+            bound = _rate_bound(d.kind, limits)
+            what = ("pause frames: the link partner is back-pressuring this port" if d.kind == "pause"
+                    else "congestion notifications: ECN marks on this port's flows")
+            lines.append(f"{where}: {d.name} {_num(d.rate)}/s > {_num(bound)}/s ({what})")
+    return lines
+
+
+# ---- records for the suites ---------------------------------------------------
+RECORDED_KINDS = ("error", "retransmit", "discard", "pause", "pause_duration", "cnp", "wait", "corrected")
+
+
+def _detail(d: Delta) -> str:
+    text = f"{d.device} port {d.port}"
+    if d.saturated == "during":
+        text += f"; saturated at {_cap(d)} during the window"
+    elif d.saturated == "before":
+        text += "; saturated before the window"
+    elif d.note:
+        text += f"; {d.note}"
+    return text
+
+
+def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, int | None]) -> list[dict]:
+    """Keyword dicts for a suite's `record(**kw)`: one per counter of a recorded kind (not data/other).
+
+    The count record carries the count bound and verdict for error and discard counters. Pause and
+    CNP counters get a second record, name + "_rate" in 1/s, and retransmit counters one named
+    name + "_ppm" (per million packets of the port), which carries the bound and the verdict (their
+    count record is info). Each carries the counter's device, port and saturation.
+    """
+    out = []
+    for d in deltas:
+        if d.kind not in RECORDED_KINDS:
+            continue
+        verdict = counter_verdict(d, limits)
+        common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d), "device": d.device,
+                  "port": d.port, "saturated": d.saturated}
+        rated = d.kind in DERIVED
+        out.append({"metric": d.name, "value": d.delta, "unit": "us" if d.kind == "pause_duration" else "count",
+                    "threshold": _count_bound(d.kind, limits), "verdict": "info" if rated else verdict, **common})
+        if rated:
+            metric, unit, value = judged_as(d)
+            detail = common["detail"] + (f"; {d.packets:,} packets" if d.packets is not None else "")
+            out.append({**common, "metric": metric, "value": value, "unit": unit, "detail": detail,
+                        "threshold": _rate_bound(d.kind, limits), "verdict": verdict})
+    return out
+
+
+def rails_of(devices: Iterable[str], nic_rails: Mapping[str, int], bound: Mapping[int, str] | None,
+             rails: Iterable[int]) -> dict[str, int | None]:
+    """device -> rail: the profile's nic_rails first; else the rail whose rank was bound to the device;
+    else, when the node has exactly as many devices as rails, the i-th device (natural order) is the
+    i-th rail; else None."""
+    ordered = sorted(set(devices), key=natural_key)
+    rails = sorted(set(rails))
+    by_device = {dev: rail for rail, dev in (bound or {}).items() if dev}
+    out: dict[str, int | None] = {}
+    for i, dev in enumerate(ordered):
+        if dev in nic_rails:
+            out[dev] = int(nic_rails[dev])
+        elif dev in by_device:
+            out[dev] = by_device[dev]
+        elif len(ordered) == len(rails):
+            out[dev] = rails[i]
+        else:
+            out[dev] = None
+    return out
+
+
+# ---- human output -------------------------------------------------------------
+
+def verdict_of(deltas: Iterable[Delta], limits: Limits) -> str:
+    """fail if any counter fails, else warn if any warns, else pass."""
+    found = worst(counter_verdict(d, limits) for d in deltas)
+    return "pass" if found == "info" else found
+
+
+def _shown(d: Delta, verdict: str) -> bool:
+    return d.delta != 0 or d.saturated is not None or verdict in ("fail", "warn")
+
+
+def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
+    """A table of the counters that moved (or are saturated, or judged fail/warn), then the problems."""
+    deltas = list(deltas) if not isinstance(deltas, DiffResult) else deltas
+    seconds = getattr(deltas, "seconds", None) or (deltas[0].seconds if deltas else 0.0)
+    rows = []
+    for d in deltas:
+        verdict = counter_verdict(d, limits)
+        if not _shown(d, verdict):
+            continue
+        if d.saturated:
+            change = f"saturated {d.saturated}"
+        elif d.delta is None:
+            change = d.note or "unknown"
+        else:
+            change = f"{d.delta:+,}"
+        rate = (f"{_num(d.ppm)} ppm" if d.ppm is not None and d.delta
+                else f"{_num(d.rate)}/s" if d.rate is not None and d.delta else "")
+        rows.append((d.device, str(d.port), d.name, d.kind, change, rate, verdict))
+    lines = [f"{node}: port counters over {seconds:,.1f} s"]
+    if not rows:
+        lines.append("no counter moved")
+    else:
+        head = ("device", "port", "counter", "kind", "delta", "rate", "verdict")
+        widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
+        right = {1, 4, 5}
+        for r in (head, *rows):
+            lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    found = problems(deltas, limits, node)
+    if found:
+        lines += ["", "problems:"] + [f"  {p}" for p in found]
+    notes = getattr(deltas, "notes", None)
+    if notes:
+        lines += ["", "notes:"] + [f"  {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def deltas_json(deltas: Iterable[Delta]) -> list[dict]:
+    return [asdict(d) for d in deltas]

@@ -1,0 +1,1 @@
+"""The run folder, its records, and whether two runs compare."""

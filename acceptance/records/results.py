@@ -1,0 +1,240 @@
+"""The run folder and its measurement records.
+
+reports/<run-id>/
+  run.json        what ran, where, with which thresholds, and whether it completed
+  results.jsonl   one record per line, appended and flushed as each test ends
+  junit.xml       rank 0 only
+  logs/rank-<r>.log
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import numbers
+import os
+import secrets
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks",
+                 "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
+# ops / ops_failed / ops_missing: a data check's verified operations, how many of them did not deliver
+# exactly, and how many of those left their destination's poison untouched (never arrived).
+# op / scope: what a record measured and over which communicator (a collective: allreduce, alltoall over
+# world, rail or node; a pairwise one: write, read, atomic, pingpong); device / port: the RDMA device
+# and port a node-local record is about (port counters, port facts); saturated: a port counter at its
+# cap, "during" or "before" the window. Analysis reads these fields, never the test id or the detail.
+OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
+                 "saturated")
+# The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
+# device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
+# test id and the detail, for such folders only. A folder of a newer schema than this is refused.
+SCHEMA_VERSION = 2
+SCOPES = ("world", "rail", "node")
+SATURATED = ("during", "before")
+# How a record's threshold was derived: a number in the profile ("absolute"), the line-rate floor
+# ("line_rate"), the bound the test itself set ("recorded"), or the run's own population of comparable
+# measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
+# only the absolute floor is known). "fleet_too_few": a fleet bound applies, but the population was too
+# small to derive it: the record warns, never passes (acceptance.spec.judge).
+BOUND_KINDS = ("absolute", "line_rate", "recorded", "fleet", "fleet_too_few")
+# A record's verdict, and how bad each is (worst() of several).
+VERDICTS = ("pass", "fail", "warn", "info")
+_SEVERITY = {"info": 0, "pass": 1, "warn": 2, "fail": 3}
+# The metric of the record the plugin writes for a test that failed (on any rank, in any phase).
+FAILED_METRIC = "test_failed"
+
+
+def worst(verdicts: Iterable[str]) -> str:
+    """The worst of record verdicts: fail > warn > pass > info ("info" for none)."""
+    return max(verdicts, key=_SEVERITY.__getitem__, default="info")
+# Burn-in: `acceptance run --iterations/--duration` launches the suites once per
+# iteration with this set; every record carries it.
+ENV_ITERATION = "ACCEPTANCE_ITERATION"
+MEMORY = ("host", "cuda")
+
+
+class RecordError(ValueError):
+    pass
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class InputError(ValueError):
+    """A file given to the harness (a run folder's run.json or results.jsonl, a snapshot) that cannot
+    be used: the message names the file, the line where it helps, and why. Exit code 2."""
+
+
+def read_json(path: str | os.PathLike, label: str | None = None) -> Any:
+    """A JSON file's content; ValueError "<label>: no such file | cannot read: ... | not JSON (...)"
+    (label: the path by default)."""
+    label = str(path) if label is None else label
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{label}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{label}: cannot read: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{label}: not JSON ({e})") from None
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def make_record(*, test: str, suite: str, metric: str, value: float | int | None, unit: str,
+                nodes: list[str], ranks: list[int], size: int | None = None,
+                rail: int | None = None, engine: str | None = None, memory: str = "host",
+                iteration: int = 0, samples: int = 1, threshold: float | None = None,
+                verdict: str = "info", bound: str | None = None, detail: str | None = None,
+                ops: int | None = None, ops_failed: int | None = None,
+                ops_missing: int | None = None, op: str | None = None, scope: str | None = None,
+                device: str | None = None, port: int | None = None,
+                saturated: str | None = None) -> dict[str, Any]:
+    """One results.jsonl line, checked so a bad record fails the test that made it."""
+    if verdict not in VERDICTS:
+        raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+    if bound is not None and bound not in BOUND_KINDS:
+        raise RecordError(f"bound must be one of {BOUND_KINDS} or None, got {bound!r}")
+    if scope is not None and scope not in SCOPES:
+        raise RecordError(f"scope must be one of {SCOPES} or None, got {scope!r}")
+    if saturated is not None and saturated not in SATURATED:
+        raise RecordError(f"saturated must be one of {SATURATED} or None, got {saturated!r}")
+    if memory not in MEMORY:
+        raise RecordError(f"memory must be one of {MEMORY}, got {memory!r}")
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise RecordError(f"value of {metric!r} must be a number or None, got {value!r}")
+        if not math.isfinite(value):
+            raise RecordError(f"value of {metric!r} must be finite, got {value!r} (use None and a detail)")
+    rec = {
+        "test": test, "suite": suite, "metric": metric,
+        "value": float(value) if isinstance(value, float) else value, "unit": unit,
+        "size": size, "rail": rail, "nodes": list(nodes), "ranks": [int(r) for r in ranks],
+        "engine": engine, "memory": memory, "iteration": iteration, "time": utc_now(),
+        "samples": samples, "threshold": threshold, "verdict": verdict,
+    }
+    if bound is not None:
+        rec["bound"] = bound
+    if detail is not None:
+        rec["detail"] = detail
+    for key, count in (("ops", ops), ("ops_failed", ops_failed), ("ops_missing", ops_missing)):
+        if count is not None:
+            if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 0:
+                raise RecordError(f"{key} of {metric!r} must be a count >= 0, got {count!r}")
+            rec[key] = int(count)
+    for key, text in (("op", op), ("scope", scope), ("device", device)):
+        if text is not None:
+            rec[key] = str(text)
+    if port is not None:
+        if isinstance(port, bool) or not isinstance(port, numbers.Integral) or port < 0:
+            raise RecordError(f"port of {metric!r} must be a port number >= 0, got {port!r}")
+        rec["port"] = int(port)
+    if saturated is not None:
+        rec["saturated"] = saturated
+    return rec
+
+
+class Recorder:
+    """Collects one rank's records for the test in progress; the plugin gathers them to rank 0."""
+
+    def __init__(self, rank: int, node: str, rail: int | None, iteration: int = 0):
+        self.rank, self.node, self.rail, self.iteration = rank, node, rail, iteration
+        self._pending: list[dict] = []
+
+    def bind(self, test: str, suite: str):
+        """The `record(metric, value, unit, **fields)` callable handed to a test."""
+        def record(metric: str, value, unit: str, **fields) -> dict:
+            fields.setdefault("nodes", [self.node])
+            fields.setdefault("ranks", [self.rank])
+            fields.setdefault("rail", self.rail)
+            fields.setdefault("iteration", self.iteration)
+            rec = make_record(test=test, suite=fields.pop("suite", suite), metric=metric,
+                              value=value, unit=unit, **fields)
+            self._pending.append(rec)
+            return rec
+        return record
+
+    def take(self) -> list[dict]:
+        out, self._pending = self._pending, []
+        return out
+
+
+class RunFolder:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    @classmethod
+    def create(cls, parent: str | os.PathLike, run_id: str | None = None) -> "RunFolder":
+        folder = cls(Path(parent) / (run_id or new_run_id()))
+        folder.ensure()
+        return folder
+
+    def ensure(self) -> None:
+        (self.path / "logs").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def results(self) -> Path:
+        return self.path / "results.jsonl"
+
+    @property
+    def junit(self) -> Path:
+        return self.path / "junit.xml"
+
+    def log(self, rank: int) -> Path:
+        return self.path / "logs" / f"rank-{rank}.log"
+
+    def read_run(self) -> dict:
+        return json.loads(self.run_json.read_text())
+
+    def write_run(self, data: dict) -> None:
+        """Atomic, so a reader (or a crash) never sees half a run.json; each writer has its own
+        temporary file, so two writers never mix theirs."""
+        fd, tmp = tempfile.mkstemp(prefix=".run.json.", dir=self.path)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+            os.replace(tmp, self.run_json)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def update_run(self, **changes) -> dict:
+        """Read, change and write run.json under a lock: the CLI, rank 0's threads and a rank
+        that found rank 0 gone may all write it."""
+        lock = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)  # the folder itself: no lock file left
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self.read_run() if self.run_json.exists() else {}
+            data.update(changes)
+            self.write_run(data)
+        finally:
+            os.close(lock)
+        return data
+
+    def append_records(self, records: Iterable[dict]) -> int:
+        lines = [json.dumps(r, sort_keys=False) + "\n" for r in records]
+        if not lines:
+            return 0
+        with open(self.results, "a") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        return len(lines)

@@ -1,0 +1,661 @@
+"""Collective pytest under MPI: every rank runs the same session.
+
+After each test phase every rank's outcome is agreed at rank 0 under a
+deadline (acceptance.runtime.sync) and merged (acceptance.runtime.outcomes); the merged
+outcome is written back into the report on every rank, so pytest's own runner
+decides identically everywhere (run the call phase or not, -x, exit code).
+Rank 0 alone prints the terminal report and writes junit.xml; other ranks
+write logs/rank-<r>.log. A rank that misses a sync point is named in a HANG
+report and the job ends with exit code 3 instead of hanging. The deadline is
+the job's: any rank's progress() renews it for every rank (acceptance.runtime.pulse),
+so a HANG means no rank made progress for the whole timeout.
+
+Load with `-p acceptance.runtime.pytest_plugin` (suites/conftest.py does it).
+docs/pytest-under-mpi.md describes the design for users.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import hashlib
+import os
+import shlex
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import pytest
+from mpi4py import MPI
+
+from . import outcomes, pulse
+from ..host import overrides
+from ..host.preflight import software_versions
+from ..spec.profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
+from ..records.naming import natural_key
+from ..records.results import (
+    ENV_ITERATION,
+    FAILED_METRIC,
+    SCHEMA_VERSION,
+    Recorder,
+    RunFolder,
+    make_record,
+    new_run_id,
+    utc_now,
+)
+from .sync import Agreement, Missing, RootLost
+from .topology import Topology, TopologyError, local_identity
+from .watchdog import END_GRACE_S, Phase, Watchdog
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+# pytest's exit codes -> the harness's contract (docs/pytest-under-mpi.md: 0 pass, 1 fail, 2 usage, 3 incomplete).
+_EXIT_MAP = {0: EXIT_OK, 1: EXIT_FAILED, 2: EXIT_INCOMPLETE, 3: EXIT_INCOMPLETE,
+             4: EXIT_USAGE, 5: EXIT_USAGE}
+# Ranks other than 0 wait this much longer than rank 0 before deciding rank 0 is gone.
+GRACE_S = 15.0
+# Rank 0's watchdog steps in this long after the deadline when its own main thread is stuck.
+ROOT_LATE_S = 1.0
+# Startup over thousands of ranks (imports on a shared file system) is slow: never less than this.
+CENSUS_MIN_S = 300.0
+# How long rank 0 waits for the missing ranks to say where they are stuck.
+NOTE_WAIT_S = 1.0
+# Lines of a failure text quoted in a HANG report.
+HANG_TEXT_LINES = 12
+MARKERS = {
+    "preflight": "node and job sanity checks before anything is measured",
+    "memreg": "RDMA memory registration",
+    "rail": "per-rail fabric checks",
+    "p2p": "point-to-point transfers between node pairs",
+    "gpudirect": "GPU memory on the NIC path (dma-buf, nvidia_peermem)",
+    "collective": "all-reduce / all-to-all collectives",
+    "intranode": "NVLink and PCIe paths inside a node",
+    "counters": "port counters before and after",
+    "congestion": "incast, PFC and ECN behaviour",
+    "burnin": "long repeated runs",
+    "hang_timeout(seconds)": "this test's hang timeout: how long the job may go without progress (number or duration like '10min')",
+}
+PLUGIN_NAME = "acceptance-collective"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("acceptance", "cluster acceptance (collective pytest under MPI)")
+    group.addoption("--run-dir", metavar="DIR", default=os.environ.get("ACCEPTANCE_RUN_DIR"),
+                    help="run folder for run.json, results.jsonl, junit.xml and logs/ "
+                         "(default: a new folder under ./reports/)")
+    group.addoption("--profile", metavar="NAME|PATH", default=os.environ.get("ACCEPTANCE_PROFILE"),
+                    help="thresholds profile: a built-in name (see `acceptance profiles`) "
+                         "or a TOML file (default: local)")
+    group.addoption("--hang-timeout", metavar="SECONDS", type=positive_seconds, default=None,
+                    help="how long the job may go without progress on any rank (progress() or a rank "
+                         "arriving at the sync point): then the ranks that did not reach the sync point "
+                         "are reported as HANG and the job exits 3 "
+                         "(default: the profile's run.hang_timeout; marker hang_timeout overrides)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+    if config.getoption("help", False) or config.pluginmanager.has_plugin(PLUGIN_NAME):
+        return
+    if config.pluginmanager.has_plugin("xdist") and config.getoption("numprocesses", None):
+        raise pytest.UsageError("pytest-xdist cannot be combined with MPI ranks; drop -n")
+    plugin = CollectivePlugin(config)
+    plugin.start()
+    config.pluginmanager.register(plugin, PLUGIN_NAME)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_configure")
+def pytest_configure_rank_logs(config: pytest.Config) -> None:
+    # trylast: after the terminal plugin has registered the reporter this replaces.
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if plugin is not None and plugin.rank != 0:
+        plugin.log_to_file()
+
+
+def _plugin(request) -> "CollectivePlugin":
+    return request.config.pluginmanager.get_plugin(PLUGIN_NAME)
+
+
+def topology_of(config: pytest.Config) -> Topology:
+    """The run's topology, for collection-time decisions (identical on every rank)."""
+    return config.pluginmanager.get_plugin(PLUGIN_NAME).topology
+
+
+def recorder_of(config: pytest.Config) -> Recorder:
+    """This rank's recorder, for records made outside a test (a module fixture's teardown)."""
+    return config.pluginmanager.get_plugin(PLUGIN_NAME).recorder
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # A test asking for `rail` runs once per rail of this run: test_x[rail0], test_x[rail1], ...
+    if "rail" in metafunc.fixturenames:
+        rails = topology_of(metafunc.config).rails
+        metafunc.parametrize("rail", rails, ids=[f"rail{r}" for r in rails])
+
+
+@pytest.fixture(scope="session")
+def topology(request) -> Topology:
+    """The rank -> node -> rail map and this rank's world, node and rail communicators."""
+    return _plugin(request).topology
+
+
+@pytest.fixture(scope="session")
+def profile(request) -> Profile:
+    """The thresholds profile of this run."""
+    return _plugin(request).profile
+
+
+@pytest.fixture(scope="session")
+def run_folder(request) -> RunFolder:
+    """The run folder (run.json, results.jsonl, logs/) of this run."""
+    return _plugin(request).folder
+
+
+@pytest.fixture
+def progress(request):
+    """progress(): this rank is still making progress; the job's hang deadline restarts from now.
+
+    A long test that loops (rounds of pairs, sizes of a sweep) calls it once per
+    step, so the hang timeout bounds one step instead of the whole test, for every
+    rank: ranks idle meanwhile (at the sync point, in pulse.wait) wait on.
+    """
+    return _plugin(request).progress
+
+
+@pytest.fixture
+def record(request):
+    """record(metric, value, unit, **fields): add a results.jsonl record for this test.
+
+    Fields default to this rank's node, rank and rail; the suite is the
+    module's SUITE attribute or its file name without `test_`.
+    """
+    module = request.node.module
+    suite = getattr(module, "SUITE", None) or Path(module.__file__).stem.removeprefix("test_")
+    return _plugin(request).recorder.bind(request.node.nodeid, suite)
+
+
+class CollectivePlugin:
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.world = MPI.COMM_WORLD
+        self.rank = self.world.Get_rank()
+        self.size = self.world.Get_size()
+        self.sync = Agreement(self.world)
+        # The watchdog thread may call MPI (name who arrived, ask where ranks are, abort) only
+        # where the library allows calls from any thread; otherwise it keeps out of MPI.
+        self.thread_mpi = MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+        self.pulse = pulse.Pulse(self.sync.comm, self._job_progress)
+        pulse.install(self.pulse)
+        self.labels: dict[int, str] = {r: str(r) for r in range(self.size)}
+        self.topology: Topology | None = None
+        self.profile: Profile | None = None
+        self.folder: RunFolder | None = None
+        self.recorder: Recorder | None = None
+        self.watchdog: Watchdog | None = None
+        self.forced_exit: int | None = None
+        self.iteration = int(os.environ.get(ENV_ITERATION, "0"))
+        self._hang_lock = threading.Lock()
+        self._items: list[pytest.Item] = []
+        self._logfile = None
+        # pytest's capture replaces fds 1 and 2 during tests; a HANG report
+        # written from the watchdog thread must still reach the terminal.
+        self._stderr = os.fdopen(os.dup(2), "w", buffering=1)
+        if self.rank != 0:
+            # Only rank 0 writes junit.xml (and other shared report files).
+            config.option.xmlpath = None
+            if hasattr(config.option, "report_log"):
+                config.option.report_log = None
+
+    # ---- startup -------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self.profile = load_profile(self.config.getoption("profile"))
+        except ProfileError as e:
+            self._exit(EXIT_USAGE, f"profile error: {e}")
+        self.default_timeout = self.config.getoption("hang_timeout") or self.profile.get("run.hang_timeout")
+        census_timeout = max(self.default_timeout, CENSUS_MIN_S)
+        self.watchdog = self._make_watchdog()
+        self._arm("session", "census", census_timeout)
+        me = {"host": MPI.Get_processor_name(), "versions": software_versions()}
+        run_dir = None
+        if self.rank == 0:
+            # Before the census: a hang at start-up still leaves run.json and junit.xml behind.
+            self.folder = self._make_folder()
+            run_dir = str(self.folder.path)
+            if not self.folder.run_json.exists():  # (a later burn-in iteration keeps the run's)
+                self.folder.write_run({"run_id": self.folder.run_id, "schema": SCHEMA_VERSION,
+                                       "start": utc_now(), "end": None,
+                                       "command": self._command(), "complete": False, "exit_code": None})
+        census = self._agree({"me": me, "run_dir": run_dir},
+                             lambda got: {"run_dir": got[0]["run_dir"],
+                                          "ranks": [got[r]["me"] for r in sorted(got)]},
+                             "session", "census")
+        self.folder = RunFolder(census["run_dir"])
+        try:
+            ident = local_identity(self.world, self.profile.get("topology.nic_rails"))
+        except TopologyError as e:
+            self._exit(EXIT_USAGE, f"topology error: {e}")
+        self.topology = Topology(self.world, self.world.allgather(ident))
+        self.labels = {r.rank: f"{r.rank}@{r.node}" for r in self.topology.ranks}
+        self.watchdog.disarm()
+        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration)
+        if self.rank == 0:
+            self._write_run_start(census["ranks"])
+
+    def _make_folder(self) -> RunFolder:
+        opt = self.config.getoption("run_dir")
+        folder = RunFolder(opt) if opt else RunFolder.create(Path.cwd() / "reports", new_run_id())
+        folder.ensure()
+        folder.results.touch()  # a run whose checks all skip still has (empty) results to analyze
+        if self.config.option.xmlpath is None:
+            self.config.option.xmlpath = str(folder.junit)
+        return folder
+
+    def _write_run_start(self, census: list[dict]) -> None:
+        software: dict[str, dict] = {}
+        for info, c in zip(self.topology.ranks, census):
+            software.setdefault(info.node, c["versions"])
+        if self.iteration > 0 and self.folder.read_run().get("iterations"):
+            # A later burn-in iteration: the run started with iteration 0.
+            self.folder.update_run(iterations=self.iteration + 1, complete=False, end=None, exit_code=None)
+            return
+        self.folder.write_run({
+            "run_id": self.folder.run_id,
+            "schema": SCHEMA_VERSION,
+            "iterations": 1,
+            "start": utc_now(),
+            "end": None,
+            "command": self._command(),
+            "launcher": _launcher(),
+            "profile": self.profile.to_json(),
+            "topology": self.topology.to_json(),
+            "software": software,
+            "complete": False,
+            "exit_code": None,
+            "missing_ranks": [],
+            "overrides": overrides.in_effect(),
+        })
+
+    def _command(self) -> str:
+        return os.environ.get("ACCEPTANCE_COMMAND") or shlex.join(["pytest", *self.config.invocation_params.args])
+
+    def log_to_file(self) -> None:
+        """Ranks other than 0 keep a full terminal report, but in their own log file."""
+        from _pytest.terminal import TerminalReporter
+        self._logfile = open(self.folder.log(self.rank), "w", buffering=1)
+        old = self.config.pluginmanager.getplugin("terminalreporter")
+        if old is not None:
+            self.config.pluginmanager.unregister(old)
+        self.config.pluginmanager.register(TerminalReporter(self.config, self._logfile), "terminalreporter")
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        t = self.topology
+        return [f"acceptance: {self.size} ranks on {len(t.nodes)} nodes, rails {t.rails}, "
+                f"profile {self.profile.name}, hang timeout {self.default_timeout:g} s",
+                f"run folder: {self.folder.path}"]
+
+    # ---- collection ------------------------------------------------------
+    def pytest_collectreport(self, report) -> None:
+        # A suite file that does not import (syntax error, missing module) is a usage error, not a hang.
+        if report.failed:
+            self.forced_exit = EXIT_USAGE
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self._items = list(session.items)
+        ids = [item.nodeid for item in session.items]
+        digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
+        self._arm("session", "collection", self.default_timeout)
+        groups = self._agree((digest, len(ids)), _group_by_digest, "session", "collection")
+        if len(groups) == 1:
+            self.watchdog.disarm()
+            return
+        # Second round: one rank per distinct collection sends its ids, so the message can show a diff.
+        speakers = {ranks[0] for ranks in groups.values()}
+        lists = self._agree(ids if self.rank in speakers else None,
+                            lambda got: {r: got[r] for r in speakers}, "session", "collection diff")
+        self._exit(EXIT_USAGE, self._collection_message(groups, lists))
+
+    def _collection_message(self, groups: dict, lists: dict) -> str:
+        base_ranks = next(ranks for ranks in groups.values() if 0 in ranks)
+        base = set(lists[0])
+        lines = ["collected tests differ between ranks; all ranks must collect the same tests "
+                 "(fix: a fixed PYTHONHASHSEED, the same checkout on every node, no rank-dependent parametrize)",
+                 f"  {outcomes.describe(base_ranks, self.labels)}: {len(lists[0])} tests"]
+        for ranks in groups.values():
+            if ranks is base_ranks:
+                continue
+            other = set(lists[ranks[0]])
+            lines.append(f"  {outcomes.describe(ranks, self.labels)}: {len(other)} tests")
+            for nodeid in sorted(other - base)[:10]:
+                lines.append(f"    only there: {nodeid}")
+            for nodeid in sorted(base - other)[:10]:
+                lines.append(f"    missing there: {nodeid}")
+        return "\n".join(lines)
+
+    # ---- each test phase -------------------------------------------------
+    def _timeout(self, item: pytest.Item) -> float:
+        marker = item.get_closest_marker("hang_timeout")
+        if marker is None:
+            return self.default_timeout
+        if not marker.args:
+            raise pytest.UsageError(f"{item.nodeid}: hang_timeout marker needs a value, e.g. hang_timeout(600)")
+        try:
+            return parse_duration(marker.args[0])
+        except ValueError as e:
+            raise pytest.UsageError(f"{item.nodeid}: hang_timeout({marker.args[0]!r}): {e}") from None
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        self._arm(item.nodeid, "setup", self._timeout(item))
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item):
+        self._arm(item.nodeid, "call", self._timeout(item))
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        self._arm(item.nodeid, "teardown", self._timeout(item))
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call):
+        rep = yield
+        mine = outcomes.phase_summary(rep.outcome, rep.when, hasattr(rep, "wasxfail"), _report_text(rep))
+        records = self.recorder.take() if rep.when == "teardown" else []
+
+        def merge(got: dict) -> dict:
+            if rep.when == "teardown":
+                self.folder.append_records(r for rank in sorted(got) for r in got[rank][1])
+            summaries = {rank: got[rank][0] for rank in got}
+            decision = outcomes.merge(summaries, self.labels)
+            if decision["outcome"] == "failed":  # the failure reaches findings.json, whatever recorded
+                self.folder.append_records([self._failed_record(item, rep.when, decision, summaries)])
+            return decision
+
+        decision = self._agree((mine, records), merge, item.nodeid, rep.when)
+        self.watchdog.disarm()
+        if decision["longrepr"] is not None:
+            rep.outcome = "failed"
+            rep.longrepr = decision["longrepr"]
+            if hasattr(rep, "wasxfail"):
+                del rep.wasxfail
+            failed = ("failed_ranks", " ".join(self.labels[r] for r in decision["ranks"]))
+            item.user_properties.append(failed)
+            if rep.when == "teardown":
+                rep.user_properties.append(failed)
+        return rep
+
+    def _failed_record(self, item: pytest.Item, when: str, decision: dict, summaries: dict) -> dict:
+        """A record of suite <the test's>, metric test_failed: the failing ranks and their nodes, and
+        what went wrong, so that analysis turns a failure its records do not explain into a finding."""
+        ranks = decision["ranks"]
+        nodes = sorted({self.topology.ranks[r].node for r in ranks}, key=natural_key)
+        rails = {self.topology.ranks[r].rail for r in ranks}
+        module = getattr(item, "module", None)
+        suite = getattr(module, "SUITE", None) or Path(getattr(module, "__file__", item.nodeid)).stem.removeprefix("test_")
+        return make_record(test=item.nodeid, suite=suite, metric=FAILED_METRIC, value=None, unit="", nodes=nodes,
+                           ranks=ranks, rail=rails.pop() if len(rails) == 1 else None, iteration=self.iteration,
+                           samples=0, verdict="fail",
+                           detail=f"{when}: {outcomes.failure_headline(decision, summaries)}")
+
+    # ---- the end ---------------------------------------------------------
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus):
+        # Outermost: inside, rank 0 prints the summary and writes junit.xml, under the deadline too.
+        self._arm("session", "sessionfinish", self.default_timeout)
+        result = yield
+        mine = self.forced_exit if self.forced_exit is not None else _EXIT_MAP.get(int(session.exitstatus), EXIT_INCOMPLETE)
+        code = self._agree(mine, lambda got: max(got.values()), "session", "sessionfinish")
+        self.watchdog.disarm()
+        if int(session.exitstatus) == 5 and self.rank == 0:
+            self._say("acceptance: no tests were selected (check the paths and the -m / -k expression)")
+        if self.rank == 0:
+            self.folder.update_run(end=utc_now(), complete=code != EXIT_INCOMPLETE, exit_code=code)
+        session.exitstatus = code
+        return result
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._logfile is not None:
+            self._logfile.close()
+        # Every rank agreed on the exit code: finalize now so `python -m mpi4py`
+        # does not turn a non-zero exit (failed tests) into an MPI_Abort. NCCL's
+        # communicators go first (they use MPI's), and neither may hang the job's end.
+        with _bounded(f"rank {self.labels[self.rank]}: NCCL teardown and MPI_Finalize",
+                      self.default_timeout + END_GRACE_S, self._stderr):
+            nccl = sys.modules.get("acceptance.engines.nccl")
+            if nccl is not None:
+                nccl.destroy_all()
+            if MPI.Is_initialized() and not MPI.Is_finalized():
+                MPI.Finalize()
+
+    # ---- agreement and hangs ----------------------------------------------
+    def _arm(self, nodeid: str, when: str, timeout: float) -> None:
+        self.pulse.set_timeout(timeout)
+        self.watchdog.arm(nodeid, when, timeout)
+
+    def progress(self) -> None:
+        """This rank made progress: its deadline restarts, and (through rank 0) everyone's."""
+        self.watchdog.rearm()
+        self.pulse.beat()
+
+    def _job_progress(self) -> None:
+        self.watchdog.rearm()
+
+    def _agree(self, payload, merge, nodeid: str, when: str):
+        """Agree under the armed phase's deadline (every caller arms the watchdog first); the
+        deadline moves with the job's progress while this rank waits."""
+        phase = self.watchdog.phase
+        try:
+            return self.sync.agree(payload, merge, lambda: (self.watchdog.phase or phase).deadline, phase.label,
+                                   grace=GRACE_S, poll=self.pulse.pump, arrival=self.pulse.seen)
+        except Missing as m:
+            self._hang(nodeid, when, m.ranks, phase.timeout, m.arrived)
+        except RootLost:
+            self._root_lost(phase)
+
+    def _make_watchdog(self) -> Watchdog:
+        # Rank 0 reports hangs. Another rank's watchdog only leaves its stack in its log (and tells
+        # rank 0 where it is): it cannot tell a stuck job from a job busy elsewhere, and a lost
+        # rank 0 is noticed at the sync point. The faulthandler backstop (exit without Python,
+        # for a GIL never released) comes later there: rank 0 should have reported first.
+        if self.rank == 0:
+            return Watchdog([(ROOT_LATE_S, self._root_deadline)], backstop_file=self._stderr,
+                            backstop_after=lambda t: t + GRACE_S + 30.0)
+        return Watchdog([(0.0, self._dump_stack)], backstop_file=self._stderr,
+                        backstop_after=lambda t: 2 * t + GRACE_S + 60.0)
+
+    def _root_deadline(self, phase: Phase) -> None:
+        """Rank 0's own main thread did not reach the sync point: report who else is missing too."""
+        if self._hang_lock.locked() or self.sync.merging:
+            return  # already reporting; or every rank arrived and the main thread merges (not a hang)
+        arrived = self.sync.arrived() if self.thread_mpi else self.sync.arrived_so_far()
+        arrived.pop(0, None)
+        missing = sorted(set(range(self.size)) - set(arrived))
+        if self.folder is not None:
+            with open(self.folder.log(0), "a") as log:
+                self._dump_stack(phase, log)
+        self._hang(phase.nodeid, phase.when, missing, phase.timeout, arrived)
+
+    def _dump_stack(self, phase: Phase, out=None) -> None:
+        out = out or self._logfile or self._stderr
+        print(f"[rank {self.labels[self.rank]}] no progress for {phase.timeout:g} s at {phase.label}; "
+              f"stack of every thread:", file=out, flush=True)
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        # Tell rank 0 where this rank's main thread is, so the HANG report can
+        # set the odd rank out (sleeping, computing) apart from those waiting in MPI.
+        if self.thread_mpi:
+            self.sync.send_note(phase.label, _main_thread_location())
+
+    def _root_lost(self, phase: Phase) -> None:
+        with self._hang_lock:
+            self._say(f"HANG: rank {self.labels[0]} did not answer at {phase.label} within "
+                      f"{phase.timeout + GRACE_S:g} s; rank {self.labels[self.rank]} aborts the job")
+            if self.rank == 1 and self.folder is not None:
+                self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
+                                       missing_ranks=[0])
+            self._abort()
+
+    def _hang(self, nodeid: str, when: str, missing: list[int], timeout: float, arrived: dict) -> None:
+        """Rank 0: report the ranks that did not arrive, write junit.xml and run.json, abort with 3."""
+        if not self._hang_lock.acquire(blocking=False):
+            while True:  # the other thread is reporting and will abort the job
+                time.sleep(60)
+        message = (f"HANG: {outcomes.describe(missing, self.labels)} did not reach {nodeid} ({when}) "
+                   f"within {timeout:g} s")
+        capman = self.config.pluginmanager.getplugin("capturemanager")
+        try:
+            if capman is not None:
+                capman.suspend_global_capture(in_=True)
+        except Exception:
+            pass  # reporting matters more than tidy capture state; we abort next
+        mpi_ok = self.thread_mpi or threading.current_thread() is threading.main_thread()
+        notes = self.sync.collect_notes(NOTE_WAIT_S, f"{nodeid} ({when})") if mpi_ok else {}
+        if self.rank in missing:
+            notes[self.rank] = _main_thread_location()
+        for rank in notes:
+            if rank not in missing:
+                notes[rank] = "the sync point (arrived in time)"
+        where = [f"  {outcomes.describe(ranks, self.labels)} at {place}"
+                 for place, ranks in _group(notes).items()]
+        if not mpi_ok:
+            where.append("  (MPI thread level below MPI_THREAD_MULTIPLE: the watchdog thread made no MPI call, so "
+                         "ranks waiting at the sync point are listed too; each rank's stack is in its log)")
+        report = "\n".join([message, *where, *self._failures_before(arrived)])
+        self._say("\n" + report)
+        try:
+            self._log_hang_report(nodeid, when, report)
+        finally:
+            if self.folder is not None:
+                self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
+                                       missing_ranks=missing, hang=report)
+            self._say(f"\nacceptance: run folder {self.folder.path if self.folder else '(none)'}; "
+                      f"stacks of every rank in logs/rank-<r>.log")
+            self._abort(mpi_ok)
+
+    def _failures_before(self, arrived: dict) -> list[str]:
+        """Ranks that arrived having failed: often why the others wait in a collective for them."""
+        by_text: dict[str, list[int]] = {}
+        for rank in sorted(arrived):
+            payload = arrived[rank]
+            summary = payload[0] if isinstance(payload, tuple) and isinstance(payload[0], dict) else None
+            if summary and summary.get("outcome") == "failed":
+                by_text.setdefault(summary["text"], []).append(rank)
+        lines = []
+        for text, ranks in by_text.items():
+            lines.append(f"  {outcomes.describe(ranks, self.labels)} arrived having failed "
+                         f"(the others may be waiting for them in a collective):")
+            lines += ["    " + line for line in text.rstrip().splitlines()[-HANG_TEXT_LINES:]]
+        return lines
+
+    def _abort(self, mpi_ok: bool = True) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if mpi_ok:
+            self.world.Abort(EXIT_INCOMPLETE)
+        # Otherwise (a watchdog thread below MPI_THREAD_MULTIPLE) the exit itself ends the job: the
+        # launcher tears down the other ranks, and any that wait on at a sync point see rank 0 gone.
+        # Under srun (PMI) MPI_Abort can return while Slurm tears the step down.
+        os._exit(EXIT_INCOMPLETE)
+
+    def _log_hang_report(self, nodeid: str, when: str, message: str) -> None:
+        """A failed report for the test in flight, so terminal and junit.xml show the hang."""
+        from _pytest.junitxml import xml_key
+        from _pytest.reports import TestReport
+        item = next((i for i in self._items if i.nodeid == nodeid), None)
+        location = item.location if item is not None else (nodeid, None, nodeid)
+        reports = [TestReport(nodeid, location, {}, "failed", message, when,
+                              user_properties=[("hang", message)])]
+        if when != "teardown":  # junit.xml finalizes a test case on its teardown report
+            reports.append(TestReport(nodeid, location, {}, "passed", None, "teardown",
+                                      user_properties=[("hang", message)]))
+        for rep in reports:
+            self.config.hook.pytest_runtest_logreport(report=rep)
+        xml = self.config.stash.get(xml_key, None)
+        if xml is not None:
+            xml.pytest_sessionfinish()
+        elif self.folder is not None and self.config.option.xmlpath:
+            _write_junit_hang(Path(self.config.option.xmlpath), nodeid, when, message)
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._stderr, flush=True)
+
+    def _exit(self, code: int, message: str):
+        self.forced_exit = code
+        if self.watchdog is not None:
+            self.watchdog.disarm()
+        pytest.exit(message, returncode=code)
+
+
+def _write_junit_hang(path: Path, nodeid: str, when: str, message: str) -> None:
+    """junit.xml for a hang before pytest's junit writer exists (start-up): one failed case."""
+    from xml.etree import ElementTree as ET
+    suites = ET.Element("testsuites")
+    suite = ET.SubElement(suites, "testsuite", name="pytest", errors="0", failures="1", skipped="0", tests="1",
+                          timestamp=utc_now())
+    case = ET.SubElement(suite, "testcase", classname=nodeid, name=when, time="0")
+    ET.SubElement(case, "failure", message=message.splitlines()[0]).text = message
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+@contextlib.contextmanager
+def _bounded(what: str, seconds: float, out):
+    """Run the block; if it has not finished after `seconds`, say so with every thread's stack and
+    exit 3 (a Python thread, with faulthandler behind it for a GIL never released)."""
+    def overran():
+        print(f"acceptance: {what} did not finish within {seconds:g} s; exiting 3", file=out, flush=True)
+        faulthandler.dump_traceback(file=out, all_threads=True)
+        os._exit(EXIT_INCOMPLETE)
+    timer = threading.Timer(seconds, overran)
+    timer.daemon = True
+    timer.start()
+    faulthandler.dump_traceback_later(seconds + 30.0, exit=True, file=out)
+    try:
+        yield
+    finally:
+        timer.cancel()
+        faulthandler.cancel_dump_traceback_later()
+
+
+def _group_by_digest(got: dict) -> dict:
+    groups: dict = {}
+    for rank in sorted(got):
+        groups.setdefault(got[rank], []).append(rank)
+    return groups
+
+
+def _main_thread_location() -> str:
+    """'file.py:12 in test_x: time.sleep(300)' for the innermost frame of the main thread."""
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    if frame is None:
+        return "unknown"
+    last = traceback.extract_stack(frame)[-1]
+    return f"{last.filename}:{last.lineno} in {last.name}: {(last.line or '').strip()}"
+
+
+def _group(notes: dict) -> dict:
+    by_where: dict[str, list[int]] = {}
+    for rank in sorted(notes):
+        by_where.setdefault(notes[rank], []).append(rank)
+    return by_where
+
+
+def _report_text(rep) -> str:
+    if rep.passed:
+        return ""
+    if isinstance(rep.longrepr, tuple):  # a skip: (path, lineno, "Skipped: reason")
+        return str(rep.longrepr[2])
+    return rep.longreprtext
+
+
+def _launcher() -> str:
+    if "SLURM_STEP_ID" in os.environ or "SLURM_PROCID" in os.environ:
+        return "srun"
+    if "PMI_RANK" in os.environ or "PMIX_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
+        return "mpiexec"
+    return "none"

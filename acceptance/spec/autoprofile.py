@@ -1,0 +1,82 @@
+"""`--profile auto`: the built-in profile that matches this node's GPUs and RDMA ports.
+
+A built-in names its hardware with [detect] gpu_model (a part of nvidia-smi's GPU name,
+e.g. "H100") and preflight.port_rate (the active rate of its RDMA ports). The node is read
+once (nvidia-smi --query-gpu=name, sysfs port rates), on the node that launches the job,
+and exactly one built-in must match. When none does, the answer is the `fleet` built-in
+(every measurement judged against the run's own fleet), and the line says so, with what the
+node has and what each built-in expects; when several do, the operator must name one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from ..host import nodefacts
+from ..host.counters import sysfs_root
+from .profile import Profile, ProfileError, builtin_names, load_profile
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpus: list[str]            # nvidia-smi names, one per GPU
+    gpu_why: str               # why none, when none
+    port_gbps: float | None    # the most common rate of the ACTIVE RDMA ports
+    port_why: str
+
+    def describe(self) -> str:
+        if self.gpus:
+            common, n = Counter(self.gpus).most_common(1)[0]
+            gpus = f"{n}x {common}"
+        else:
+            gpus = f"no GPU ({self.gpu_why})"
+        ports = f"RDMA ports at {self.port_gbps:g} Gbit/s" if self.port_gbps else f"no RDMA port ({self.port_why})"
+        return f"{gpus}, {ports}"
+
+
+def this_node() -> Hardware:
+    try:
+        gpus, gpu_why = nodefacts.gpu_names(), ""
+    except nodefacts.Unavailable as e:
+        gpus, gpu_why = [], e.reason
+    try:
+        rates = [p.gbps for p in nodefacts.read_ports(sysfs_root()) if p.up and p.gbps]
+        port, port_why = (Counter(rates).most_common(1)[0][0] if rates else None), "none ACTIVE"
+    except nodefacts.Unavailable as e:
+        port, port_why = None, e.reason
+    return Hardware(gpus, gpu_why or "nvidia-smi lists none", port, port_why)
+
+
+def candidates() -> list[Profile]:
+    return [p for p in (load_profile(name) for name in builtin_names()) if p.get("detect.gpu_model")]
+
+
+def matches(profile: Profile, hw: Hardware) -> bool:
+    model = profile.get("detect.gpu_model").lower()
+    rate = profile.get("preflight.port_rate")
+    return (any(model in name.lower() for name in hw.gpus)
+            and (rate is None or (hw.port_gbps is not None and abs(hw.port_gbps - rate) < 1e-6)))
+
+
+# The built-in for hardware no other built-in knows: judged against its own fleet.
+FALLBACK = "fleet"
+
+
+def choose(hw: Hardware | None = None) -> tuple[Profile, str]:
+    """(the matching built-in, a line saying why): the `fleet` built-in when none matches;
+    ProfileError naming them when several do."""
+    hw = hw or this_node()
+    found = [p for p in candidates() if matches(p, hw)]
+    if len(found) == 1:
+        return found[0], f"profile auto: {found[0].name} (this node: {hw.describe()})"
+    known = "; ".join(f"{p.name} ({p.get('detect.gpu_model')}, {p.get('preflight.port_rate'):g} Gbit/s ports)"
+                      for p in candidates())
+    if not found:
+        return load_profile(FALLBACK), (
+            f"profile auto: {FALLBACK}: no built-in profile matches this node ({hw.describe()}; built-ins with "
+            f"hardware: {known}), so every measurement is judged against the run's own fleet: a component that "
+            f"stands apart fails, a fabric slow everywhere alike passes (name a profile with numbers to catch that)")
+    raise ProfileError("--profile auto", "", f"several built-ins match this node ({', '.join(p.name for p in found)};"
+                       f" {hw.describe()}); built-ins with hardware: {known}; "
+                       "name one, or write your own (extends = \"<built-in>\")")

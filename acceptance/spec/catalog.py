@@ -1,0 +1,313 @@
+"""Every metric the harness records, declared once, beside its suite's name and engine needs.
+
+A metric's facts live here and nowhere else: its record name(s) and unit, which way is
+better, where its bound is in the profile (and how the profile's unit converts to the
+record's), whether fleet outliers are sought in it, whether burn-in and baseline comparison
+follow it, and how people read its name. acceptance.spec.judge turns a value into threshold and
+verdict from these facts (while recording and again in analysis, the same way); the report,
+Prometheus export and compare pick their metrics here.
+
+Adding a metric with a bound: its entry below (and its key in the profile schema, marked
+bound=True) and the line in its driver that records it through acceptance.spec.judge.record.
+docs/records.md lists them for users.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+US = 1e6       # profile durations are seconds, records microseconds
+GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records GB/s
+
+# How a metric's bound is found (acceptance.spec.judge):
+#   none      informational: no bound; the record keeps the verdict its test wrote
+#   sizemap   the profile key is a table by message size (rdma_write.bandwidth_min)
+#   scalar    one number (rdma_write.latency_p50_max)
+#   zero      must be 0 (errors, mismatches)
+#   memlock   at least the key's size, or "unlimited"
+#   ranks     equal to topology.rails, or to most nodes' count when that is 0
+#   versions  zero mismatches when the key (preflight.same_versions) is on
+#   recorded  the bound the test wrote (the suite decides, e.g. where GPUDirect is required)
+#   counter   by the counter's kind (acceptance.host.counters.kind_of): errors, discards, pause, CNP
+BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "recorded", "counter")
+
+
+@dataclass(frozen=True)
+class Metric:
+    names: tuple[str, ...]          # the record `metric` names it covers (reg_time and reg_time_user)
+    unit: str                       # the record's unit
+    higher: bool | None             # True: higher is better; False: lower is better; None: must equal
+    bound: str = "none"
+    key: str | None = None          # profile key (dotted); a collective's has {node} and {op}
+    scale: float = 1.0              # profile unit -> record unit
+    label: str = ""                 # how people read it ("write latency p50")
+    outlier: bool = False           # compared with the fleet (point-to-point pairs)
+    trend: bool = False             # followed by burn-in (drift, instability) and baseline comparison
+    line_rate: bool = False         # analysis.line_rate floor applies (point-to-point bandwidth)
+    # Where a pairwise metric is shown: a source x destination matrix per rail in the report
+    # (`heatmap`), a curve against message size per rail (`curve`), and `export`: the stem of its
+    # Prometheus families (acceptance_nic_<export>_<unit>, acceptance_rail_<export>_<unit>).
+    heatmap: bool = False
+    curve: bool = False
+    export: str | None = None
+    when: tuple[tuple[str, object], ...] = ()  # a collective's (op, node) this entry's key is for
+    # The profile key the metric owns: setting(acceptance.spec.profile) builds its Field (type, default, help).
+    # None where the key is a general setting defined in acceptance.spec.profile (topology.rails).
+    setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.bound not in BOUND_KINDS:
+            raise ValueError(f"{self.names}: bound {self.bound!r} is not one of {BOUND_KINDS}")
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+    @property
+    def fleet(self) -> bool:
+        """Whether it can be held to a fleet-relative bound (fleet.bounds): a measurement with a
+        direction, not a must-equal count or a flag."""
+        return self.higher is not None and self.bound in ("none", "sizemap", "scalar") \
+            and self.unit not in ("count", "bool")
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str                       # the records' `suite`
+    engine_needs: tuple[str, ...]   # what its engine must offer (acceptance.engines.registry)
+    metrics: tuple[Metric, ...] = field(default=())
+    measures: bool = True           # False: facts about nodes and ports (preflight, counters), no fleet bounds
+    # Records between two nodes on a rail: analysis compares them with the fleet and localizes them
+    # (link, NIC, node, rail plane), as it does every pairwise suite; `finding` starts their findings.
+    pairwise: bool = False
+    finding: str = ""
+
+
+def _latencies(prefix: str, label: str, key_prefix: str | None, bounded=("p50", "p99", "p999"), outlier=(),
+               trend=(), heatmap=(), export=(), what: str = ""):
+    """Latency p50, p99, p99.9 and max of one operation; `bounded` percentiles have a profile key
+    (a duration, unset by default), `outlier`, `trend`, `heatmap` and `export` say which percentiles
+    have those roles (export: the family stem is the metric's name, prefixed "write_" for a write)."""
+    out = []
+    for p, shown in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
+        has = key_prefix is not None and p in bounded
+        name = f"{prefix}latency_{p}"
+        out.append(Metric((name,), "us", False, "scalar" if has else "none",
+                          f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
+                          outlier=p in outlier, trend=p in trend, heatmap=p in heatmap,
+                          export=(f"{prefix or 'write_'}latency_{p}" if p in export else None),
+                          setting=_duration(f"{what or label + ' latency'} {shown} bound") if has else None))
+    return tuple(out)
+
+
+def _duration(help: str):
+    return lambda f: f.Duration(None, help=help)
+
+
+def _busbw_setting(op: str, node: bool):
+    name = {"allreduce": "all-reduce", "alltoall": "all-to-all"}[op]
+    where = "inside one node" if node else "by size, world and rail communicators"
+    return lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}")
+
+
+# Shared by memreg and the GPU registration of gpudirect: one bound each.
+REG_TIME = Metric(("reg_time", "reg_time_user"), "us", False, "sizemap", "memreg.reg_time_max", US,
+                  "registration time p50",
+                  setting=lambda f: f.SizeMap(f.Duration("0s"), help="p50 registration time bound by size"))
+DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "memreg.dereg_time_max", US,
+                    "deregistration time p50",
+                    setting=lambda f: f.SizeMap(f.Duration("0s"), help="p50 deregistration time bound by size"))
+# Every data check: "errors" (writes, collectives), "read_errors" and "atomic_errors" (what reads and
+# fetch-and-adds brought back). The value is wrong bytes (elements for collectives); the record's
+# ops / ops_failed / ops_missing count the checked operations (docs/methodology.md "Data integrity").
+DATA_ERRORS = Metric(("errors", "read_errors", "atomic_errors"), "count", False, "zero", label="wrong data")
+DATA_ERROR_NAMES = DATA_ERRORS.names
+
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("preflight", (), measures=False, metrics=(
+        Metric(("memlock",), "bytes", True, "memlock", "preflight.memlock_min", label="memlock limit",
+               setting=lambda f: f.Size("64MiB", allow_unlimited=True, help='minimum locked-memory limit (ulimit -l), or "unlimited"')),
+        Metric(("ranks",), "count", None, "ranks", "topology.rails", label="ranks per node"),
+        Metric(("version_mismatches", "fabric_version_mismatches"), "count", False, "versions",
+               "preflight.same_versions", label="version mismatches between nodes"),
+        Metric(("rdma_devices",), "count", None, "scalar", "preflight.rdma_devices", label="RDMA devices",
+               setting=lambda f: f.Int(None, help="RDMA devices (e.g. mlx5_*) every node must have; unset = not checked")),
+        Metric(("ports_down",), "count", False, "zero", label="ports not ACTIVE"),
+        Metric(("port_rate",), "Gbit/s", True, "scalar", "preflight.port_rate", label="port rate",
+               setting=lambda f: f.Rate(None, help='lowest acceptable active port rate, e.g. "400Gbit/s" (sysfs ports/*/rate)')),
+        Metric(("port_mtu",), "bytes", True, "scalar", "preflight.mtu", label="port MTU",
+               setting=lambda f: f.Int(None, min=256, help="lowest acceptable active MTU in bytes (InfiniBand path MTU, RoCE netdev MTU)")),
+        Metric(("link_layer_mismatches",), "count", False, "zero", label="ports on another link layer"),
+        Metric(("hugepages",), "bytes", True, "scalar", "preflight.hugepages_min", label="huge pages",
+               setting=lambda f: f.Size("0B", help="memory in huge pages every node must have reserved; 0 = not checked")),
+        Metric(("gpus",), "count", None, "scalar", "preflight.gpus_per_node", label="GPUs",
+               setting=lambda f: f.Int(None, help="GPUs every node must have; unset = not checked")),
+        Metric(("gpu_nic_far",), "count", False, "zero", label="GPUs far from their NIC"),
+        Metric(("gpudirect_missing",), "count", False, "zero", label="GPU nodes without GPUDirect RDMA"),
+        Metric(("saturated_counters",), "count", False, "zero", label="saturated error counters"),
+    )),
+    Suite("memreg", ("register_times", "registration_growth"), (
+        REG_TIME, DEREG_TIME,
+        Metric(("rss_growth",), "bytes", False, "scalar", "memreg.leak_max", label="memory growth (leak)",
+               setting=lambda f: f.Size("16MiB", help="resident memory growth over the leak cycles that counts as a leak")),
+        Metric(("memlock_enforced",), "bool", True, label="memlock limit enforced"),
+    )),
+    Suite("rdma_write", ("PairLink",), pairwise=True, metrics=(
+        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth",
+               outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="write_bandwidth",
+               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
+        Metric(("read_bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.read_bandwidth_min", label="read bandwidth",
+               outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="read_bandwidth",
+               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="RDMA READ bandwidth bound by size (Gbit/s): "
+                                           "the origin reads the target's memory")),
+        *_latencies("", "write", "rdma_write.latency", outlier=("p50", "p99", "p999"), trend=("p50", "p99"),
+                    heatmap=("p99",), export=("p99",),
+                    what="write latency (verbs: half a round trip, as ib_write_lat; mpi: a Put + Flush round trip)"),
+        *_latencies("read_", "read", "rdma_write.read_latency", bounded=("p50", "p99"), what="RDMA read latency"),
+        *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", bounded=("p50", "p99"),
+                    what="8-byte atomic fetch-and-add latency"),
+        *_latencies("pingpong_", "ping-pong", None),
+        DATA_ERRORS,
+    )),
+    Suite("gpudirect", ("PairLink", "gpu_register_times"), pairwise=True, finding="GPUDirect: ", metrics=(
+        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth",
+               outlier=True, heatmap=True, curve=True, export="gpu_write_bandwidth",
+               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),
+        *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99"),
+                    what="GPU-to-GPU RDMA write latency (post to completion)"),
+        *_latencies("pingpong_", "GPU ping-pong", None),
+        DATA_ERRORS, REG_TIME, DEREG_TIME,
+    )),
+    Suite("collective", ("allreduce", "alltoall"), (
+        *(Metric(("busbw",), "GB/s", True, "sizemap", f"collectives.{'node_' if node else ''}{op}_busbw_min",
+                 GBIT_TO_GBYTE, f"{op} busbw{' inside a node' if node else ''}", trend=True,
+                 when=(("op", op), ("node", node)), setting=_busbw_setting(op, node))
+          for op in ("allreduce", "alltoall") for node in (False, True)),
+        Metric(("algbw",), "GB/s", True, label="algbw"),
+        DATA_ERRORS,
+        # GPUDirect RDMA per node and rail, from NCCL's log: the suite decides where it is required.
+        Metric(("gdrdma",), "bool", True, "recorded", label="GPUDirect RDMA in use"),
+    )),
+    Suite("incast", ("IncastGroup",), (
+        Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness",
+               setting=lambda f: f.Float(None, help="slowest / fastest sender bandwidth of one incast; unset = recorded only")),
+        Metric(("aggregate_bandwidth",), "Gbit/s", True, "scalar", "incast.aggregate_min",
+               label="incast aggregate bandwidth",
+               setting=lambda f: f.Rate(None, help="bandwidth all senders together must deliver to the receiver")),
+        Metric(("bandwidth",), "Gbit/s", True, label="incast sender bandwidth"),
+        *_latencies("loaded_", "loaded", "incast.latency", bounded=("p99",),
+                    what="receiver's put latency, while the other senders load it,"),
+        DATA_ERRORS,
+    )),
+    Suite("intranode", (), (
+        Metric(("h2d_bandwidth",), "GB/s", True, "scalar", "intranode.h2d_min", GBIT_TO_GBYTE, "host to GPU copy",
+               setting=lambda f: f.Rate(None, unit="GB/s", help="pinned host -> GPU copy bandwidth every GPU must reach; unset = not checked")),
+        Metric(("d2h_bandwidth",), "GB/s", True, "scalar", "intranode.d2h_min", GBIT_TO_GBYTE, "GPU to host copy",
+               setting=lambda f: f.Rate(None, unit="GB/s", help="GPU -> pinned host copy bandwidth every GPU must reach; unset = not checked")),
+        Metric(("p2p_bandwidth",), "GB/s", True, "scalar", "intranode.p2p_min", GBIT_TO_GBYTE, "GPU to GPU copy",
+               setting=lambda f: f.Rate(None, unit="GB/s", help="GPU -> GPU peer copy bandwidth every ordered pair must reach; unset = not checked")),
+        Metric(("p2p_bidir_bandwidth",), "GB/s", True, label="GPU to GPU copy, both ways"),
+        Metric(("gpu_bandwidth_outliers",), "count", False, "zero", label="GPUs below their node's median"),
+        DATA_ERRORS,
+    )),
+    Suite("counters", (), measures=False, metrics=(
+        Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise",
+               setting=lambda f: f.Int(0, help="rise an error counter (symbol_error, link_downed, CRC, ...) may show in one window")),
+        Metric(("retransmit",), "ppm", False, "counter", "counters.retransmit_ppm_max",
+               label="retransmissions per million packets",
+               setting=lambda f: f.Float(0.0, help="retransmissions (out_of_sequence, packet_seq_err, local_ack_timeout_err, duplicate_request, ...) per million packets a port moved in one window; 0 = none allowed")),
+        Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise",
+               setting=lambda f: f.Int(0, help="rise of a discard counter above which a port warns")),
+        Metric(("pause",), "1/s", False, "counter", "counters.pause_rate_max", label="pause frames per second",
+               setting=lambda f: f.Float(None, help="pause frames per second (per counter) above which a port warns; unset = recorded only")),
+        Metric(("cnp",), "1/s", False, "counter", "counters.cnp_rate_max", label="congestion notifications per second",
+               setting=lambda f: f.Float(None, help="CNP / ECN-marked packets per second above which a port warns; unset = recorded only")),
+    )),
+    # ib_write_bw / ib_write_lat beside the harness's own numbers: information only.
+    Suite("perftest", (), pairwise=True, finding="perftest: ", metrics=(
+        Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average"),
+        *_latencies("", "ib_write_lat", None),
+        Metric(("latency_avg",), "us", False, label="ib_write_lat average"),
+    )),
+)}
+
+
+def suite(name: str) -> Suite:
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise KeyError(f"suite {name!r} is not in the catalog (acceptance.spec.catalog.SUITES)") from None
+
+
+def metrics(suite_name: str, name: str) -> list[Metric]:
+    """The entries of a suite that cover record metric `name` (several for a collective's busbw)."""
+    found = SUITES.get(suite_name)
+    return [m for m in (found.metrics if found else ()) if name in m.names]
+
+
+def metric(suite_name: str, name: str, **when) -> Metric | None:
+    """The one entry for (suite, record metric) and, for collectives, op= and node=."""
+    for m in metrics(suite_name, name):
+        if all(dict(m.when).get(k) == v for k, v in when.items() if k in dict(m.when)):
+            return m
+    return None
+
+
+def direction(suite_name: str, name: str) -> bool | None:
+    found = metrics(suite_name, name)
+    return found[0].higher if found else None
+
+
+def label(suite_name: str, name: str) -> str:
+    found = metrics(suite_name, name)
+    return found[0].label if found and found[0].label else name
+
+
+def pairwise() -> list[Suite]:
+    """The suites whose records are between two nodes on a rail (analysis compares and localizes them)."""
+    return [s for s in SUITES.values() if s.pairwise]
+
+
+def with_role(role: str) -> list[tuple[str, str]]:
+    """(suite, record metric) of every metric with a role: "outlier" or "trend"."""
+    return [(s.name, n) for s in SUITES.values() for m in s.metrics if getattr(m, role) for n in m.names]
+
+
+def fleet_metrics(pattern: str) -> list[tuple[str, str, bool]]:
+    """(suite, record metric, higher is better) of every metric a fleet.bounds key matches
+    ("suite.metric", shell-style wildcards allowed)."""
+    from fnmatch import fnmatchcase
+    out: dict[tuple[str, str], bool] = {}
+    for s in SUITES.values():
+        if not s.measures:
+            continue
+        for m in s.metrics:
+            for n in m.names:
+                if m.fleet and fnmatchcase(f"{s.name}.{n}", pattern):
+                    out.setdefault((s.name, n), bool(m.higher))
+    return [(s, n, h) for (s, n), h in out.items()]
+
+
+def settings() -> dict[str, Callable[[object], object]]:
+    """Profile key -> the builder of its Field, for every key a metric owns (acceptance.spec.profile adds them)."""
+    out: dict[str, Callable[[object], object]] = {}
+    for s in SUITES.values():
+        for m in s.metrics:
+            if m.setting is not None:
+                out.setdefault(m.key, m.setting)
+    return out
+
+
+def bound_keys() -> dict[str, list[tuple[str, Metric]]]:
+    """Profile key -> the (suite, metric) entries that use it; collectives' keys spelled out."""
+    out: dict[str, list[tuple[str, Metric]]] = {}
+    seen: set[int] = set()
+    for s in SUITES.values():
+        for m in s.metrics:
+            if m.key is None or id(m) in seen:
+                continue
+            seen.add(id(m))
+            out.setdefault(m.key, []).append((s.name, m))
+    return out

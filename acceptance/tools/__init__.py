@@ -1,0 +1,1 @@
+"""External programs the harness drives (perftest)."""
