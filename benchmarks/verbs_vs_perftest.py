@@ -35,6 +35,7 @@ from mpi4py import MPI
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acceptance.host import counters, nics  # noqa: E402
+from acceptance.host import sysfs  # noqa: E402
 from acceptance.tools import perftest
 from acceptance.engines import verbs  # noqa: E402
 from acceptance.drivers import gbit_per_s, percentiles, us  # noqa: E402
@@ -96,9 +97,9 @@ def main() -> int:
         device = devices[rank]
         size, window = parse_size(args.size), settings.tx_depth
         verbs.use(device, settings)
-        root = counters.sysfs_root()
+        root = sysfs.sysfs_root()
         gid = settings.gid_index if settings.gid_index >= 0 else perftest.roce_gid_index(root, device, settings.port)
-        netdev = next((p.netdev for p in counters.ports(root, [device]) if p.port == settings.port), None)
+        netdev = next((p.netdev for p in sysfs.ports(root, [device]) if p.port == settings.port), None)
         server = comm.bcast(perftest.rail_address(root, device, settings.port, gid, netdev) or MPI.Get_processor_name()
                             if rank == TARGET else None, root=TARGET)
         extra = ("-u", str(settings.timeout))

@@ -9,6 +9,7 @@ of every suite are recorded around each suite file (see suites/conftest.py).
 import pytest
 
 from acceptance.host import counters
+from acceptance.host import sysfs
 from acceptance.spec import judge
 
 pytestmark = pytest.mark.counters
@@ -19,7 +20,7 @@ def test_no_error_counter_is_saturated(topology, profile, record):
     first = topology.rank == min(r.rank for r in topology.ranks_on(topology.node))
     mine = None
     if first:
-        snap = counters.snapshot(counters.sysfs_root(topology.node), ethtool=False, node=topology.node)
+        snap = counters.snapshot(sysfs.sysfs_root(topology.node), ethtool=False, node=topology.node)
         mine = {"ports": len(snap["ports"]), "saturated": counters.saturated(snap), "problems": snap["problems"]}
     every = {n: s for n, s in topology.world.allgather((topology.node, mine)) if s is not None}
     if not any(s["ports"] for s in every.values()):

@@ -21,6 +21,7 @@ import pytest
 from mpi4py import MPI
 
 from acceptance.host import counters, nics
+from acceptance.host import sysfs
 from acceptance.tools import perftest
 from acceptance.drivers.p2p import RailPairs
 from acceptance.drivers.sweep import sweep_from_profile
@@ -38,7 +39,7 @@ CLOCK_PAUSE_S = 1.0
 
 def _this_rank(topology, profile) -> dict:
     """What this rank brings: the tools it lacks, its node's RDMA devices, its rail's device and port."""
-    root = counters.sysfs_root(topology.node)
+    root = sysfs.sysfs_root(topology.node)
     facts = {"node": topology.node, "rail": topology.rail, "root": str(root),
              "missing": sorted(tool for tool, path in perftest.find_tools().items() if path is None),
              "devices": [], "device": None, "port": None, "link_layer": None, "gid": None, "address": None}
@@ -47,7 +48,7 @@ def _this_rank(topology, profile) -> dict:
     device, _ = nics.rail_device(topology, profile.get("topology.nic_rails"), devices)
     if device is None:
         return facts
-    own = counters.ports(root, [device])
+    own = sysfs.ports(root, [device])
     if not own:
         return facts
     port = next((p for p in own if p.port == profile.get("verbs.port")), own[0])

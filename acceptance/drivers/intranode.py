@@ -400,7 +400,7 @@ def run(part: str, topology, found: dict[str, Probe], settings: Settings, record
 
 def default_copier(node: str):
     """A CupyCopier over cupy, reading GPU NUMA affinity from the node's sysfs."""
-    from ..host.counters import sysfs_root
+    from ..host.sysfs import sysfs_root
     return CupyCopier(array_module("cuda"), sysfs_root(node))
 
 

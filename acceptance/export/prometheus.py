@@ -34,7 +34,7 @@ Families:
   acceptance_collective_busbw_bytes_per_second{op,scope,rail,size_bytes}
         median bus bandwidth at the largest size; scope world, rail (with rail) or node (median over nodes)
   acceptance_port_error_increase{node,rail,device,port,counter,kind}
-        largest rise of an error, retransmit or discard counter (acceptance.host.counters.kind_of) in one
+        largest rise of an error, retransmit or discard counter (acceptance.host.counter_kinds.kind_of) in one
         measurement window; non-zero ones only
   acceptance_node_drain_suggested{node}             1 for each node of the drain lines
 
@@ -63,7 +63,7 @@ SCOPES = ("link", "nic", "node", "rail", "cluster")
 BANDWIDTH_BYTES = {"Gbit/s": 1e9 / 8, "Mbit/s": 1e6 / 8, "bit/s": 1 / 8, "GB/s": 1e9, "MB/s": 1e6,
                    "B/s": 1.0, "GiB/s": float(1 << 30), "MiB/s": float(1 << 20)}
 SECONDS = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}
-# Counter kinds (acceptance.host.counters.kind_of) that count something going wrong, not traffic, pause
+# Counter kinds (acceptance.host.counter_kinds.kind_of) that count something going wrong, not traffic, pause
 # frames, waits or congestion notifications.
 ERROR_KINDS = ("error", "retransmit", "discard")
 

@@ -18,10 +18,7 @@ all use it.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import socket
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -30,14 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from .counter_kinds import CNP_COUNTERS, KINDS, PACKET_COUNTERS, REQ_RESP_ERROR, kind_of  # noqa: F401 - KINDS, kind_of: re-exported
+from .counter_kinds import CNP_COUNTERS, PACKET_COUNTERS, REQ_RESP_ERROR, kind_of
+from .ethtool import PER_QUEUE, EthtoolError, EthtoolMissing, ethtool_stats
+from .sysfs import ports, sysfs_root
 from ..records.naming import natural_key
 from ..records.results import VERDICTS, read_json, utc_now, worst
 
-ENV_SYSFS_ROOT = "ACCEPTANCE_SYSFS_ROOT"
-ENV_ETHTOOL = "ACCEPTANCE_ETHTOOL"
 FORMAT = "acceptance-counters/1"
-ETHTOOL_TIMEOUT = 10.0  # seconds per `ethtool -S`; a wedged driver must not hang a suite
 SOURCES = ("counters", "hw_counters", "ethtool")
 
 # ---- widths -------------------------------------------------------------------
@@ -76,136 +72,6 @@ def width_of(name: str, source: str) -> int | None:
     if source == "ethtool":
         return 64
     raise ValueError(f"unknown counter source {source!r}; expected one of {SOURCES}")
-
-
-# ---- ports ----------------------------------------------------------------------
-
-NODE_PLACEHOLDER = "{node}"
-
-
-def sysfs_root(node: str | None = None) -> Path:
-    """ACCEPTANCE_SYSFS_ROOT (a fake tree in tests), else /sys.
-
-    A literal "{node}" in it becomes `node`, so emulated nodes sharing one host each
-    read their own tree (ACCEPTANCE_SYSFS_ROOT=/tmp/fake/{node}).
-    """
-    raw = os.environ.get(ENV_SYSFS_ROOT) or "/sys"
-    return Path(raw.replace(NODE_PLACEHOLDER, node) if node is not None else raw)
-
-
-@dataclass(frozen=True)
-class Port:
-    device: str          # mlx5_0
-    port: int            # 1
-    link_layer: str | None  # InfiniBand | Ethernet
-    netdev: str | None   # ens1f0np0 (RoCE) or ibp24s0 (IPoIB); None when the device has none
-    state: str | None    # as sysfs prints it: "4: ACTIVE"
-    rate: str | None     # "400 Gb/sec (4X NDR)"
-
-
-def read_sysfs(path: Path) -> str | None:
-    """A sysfs file's text without the trailing newline; None when missing or unreadable."""
-    try:
-        return path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _netdev(dev: Path, port: int) -> str | None:
-    """The port's netdev under <dev>/device/net (the one whose 0-based dev_port matches, when there are
-    several); else the netdev of the port's first GID (gid_attrs/ndevs/0)."""
-    try:
-        nets = sorted((p for p in (dev / "device" / "net").iterdir()), key=lambda p: natural_key(p.name))
-    except OSError:
-        nets = []
-    if len(nets) > 1:  # a multi-port device
-        for net in nets:
-            if read_sysfs(net / "dev_port") == str(port - 1):
-                return net.name
-    if nets:
-        return nets[0].name
-    # The GID's ndev can be an upper device (bond0 under RoCE LAG), hence only second choice.
-    return read_sysfs(dev / "ports" / str(port) / "gid_attrs" / "ndevs" / "0") or None
-
-
-def ports(root: str | os.PathLike | None = None, devices: Iterable[str] | None = None) -> list[Port]:
-    """Every port under <root>/class/infiniband, devices in natural order (mlx5_2 before mlx5_10)."""
-    base = Path(root) if root is not None else sysfs_root()
-    wanted = set(devices) if devices is not None else None
-    found = []
-    try:
-        devs = sorted((d for d in (base / "class" / "infiniband").iterdir()), key=lambda d: natural_key(d.name))
-    except OSError:
-        return []
-    for dev in devs:
-        if wanted is not None and dev.name not in wanted:
-            continue
-        try:
-            numbers = sorted(int(p.name) for p in (dev / "ports").iterdir() if p.name.isdigit())
-        except OSError:
-            continue
-        for n in numbers:
-            port = dev / "ports" / str(n)
-            found.append(Port(device=dev.name, port=n, link_layer=read_sysfs(port / "link_layer"),
-                              netdev=_netdev(dev, n), state=read_sysfs(port / "state"), rate=read_sysfs(port / "rate")))
-    return found
-
-
-# ---- ethtool ------------------------------------------------------------------
-# Per-queue software counters of the Ethernet driver (rx0_packets, tx12_bytes, ch3_events, ...): RoCE
-# traffic bypasses these rings, and mlx5 prints thousands of them, so snapshots leave them out.
-_PER_QUEUE = re.compile(r"^(?:rx|tx|ch|qos_tx|ptp_(?:rx|tx|cq|ch))\d+_")
-
-
-def parse_ethtool_stats(text: str) -> dict[str, int]:
-    """`ethtool -S` output ("NIC statistics:" then "     name: value" lines) -> {name: value}.
-
-    Lines whose value is not an integer (headers, driver notes) are ignored.
-    """
-    stats: dict[str, int] = {}
-    for line in text.splitlines():
-        name, sep, value = line.rpartition(":")
-        name, value = name.strip(), value.strip()
-        if not sep or not name:
-            continue
-        try:
-            stats[name] = int(value)
-        except ValueError:
-            continue
-    return stats
-
-
-class EthtoolError(Exception):
-    pass
-
-
-class EthtoolMissing(EthtoolError):
-    """The ethtool command itself is not there: no point asking again for the next netdev."""
-
-
-def ethtool_stats(netdev: str, command: str | None = None, timeout: float = ETHTOOL_TIMEOUT) -> dict[str, int]:
-    """`ethtool -S netdev` parsed; EthtoolError (with a readable reason) when it cannot be had.
-
-    The command is ACCEPTANCE_ETHTOOL (e.g. "sudo -n ethtool"), else "ethtool".
-    """
-    command = command or os.environ.get(ENV_ETHTOOL) or "ethtool"
-    argv = [*shlex.split(command), "-S", netdev]
-    try:
-        p = subprocess.run(argv, check=False, capture_output=True, text=True, errors="replace", timeout=timeout)
-    except FileNotFoundError:
-        raise EthtoolMissing(f"{argv[0]} not found: install ethtool (or set {ENV_ETHTOOL}); "
-                           f"RoCE pause, PHY error and drop counters were not read") from None
-    except subprocess.TimeoutExpired:
-        raise EthtoolError(f"`{shlex.join(argv)}` did not answer within {timeout:g} s") from None
-    except OSError as e:
-        raise EthtoolError(f"`{shlex.join(argv)}` could not start: {e.strerror or e}") from None
-    if p.returncode != 0:
-        why = (p.stderr.strip().splitlines() or ["no message"])[0]
-        raise EthtoolError(f"`{shlex.join(argv)}` exited {p.returncode}: {why}")
-    stats = parse_ethtool_stats(p.stdout)
-    if not stats:
-        raise EthtoolError(f"`{shlex.join(argv)}` printed no statistics")
-    return stats
 
 
 # ---- snapshot -----------------------------------------------------------------
@@ -282,7 +148,7 @@ def snapshot(root: str | os.PathLike | None = None, ethtool: bool = True,
                     read_netdevs[p.netdev] = None
                     issues.append(f"{where} ({p.netdev}): {e}")
             for name, value in (read_netdevs[p.netdev] or {}).items():
-                if not _PER_QUEUE.match(name):
+                if not PER_QUEUE.match(name):
                     _put(counters, name, value, "ethtool")
         snap["ports"].append({"device": p.device, "port": p.port, "link_layer": p.link_layer,
                               "netdev": p.netdev, "state": p.state, "rate": p.rate, "counters": counters})

@@ -1,7 +1,7 @@
 """Which RDMA devices are a node's, and which rail each one serves.
 
 A node's devices are those under <sysfs>/class/infiniband (the sysfs root of
-`counters.sysfs_root(node)`). Where several virtual nodes share one host's devices
+`sysfs.sysfs_root(node)`). Where several virtual nodes share one host's devices
 (the Soft-RoCE rig, local emulation), a device map says which are whose:
 ACCEPTANCE_DEVICE_MAP names a JSON file {"node1": ["rxe_n1r0", "rxe_n1r1"], ...},
 the list index being the rail; a node then owns only its own entries.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from . import counters
+from . import sysfs
 from ..records.naming import natural_key
 from ..records.results import read_json
 
@@ -55,7 +55,7 @@ def node_devices(node: str, present: Iterable[str] | None = None) -> list[str]:
     node's sysfs root), or with a device map the node's own ones among them."""
     if present is None:
         try:
-            present = [d.name for d in (counters.sysfs_root(node) / "class" / "infiniband").iterdir()]
+            present = [d.name for d in (sysfs.sysfs_root(node) / "class" / "infiniband").iterdir()]
         except OSError:
             present = []
     mine = mapped_devices(node)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 # One rule for the sysfs root, shared with the port counters: sysfs_root(node).
 from . import counters
-from .counters import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, read_sysfs, sysfs_root  # noqa: F401 - re-exported
+from .sysfs import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, read_sysfs, sysfs_root  # noqa: F401 - re-exported
 from ..cli.doctor import run_command
 from ..records.naming import natural_key
 
@@ -190,7 +190,7 @@ def read_ports(root: Path, devinfo=None, only: Iterable[str] | None = None) -> l
     if not devices:
         raise Unavailable(f"no RDMA device in {root / 'class' / 'infiniband'}")
     out = []
-    for p in counters.ports(root, devices):  # one enumeration of ports and netdevs, shared with the counters
+    for p in sysfs.ports(root, devices):  # one enumeration of ports and netdevs, shared with the counters
         name, n, netdev = p.device, p.port, p.netdev
         dev, pdir = root / "class" / "infiniband" / name, root / "class" / "infiniband" / name / "ports" / str(n)
         rate, link_layer = p.rate or "", p.link_layer or "unknown"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import counters, nics
+from . import sysfs
 from ..spec.profile import Profile
 from ..runtime.topology import Topology
 
@@ -20,7 +21,7 @@ class PortWatch:
 
     def __init__(self, topology: Topology, devices: list[str], rails: dict[str, int | None],
                  limits: counters.Limits):
-        self.node, self.root = topology.node, counters.sysfs_root(topology.node)
+        self.node, self.root = topology.node, sysfs.sysfs_root(topology.node)
         self.devices, self.rails, self.limits = devices, rails, limits
 
     @classmethod

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..host import nodefacts
-from ..host.counters import sysfs_root
+from ..host.sysfs import sysfs_root
 from .profile import Profile, ProfileError, builtin_names, load_profile
 
 

@@ -29,7 +29,7 @@ GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records G
 #   ranks     equal to topology.rails, or to most nodes' count when that is 0
 #   versions  zero mismatches when the key (preflight.same_versions) is on
 #   recorded  the bound the test wrote (the suite decides, e.g. where GPUDirect is required)
-#   counter   by the counter's kind (acceptance.host.counters.kind_of): errors, discards, pause, CNP
+#   counter   by the counter's kind (acceptance.host.counter_kinds.kind_of): errors, discards, pause, CNP
 BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "recorded", "counter")
 
 

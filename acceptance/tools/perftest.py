@@ -477,7 +477,7 @@ def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | Non
 
     <root>/class/infiniband/<dev>/ports/<port>/gids/<i> and gid_attrs/types/<i> ("RoCE v2").
     """
-    from ..host.counters import read_sysfs
+    from ..host.sysfs import read_sysfs
     from ..engines.verbs import GID_TYPE_ROCE_V2, GidRow, choose_gid_index, gid_is_zero
     base = Path(root) / "class" / "infiniband" / device / "ports" / str(port)
     try:
@@ -516,7 +516,7 @@ def rail_address(root: str | os.PathLike, device: str, port: int, gid_index: int
     """Where a perftest client reaches this port's server: the IPv4 address of its RoCE GID, else its
     netdev's IPv4 address (IPoIB), else None (then the host name). The rail's own address, since
     the host name is often the management network, or nothing at all."""
-    from ..host.counters import read_sysfs
+    from ..host.sysfs import read_sysfs
     if gid_index is not None:
         gid = read_sysfs(Path(root) / "class" / "infiniband" / device / "ports" / str(port) / "gids" / str(gid_index))
         address = ipv4_of_gid(gid or "")

@@ -12,6 +12,7 @@ import fakesysfs
 import synthetic
 
 from acceptance.host import counters
+from acceptance.host import ethtool, sysfs
 from acceptance.analysis import analyze, drain_lines
 from acceptance.spec.profile import load_profile
 from acceptance.records.results import Recorder
@@ -22,8 +23,8 @@ TEST = "suites/test_rdma_write.py"
 @pytest.fixture
 def node_tree(tmp_path, monkeypatch):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=4, gpus=0)
-    monkeypatch.setenv(counters.ENV_SYSFS_ROOT, str(root))
-    monkeypatch.setenv(counters.ENV_ETHTOOL, str(tmp_path / "no-ethtool"))
+    monkeypatch.setenv(sysfs.ENV_SYSFS_ROOT, str(root))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(tmp_path / "no-ethtool"))
     monkeypatch.setenv("SLURMD_NODENAME", "node03")
     return root
 
@@ -35,7 +36,7 @@ def window(change, profile_name="local"):
     before = counters.snapshot()
     change()
     after = counters.snapshot()
-    rails = counters.rails_of([p.device for p in counters.ports()], {}, None, [0, 1, 2, 3])
+    rails = counters.rails_of([p.device for p in sysfs.ports()], {}, None, [0, 1, 2, 3])
     rec = Recorder(0, "node03", None)
     record = rec.bind(TEST, "counters")
     for kw in counters.to_records(counters.diff(before, after), limits, rails):

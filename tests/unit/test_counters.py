@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.host import counters as c
+from acceptance.host import ethtool, sysfs
 from acceptance.records.results import make_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -86,33 +87,33 @@ def ib_root(tmp_path):
 
 def test_ports_in_natural_order_with_netdevs(tmp_path, monkeypatch):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=12, gpus=0, link_layer="Ethernet")
-    monkeypatch.setenv(c.ENV_SYSFS_ROOT, str(root))
-    found = c.ports()
+    monkeypatch.setenv(sysfs.ENV_SYSFS_ROOT, str(root))
+    found = sysfs.ports()
     assert [p.device for p in found] == [f"mlx5_{i}" for i in range(12)]  # mlx5_2 before mlx5_10
-    assert found[3] == c.Port("mlx5_3", 1, "Ethernet", "ens3f0np0", "4: ACTIVE", "400 Gb/sec (4X NDR)")
-    assert c.sysfs_root() == root
+    assert found[3] == sysfs.Port("mlx5_3", 1, "Ethernet", "ens3f0np0", "4: ACTIVE", "400 Gb/sec (4X NDR)")
+    assert sysfs.sysfs_root() == root
 
 
 def test_ib_ports_get_their_ipoib_netdev_and_multiport_devices_match_dev_port(tmp_path):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0)
-    assert [(p.device, p.netdev, p.link_layer) for p in c.ports(root)] == [
+    assert [(p.device, p.netdev, p.link_layer) for p in sysfs.ports(root)] == [
         ("mlx5_0", "ibp24s0", "InfiniBand"), ("mlx5_1", "ibp40s0", "InfiniBand")]
     two = fakesysfs.ib_device(tmp_path / "two", "mlx5_0", ports=2, link_layer="Ethernet", netdev="ens1f0np0")
     fakesysfs.ib_device(two, "mlx5_0", ports=2, link_layer="Ethernet", netdev="ens1f1np1")
     net = two / "devices" / "pci0000:00" / "0000:00:01.0" / "0000:18:00.0" / "net"
     (net / "ens1f0np0" / "dev_port").write_text("0\n")
     (net / "ens1f1np1" / "dev_port").write_text("1\n")
-    assert [(p.port, p.netdev) for p in c.ports(two)] == [(1, "ens1f0np0"), (2, "ens1f1np1")]
+    assert [(p.port, p.netdev) for p in sysfs.ports(two)] == [(1, "ens1f0np0"), (2, "ens1f1np1")]
 
 
 def test_gid_ndev_names_the_netdev_only_without_device_net(tmp_path):
     root = fakesysfs.ib_device(tmp_path / "sys", "mlx5_0", link_layer="Ethernet", netdev="ens1f0np0")
     fakesysfs.set_port(root, "mlx5_0", 1, **{"gid_attrs/ndevs/0": "bond0"})  # RoCE LAG: the bond is upper
-    assert c.ports(root)[0].netdev == "ens1f0np0"
+    assert sysfs.ports(root)[0].netdev == "ens1f0np0"
     bare = fakesysfs.ib_device(tmp_path / "bare", "mlx5_0", link_layer="Ethernet")
-    assert c.ports(bare)[0].netdev is None
+    assert sysfs.ports(bare)[0].netdev is None
     fakesysfs.set_port(bare, "mlx5_0", 1, **{"gid_attrs/ndevs/0": "ens9np0"})
-    assert c.ports(bare)[0].netdev == "ens9np0"
+    assert sysfs.ports(bare)[0].netdev == "ens9np0"
 
 
 def test_widths():
@@ -205,7 +206,7 @@ def test_unreadable_counter_is_a_problem_not_an_exception(ib_root):
 
 
 def test_ethtool_parsing_of_real_mlx5_output():
-    stats = c.parse_ethtool_stats(MLX5_ETHTOOL + "     some driver note: n/a\n")
+    stats = ethtool.parse_ethtool_stats(MLX5_ETHTOOL + "     some driver note: n/a\n")
     assert "NIC statistics" not in stats and "some driver note" not in stats
     assert stats["rx_prio3_pause"] == 4200
     assert stats["tx_prio3_pause_duration"] == 640
@@ -219,7 +220,7 @@ def test_ethtool_parsing_of_real_mlx5_output():
 
 def test_snapshot_reads_ethtool_on_roce_ports(tmp_path, monkeypatch):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0, link_layer="Ethernet")
-    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
     s = c.snapshot(root, node="n")
     assert s["problems"] == []
     counters = s["ports"][1]["counters"]
@@ -234,17 +235,17 @@ def test_snapshot_reads_ethtool_on_roce_ports(tmp_path, monkeypatch):
 
 def test_missing_or_failing_ethtool_is_one_problem(tmp_path, monkeypatch):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=3, gpus=0, link_layer="Ethernet")
-    monkeypatch.setenv(c.ENV_ETHTOOL, str(tmp_path / "no-such-ethtool"))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(tmp_path / "no-such-ethtool"))
     s = c.snapshot(root, node="n")
-    assert len(s["problems"]) == 1 and "not found" in s["problems"][0] and c.ENV_ETHTOOL in s["problems"][0]
+    assert len(s["problems"]) == 1 and "not found" in s["problems"][0] and ethtool.ENV_ETHTOOL in s["problems"][0]
     assert len(s["ports"]) == 3 and "symbol_error" in s["ports"][0]["counters"]
-    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path, rc=76)))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path, rc=76)))
     s = c.snapshot(root, node="n")
     assert len(s["problems"]) == 3
     assert s["problems"][0].startswith("mlx5_0 port 1 (ens0f0np0): `")
     assert "exited 76: netlink error: no such device" in s["problems"][0]
-    with pytest.raises(c.EthtoolError, match="printed no statistics"):
-        c.ethtool_stats("ens0f0np0", command=str(ethtool_script(tmp_path, output="NIC statistics:\n", name="empty")))
+    with pytest.raises(ethtool.EthtoolError, match="printed no statistics"):
+        ethtool.ethtool_stats("ens0f0np0", command=str(ethtool_script(tmp_path, output="NIC statistics:\n", name="empty")))
 
 
 # ---- diff and verdicts ------------------------------------------------------------------
@@ -323,9 +324,9 @@ def test_reset_gives_no_delta(ib_root):
 
 def test_pause_rate_over_the_bound_warns(tmp_path, monkeypatch):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet")
-    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
     before = snap_at(root, 100.0)
-    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(
         tmp_path, MLX5_ETHTOOL.replace("rx_prio3_pause: 4200", "rx_prio3_pause: 46200"), name="ethtool2")))
     deltas = c.diff(before, snap_at(root, 110.0))
     d = by_name(deltas, "mlx5_0", "rx_prio3_pause")
@@ -391,7 +392,7 @@ def test_to_records_details_and_values(tmp_path, monkeypatch):
     root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0, link_layer="Ethernet")
     fakesysfs.set_counter(root, "mlx5_1", 1, "symbol_error", 100)
     fakesysfs.set_counter(root, "mlx5_1", 1, "link_downed", 255)
-    monkeypatch.setenv(c.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path)))
     before = snap_at(root, 0.0)
     fakesysfs.set_counter(root, "mlx5_1", 1, "symbol_error", 65535)
     fakesysfs.set_counter(root, "mlx5_0", 1, "port_rcv_errors", 7)
@@ -449,7 +450,7 @@ def test_rails_of():
 def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
     """Soft-RoCE: no PMA counters folder, rxe's own hw_counters, the netdev from the GID's ndev."""
     root = fakesysfs.rxe_device(tmp_path, "rxe_n1r0", netdev="n1r0", address="198.18.1.1")
-    (port,) = c.ports(root)
+    (port,) = sysfs.ports(root)
     assert (port.device, port.netdev, port.link_layer, port.state, port.rate) == (
         "rxe_n1r0", "n1r0", "Ethernet", "4: ACTIVE", "10 Gb/sec (1X FDR10)")
     before = c.snapshot(root, ethtool=False, node="node1")
