@@ -59,7 +59,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acceptance.engines import gpumem
 from acceptance.engines import nccl as engine
-from acceptance.drivers import busbw, gbyte_per_s
+from acceptance.engines.collective_data import busbw
+from acceptance.measure import gbyte_per_s
 
 MIB = 1 << 20
 PAGE = 4096

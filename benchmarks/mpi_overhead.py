@@ -3,12 +3,12 @@
 Run:  .venv/bin/mpiexec -n 2 .venv/bin/python benchmarks/mpi_overhead.py [--repeats 5] [--quick]
 
 Three metrics, each measured twice in the same run: once through the harness's
-own code path (acceptance.engines.mpi and acceptance.drivers, exactly as the
+own code path (acceptance.engines.mpi and acceptance.measure, exactly as the
 suites call them) and once by an inline mpi4py loop that makes the same MPI
 calls, and the harness's value is divided by the bare one:
 
 1. put latency, p50 at 8 B: PairLink.put_latency (one Put + Flush per sample,
-   timed by acceptance.drivers.timing.timed through a closure) vs an inline
+   timed by acceptance.measure.timing.timed through a closure) vs an inline
    `t0 = now(); put(spec, 1); flush(1); t[i] = now() - t0` loop.
    Target: harness / bare <= 1.3.
 2. put bandwidth at 4 MiB: PairLink.put_bandwidth (window of 64 Puts + one
@@ -19,7 +19,7 @@ calls, and the harness's value is divided by the bare one:
 3. all-reduce busbw at 16 MiB: acceptance.engines.mpi.allreduce vs an inline
    `comm.Allreduce` loop; both time every iteration on every rank, take the
    slowest rank per iteration (MPI.MAX) and the mean of those, then busbw as
-   nccl-tests defines it (acceptance.drivers.units). Target: harness / bare >= 0.9.
+   nccl-tests defines it (acceptance.measure.units). Target: harness / bare >= 0.9.
 
 Why the comparison is fair:
 
@@ -32,7 +32,7 @@ Why the comparison is fair:
   vectors of the same size built the same way.
 - Same timing rules: perf_counter_ns, GC disabled, a preallocated int64 array,
   the same iteration and warmup counts, the same percentile code (nearest rank,
-  acceptance.drivers.stats) and the same units code on both sides.
+  acceptance.measure.stats) and the same units code on both sides.
 - The bare loop is the tightest one can write in Python: buffer specs built once,
   bound methods hoisted into locals, no closure and no extra call per sample.
   So each ratio is an upper bound on what the harness adds.
@@ -70,8 +70,9 @@ from mpi4py import MPI
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acceptance.engines import mpi as engine  # noqa: E402
-from acceptance.drivers import busbw, gbit_per_s, gbyte_per_s, percentiles, us  # noqa: E402
-from acceptance.drivers.verify import Policy, Slots  # noqa: E402
+from acceptance.engines.collective_data import busbw  # noqa: E402
+from acceptance.measure import gbit_per_s, gbyte_per_s, percentiles, us  # noqa: E402
+from acceptance.measure.verify import Policy, Slots  # noqa: E402
 
 LAT_SIZE = 8
 BW_SIZE = 4 * 1024 * 1024

@@ -3,7 +3,7 @@ import pytest
 
 from acceptance.spec import catalog
 from acceptance.engines.registry import agree
-from acceptance.host.portwatch import PortWatch
+from acceptance.runtime.portwatch import PortWatch
 from acceptance.runtime.pytest_plugin import recorder_of
 
 pytest_plugins = ["acceptance.runtime.pytest_plugin"]

@@ -14,9 +14,9 @@ import pytest
 from acceptance.spec import judge
 from acceptance.engines import nccl
 from acceptance.drivers.p2p import op_latency, pair_bandwidth
-from acceptance.drivers.stats import percentiles
-from acceptance.drivers.sweep import sizes
-from acceptance.drivers.units import us
+from acceptance.measure.stats import percentiles
+from acceptance.measure.sweep import sizes
+from acceptance.measure.units import us
 
 pytestmark = [pytest.mark.gpudirect, pytest.mark.rail]
 SUITE = "gpudirect"

@@ -20,11 +20,11 @@ import time
 import pytest
 from mpi4py import MPI
 
-from acceptance.host import counters, nics
+from acceptance.host import nics
 from acceptance.host import sysfs
 from acceptance.tools import perftest
 from acceptance.drivers.p2p import RailPairs
-from acceptance.drivers.sweep import sweep_from_profile
+from acceptance.measure.sweep import sweep_from_profile
 from acceptance.records.naming import natural_key
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]

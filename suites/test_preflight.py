@@ -21,8 +21,8 @@ from acceptance.host.nodefacts import (
     gpudirect_path,
     link_layer_mismatches,
     ports_down,
-    sysfs_root,
 )
+from acceptance.host.sysfs import sysfs_root
 from acceptance.spec import judge
 from acceptance.host.nics import mapped_devices, topology_rails
 from acceptance.host.preflight import UNLIMITED, layout_problems, memlock_limit, odd_ones_out, software_versions

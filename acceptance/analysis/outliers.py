@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ..spec import judge
-from ..drivers.stats import samples_needed
+from ..measure.stats import samples_needed
 from ..records.results import FAILED_METRIC
 from ..spec.profile import Profile
 from .base import MAD_SCALE, MIN_GROUP, codes_of, floats_of
@@ -29,7 +29,7 @@ def node_names(df: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
     return list(src.cat.categories), src.cat.codes.to_numpy(np.int64), dst.cat.codes.to_numpy(np.int64)
 
 
-# Samples a latency percentile needs before it can single out a link (acceptance.drivers.stats).
+# Samples a latency percentile needs before it can single out a link (acceptance.measure.stats).
 PERCENTILE_SAMPLES = {"latency_p50": samples_needed(50.0), "latency_p99": samples_needed(99.0),
                       "latency_p999": samples_needed(99.9)}
 

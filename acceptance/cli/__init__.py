@@ -333,6 +333,7 @@ def cmd_counters_diff(args) -> int:
     import json
 
     from ..host import counters as ctr
+    from ..spec import counter_verdicts as cv
     try:
         before, after = ctr.load_snapshot(args.before), ctr.load_snapshot(args.after)
     except ValueError as e:
@@ -340,18 +341,18 @@ def cmd_counters_diff(args) -> int:
     if before["node"] != after["node"]:
         raise UsageError(f"{args.before} is from node {before['node']} but {args.after} from node "
                          f"{after['node']}: diff two snapshots of the same node")
-    limits = ctr.Limits.from_profile(load_profile(args.profile))
+    limits = cv.Limits.from_profile(load_profile(args.profile))
     try:
         deltas = ctr.diff(before, after)
     except (ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{args.before}, {args.after}: malformed snapshot ({type(e).__name__}: {e})") from None
-    verdict = ctr.verdict_of(deltas, limits)
+    verdict = cv.verdict_of(deltas, limits)
     if args.json:
         print(json.dumps({"node": deltas.node, "seconds": deltas.seconds, "deltas": ctr.deltas_json(deltas),
-                          "problems": ctr.problems(deltas, limits, deltas.node), "notes": deltas.notes,
+                          "problems": cv.problems(deltas, limits, deltas.node), "notes": deltas.notes,
                           "verdict": verdict}, indent=1))
     else:
-        print(ctr.format_diff(deltas, limits, deltas.node))
+        print(cv.format_diff(deltas, limits, deltas.node))
         print(f"verdict: {verdict.upper()}")
     return EXIT_FAILED if verdict == "fail" else EXIT_OK
 

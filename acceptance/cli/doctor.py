@@ -10,7 +10,6 @@ import functools
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-TIMEOUT_S = 5.0  # bound on every external command: a probe must never hang
+from ..host.command import run_command
+
 
 
 @dataclass(frozen=True)
@@ -32,34 +32,6 @@ class Availability:
 
 
 # --- helpers ---------------------------------------------------------------
-
-def run_command(cmd: list[str], timeout: float | None = None) -> tuple[bool, str]:
-    """Run cmd; (True, stdout) on exit 0, else (False, a one-line reason)."""
-    timeout = TIMEOUT_S if timeout is None else timeout
-    try:
-        # Own session so a timeout can kill grandchildren that hold our pipes.
-        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, errors="replace",
-                             start_new_session=True)
-    except OSError as e:
-        return False, f"{cmd[0]}: {e.strerror or e}"
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            p.communicate(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass  # something escaped the group and holds the pipe; give up on it
-        return False, f"`{' '.join(cmd)}` timed out after {timeout:g} s"
-    if p.returncode != 0:
-        msg = next((ln.strip() for ln in err.splitlines() if ln.strip()), "")
-        return False, f"`{' '.join(cmd)}` exited {p.returncode}" + (f": {msg}" if msg else "")
-    return True, out
-
 
 def first_line(cmd: list[str], timeout: float | None = None, contains: str | None = None) -> str | None:
     """First non-empty stdout line of cmd (the first containing `contains`, if any

@@ -1,15 +1,1 @@
-"""Measurement helpers: timing loops, percentiles, size sweeps and units.
-
-Plain numpy: the measurement driver imports this without pytest or mpi4py.
-"""
-from .stats import PERCENTILES, Percentiles, nearest_rank, percentiles, samples_needed
-from .sweep import Sweep, sizes, sweep_from_profile
-from .timing import timed, timed_capped, timed_sequence, timed_total
-from .verify import Policy, Tally, timed_verified
-from .units import busbw, gbit_per_s, gbyte_per_s, us
-
-__all__ = [
-    "PERCENTILES", "Percentiles", "Policy", "Sweep", "Tally", "busbw", "gbit_per_s", "gbyte_per_s",
-    "nearest_rank", "percentiles", "samples_needed", "sizes", "sweep_from_profile",
-    "timed", "timed_capped", "timed_sequence", "timed_total", "timed_verified", "us",
-]
+"""How each suite measures: the pairwise template (p2p) and its metrics, collectives, memory registration, incast, intranode paths, GPUDirect paths."""

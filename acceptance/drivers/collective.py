@@ -13,10 +13,11 @@ from mpi4py import MPI
 
 from ..spec import judge
 from ..spec.profile import Profile
-from .stats import iteration_time
-from .sweep import sweep_from_profile
-from .units import busbw, gbyte_per_s
-from .verify import Policy, Tally
+from ..measure.stats import iteration_time
+from ..measure.sweep import sweep_from_profile
+from ..engines.collective_data import busbw
+from ..measure.units import gbyte_per_s
+from ..measure.verify import Policy, Tally
 
 OPS = ("allreduce", "alltoall")
 

@@ -18,13 +18,13 @@ from collections.abc import Callable
 import numpy as np
 
 from ..spec import judge
-from ..host.portwatch import PortWatch
+from ..runtime.portwatch import PortWatch
 from ..spec.profile import Profile
 from ..runtime.topology import Topology
 from .p2p import LATENCY_METRICS
-from .stats import percentiles
-from .units import gbit_per_s, us
-from .verify import Policy
+from ..measure.stats import percentiles
+from ..measure.units import gbit_per_s, us
+from ..measure.verify import Policy
 
 
 def groups_of(n: int, senders: int) -> list[list[int]]:

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..engines.memory import POISON, MemoryUnavailable, array_module, expected
 from ..spec import judge
-from .verify import Tally
+from ..measure.verify import Tally
 
 SUITE = "intranode"
 UNIT = "GB/s"

@@ -6,9 +6,9 @@ from typing import Callable
 
 from ..spec import judge
 from ..spec.profile import Profile
-from .stats import percentiles
-from .sweep import sizes
-from .units import us
+from ..measure.stats import percentiles
+from ..measure.sweep import sizes
+from ..measure.units import us
 
 # (engine "how", metric suffix): memory the transport allocates, and memory we allocated.
 KINDS = (("allocate", ""), ("create", "_user"))

@@ -19,10 +19,10 @@ from ..runtime import pulse
 from ..spec.profile import Profile
 from ..runtime.schedule import schedule
 from ..runtime.topology import Topology
-from .stats import iteration_time, percentiles
-from .sweep import sweep_from_profile
-from .units import gbit_per_s, us
-from .verify import Policy, Tally
+from ..measure.stats import iteration_time, percentiles
+from ..measure.sweep import sweep_from_profile
+from ..measure.units import gbit_per_s, us
+from ..measure.verify import Policy, Tally
 
 LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "latency_p999"), ("max", "latency_max"))
 

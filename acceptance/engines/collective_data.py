@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..drivers.verify import Tally
+from ..measure.verify import Tally
 
 
 def _allreduce_send(xp, count: int, rank: int, nranks: int):
@@ -117,3 +117,12 @@ class Buffers:
             first = (f"iteration {i}: rank {self.rank} element {wrong.index}: "
                      f"expected {wrong.expected!r}, got {wrong.got!r}")
         self.tally.add(i, 1, int(wrong.count > 0), int(missing), wrong.count, first)
+
+
+def busbw(op: str, algbw: float, nranks: int) -> float:
+    """nccl-tests bus bandwidth of collective `op` (its Spec's factor); same unit as algbw."""
+    if op not in SPECS:
+        raise ValueError(f"unknown collective {op!r} (known: {', '.join(SPECS)})")
+    if nranks < 1:
+        raise ValueError(f"nranks must be >= 1, got {nranks}")
+    return algbw * SPECS[op].busbw_factor(nranks)

@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..drivers.verify import Policy, Tally
+from ..measure.verify import Policy, Tally
 
 # Every operation an engine may offer: a suite's engine_needs are a subset.
 OPERATIONS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy
 
-from ..drivers.verify import Tally
+from ..measure.verify import Tally
 
 PAGE = 4096
 FLIP_ENV = "ACCEPTANCE_TEST_FLIP_BIT"

@@ -19,21 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ..drivers import Tally, timed, timed_capped, timed_sequence, timed_verified
-from ..drivers.verify import Policy, Slots, WriteCheck, batched, planned_batches
+from ..measure import Tally, timed, timed_capped, timed_sequence, timed_verified
+from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers
 from .contract import Transfer
-from .memory import (
-    Mismatch,
-    allocate,
-    corrupt_for_test,
-    counter_tally,
-    fetched_tally,
-    fill_pattern,
-    poison,
-    slot_tally,
-    verify,
-)
+from .memory import allocate, counter_tally, fetched_tally, fill_pattern, poison, slot_tally
 
 NAME = "mpi"
 # What this engine can do (acceptance.engines.contract.OPERATIONS).

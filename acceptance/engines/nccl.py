@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from .collective_data import ALLREDUCE, ALLTOALL, Buffers, compare  # noqa: F401 (compare: tests)
+from .collective_data import ALLREDUCE, ALLTOALL, Buffers
 from .mpi import Collective, checked
 
 NAME = "nccl"

@@ -42,10 +42,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..host import nics
-from ..drivers import Tally, timed, timed_capped, timed_sequence
-from ..drivers.verify import Policy, Slots, WriteCheck, batched, planned_batches
+from ..measure import Tally, timed, timed_capped, timed_sequence
+from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from . import gpumem
-from .memory import allocate, corrupt_for_test, counter_tally, fetched_tally, fill_pattern, poison, slot_tally, verify
+from .memory import allocate, counter_tally, fetched_tally, fill_pattern, poison, slot_tally
 from .contract import Transfer
 from .mpi import resident_bytes
 

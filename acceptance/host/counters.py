@@ -8,7 +8,8 @@ A snapshot reads every port of every RDMA device on this node:
   ethtool -S <netdev>                                    RoCE ports only: PFC pause, PHY errors, drops
 
 and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, ...) that
-`judge` turns into a verdict against the profile's [counters] bounds. PMA counters clamp at all-ones
+the one judge turns into a verdict against the profile's [counters] bounds
+(acceptance.spec.counter_verdicts). PMA counters clamp at all-ones
 instead of wrapping, so a counter at its maximum is *saturated*: its rise is unknown, never a delta.
 
 Nothing here imports pytest or mpi4py: the suites, the CLI (`acceptance counters`) and the analysis
@@ -25,13 +26,12 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from .counter_kinds import CNP_COUNTERS, PACKET_COUNTERS, REQ_RESP_ERROR, kind_of
 from .ethtool import PER_QUEUE, EthtoolError, EthtoolMissing, ethtool_stats
 from .sysfs import ports, sysfs_root
 from ..records.naming import natural_key
-from ..records.results import VERDICTS, read_json, utc_now, worst
+from ..records.results import read_json, utc_now
 
 FORMAT = "acceptance-counters/1"
 SOURCES = ("counters", "hw_counters", "ethtool")
@@ -307,167 +307,6 @@ def _delta(key, netdev, name: str, old: Mapping, new: Mapping, seconds: float) -
                  note=note)
 
 
-# ---- verdicts -------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Limits:
-    errors_max: int = 0                  # rise an error counter may show in one window
-    discards_max: int = 0                # rise of a discard counter above which a port warns
-    pause_rate_max: float | None = None  # pause frames per second (per counter); None: recorded only
-    cnp_rate_max: float | None = None    # CNPs / ECN-marked packets per second; None: recorded only
-    retransmit_ppm_max: float = 0.0      # retransmissions per million packets of the port in one window
-
-    @classmethod
-    def from_profile(cls, profile) -> Limits:
-        if profile is None:
-            return cls()
-        return cls(errors_max=profile.get("counters.errors_max"),
-                   retransmit_ppm_max=profile.get("counters.retransmit_ppm_max"),
-                   discards_max=profile.get("counters.discards_max"),
-                   pause_rate_max=profile.get("counters.pause_rate_max"),
-                   cnp_rate_max=profile.get("counters.cnp_rate_max"))
-
-    def keys(self) -> dict:
-        """The profile keys these limits stand for (what acceptance.spec.judge.counter reads)."""
-        return {"counters.errors_max": self.errors_max, "counters.retransmit_ppm_max": self.retransmit_ppm_max,
-                "counters.discards_max": self.discards_max,
-                "counters.pause_rate_max": self.pause_rate_max, "counters.cnp_rate_max": self.cnp_rate_max}
-
-
-def counter_verdict(delta: Delta, limits: Limits) -> str:
-    """fail | warn | pass | info for one counter change, by the one judge (acceptance.spec.judge.counter):
-    error: fail when it rose by more than errors_max or saturated during the window, warn when it was
-    saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
-    retransmit: as error, per million packets of the port against retransmit_ppm_max; warn when that
-    rate is unknown (it rose and the port's packet count is unknown, or it was reset or wrapped). discard: warn when it rose by more than discards_max or
-    saturated. pause / cnp: warn when the rate exceeds its bound (info without a bound). Every other
-    kind: info.
-    """
-    from ..spec import judge
-    name, unit, value = judged_as(delta)
-    _, code = judge.counter(np.array([name], dtype=object), np.array([unit], dtype=object),
-                            np.array([np.nan if value is None else float(value)]),
-                            np.array([delta.saturated], dtype=object), limits.keys())
-    return VERDICTS[int(code[0])]
-
-
-# Kinds judged by a derived value, recorded beside the count: (metric suffix, unit, Delta field).
-DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm")}
-
-
-def judged_as(delta: Delta) -> tuple[str, str, float | None]:
-    """(metric, unit, value) of the record that carries a counter's verdict."""
-    if delta.kind in DERIVED:
-        suffix, unit, field = DERIVED[delta.kind]
-        return delta.name + suffix, unit, getattr(delta, field)
-    return delta.name, "count", delta.delta
-
-
-def _rate_bound(kind: str, limits: Limits) -> float | None:
-    return {"pause": limits.pause_rate_max, "cnp": limits.cnp_rate_max,
-            "retransmit": limits.retransmit_ppm_max}.get(kind)
-
-
-def _count_bound(kind: str, limits: Limits) -> int | None:
-    return {"error": limits.errors_max, "discard": limits.discards_max}.get(kind)
-
-
-def _num(x: float) -> str:
-    """4200 -> '4,200'; 0.25 -> '0.25'."""
-    if x == int(x) or abs(x) >= 100:
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
-
-
-def _cap(d: Delta) -> str:
-    return f"{2 ** d.width - 1} ({d.width}-bit)" if d.width else "its maximum"
-
-
-def _clear_hint(d: Delta) -> str:
-    return f"clear it (perfquery -R -C {d.device} -P {d.port})"
-
-
-def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
-    """One readable line per failing or warning counter, naming node, device and port."""
-    lines = []
-    for d in deltas:
-        verdict = counter_verdict(d, limits)
-        if verdict not in ("fail", "warn"):
-            continue
-        where = f"{node} {d.device} port {d.port}"
-        if d.saturated == "during":
-            lines.append(f"{where}: {d.name} saturated at {_cap(d)} during the window: it rose, by an "
-                         f"unknown amount; {_clear_hint(d)}")
-        elif d.saturated == "before":
-            lines.append(f"{where}: {d.name} saturated at {_cap(d)} before the window: the rise is unknown; "
-                         f"{_clear_hint(d)}")
-        elif d.kind == "error":
-            why = ("error counters must not rise" if limits.errors_max == 0
-                   else f"more than the {limits.errors_max:,} allowed")
-            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window ({why})")
-        elif d.kind == "retransmit":
-            if d.delta is None:
-                lines.append(f"{where}: {d.name} was reset or wrapped during the window: how far it rose "
-                             f"is unknown")
-            elif d.ppm is None:
-                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, and the port's packet "
-                             f"count is unknown: it cannot be judged against the traffic")
-            else:
-                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, {_num(d.ppm)} per million "
-                             f"of the port's {d.packets:,} packets (more than the "
-                             f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
-        elif d.kind == "discard":
-            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window "
-                         f"(more than {limits.discards_max:,}: packets dropped on this port)")
-        else:
-            bound = _rate_bound(d.kind, limits)
-            what = ("pause frames: the link partner is back-pressuring this port" if d.kind == "pause"
-                    else "congestion notifications: ECN marks on this port's flows")
-            lines.append(f"{where}: {d.name} {_num(d.rate)}/s > {_num(bound)}/s ({what})")
-    return lines
-
-
-# ---- records for the suites ---------------------------------------------------
-RECORDED_KINDS = ("error", "retransmit", "discard", "pause", "pause_duration", "cnp", "wait", "corrected")
-
-
-def _detail(d: Delta) -> str:
-    text = f"{d.device} port {d.port}"
-    if d.saturated == "during":
-        text += f"; saturated at {_cap(d)} during the window"
-    elif d.saturated == "before":
-        text += "; saturated before the window"
-    elif d.note:
-        text += f"; {d.note}"
-    return text
-
-
-def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, int | None]) -> list[dict]:
-    """Keyword dicts for a suite's `record(**kw)`: one per counter of a recorded kind (not data/other).
-
-    The count record carries the count bound and verdict for error and discard counters. Pause and
-    CNP counters get a second record, name + "_rate" in 1/s, and retransmit counters one named
-    name + "_ppm" (per million packets of the port), which carries the bound and the verdict (their
-    count record is info). Each carries the counter's device, port and saturation.
-    """
-    out = []
-    for d in deltas:
-        if d.kind not in RECORDED_KINDS:
-            continue
-        verdict = counter_verdict(d, limits)
-        common = {"rail": rail_of.get(d.device), "samples": 1, "detail": _detail(d), "device": d.device,
-                  "port": d.port, "saturated": d.saturated}
-        rated = d.kind in DERIVED
-        out.append({"metric": d.name, "value": d.delta, "unit": "us" if d.kind == "pause_duration" else "count",
-                    "threshold": _count_bound(d.kind, limits), "verdict": "info" if rated else verdict, **common})
-        if rated:
-            metric, unit, value = judged_as(d)
-            detail = common["detail"] + (f"; {d.packets:,} packets" if d.packets is not None else "")
-            out.append({**common, "metric": metric, "value": value, "unit": unit, "detail": detail,
-                        "threshold": _rate_bound(d.kind, limits), "verdict": verdict})
-    return out
-
-
 def rails_of(devices: Iterable[str], nic_rails: Mapping[str, int], bound: Mapping[int, str] | None,
              rails: Iterable[int]) -> dict[str, int | None]:
     """device -> rail: the profile's nic_rails first; else the rail whose rank was bound to the device;
@@ -490,52 +329,6 @@ def rails_of(devices: Iterable[str], nic_rails: Mapping[str, int], bound: Mappin
 
 
 # ---- human output -------------------------------------------------------------
-
-def verdict_of(deltas: Iterable[Delta], limits: Limits) -> str:
-    """fail if any counter fails, else warn if any warns, else pass."""
-    found = worst(counter_verdict(d, limits) for d in deltas)
-    return "pass" if found == "info" else found
-
-
-def _shown(d: Delta, verdict: str) -> bool:
-    return d.delta != 0 or d.saturated is not None or verdict in ("fail", "warn")
-
-
-def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
-    """A table of the counters that moved (or are saturated, or judged fail/warn), then the problems."""
-    deltas = list(deltas) if not isinstance(deltas, DiffResult) else deltas
-    seconds = getattr(deltas, "seconds", None) or (deltas[0].seconds if deltas else 0.0)
-    rows = []
-    for d in deltas:
-        verdict = counter_verdict(d, limits)
-        if not _shown(d, verdict):
-            continue
-        if d.saturated:
-            change = f"saturated {d.saturated}"
-        elif d.delta is None:
-            change = d.note or "unknown"
-        else:
-            change = f"{d.delta:+,}"
-        rate = (f"{_num(d.ppm)} ppm" if d.ppm is not None and d.delta
-                else f"{_num(d.rate)}/s" if d.rate is not None and d.delta else "")
-        rows.append((d.device, str(d.port), d.name, d.kind, change, rate, verdict))
-    lines = [f"{node}: port counters over {seconds:,.1f} s"]
-    if not rows:
-        lines.append("no counter moved")
-    else:
-        head = ("device", "port", "counter", "kind", "delta", "rate", "verdict")
-        widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-        right = {1, 4, 5}
-        for r in (head, *rows):
-            lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w)
-                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip())
-    found = problems(deltas, limits, node)
-    if found:
-        lines += ["", "problems:"] + [f"  {p}" for p in found]
-    notes = getattr(deltas, "notes", None)
-    if notes:
-        lines += ["", "notes:"] + [f"  {n}" for n in notes]
-    return "\n".join(lines)
 
 
 def deltas_json(deltas: Iterable[Delta]) -> list[dict]:

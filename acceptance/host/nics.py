@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from . import sysfs
+from . import counters, sysfs
 from ..records.naming import natural_key
 from ..records.results import read_json
 

@@ -21,7 +21,7 @@ Sources (docs/rdma.md §2, §5, §6):
   (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED through cupy).
 
 The sysfs root is $ACCEPTANCE_SYSFS_ROOT (default /sys), through
-`sysfs_root(node)` (acceptance.host.counters' rule, re-exported here). As a testing and
+`sysfs_root(node)` (acceptance.host.sysfs). As a testing and
 emulation aid, a literal "{node}" in it is replaced by the node's name, so emulated
 nodes sharing one host each read their own tree: ACCEPTANCE_SYSFS_ROOT=/tmp/fake/{node}
 gives node1 /tmp/fake/node1. Real nodes have their own /sys and need no placeholder.
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # One rule for the sysfs root, shared with the port counters: sysfs_root(node).
-from . import counters
-from .sysfs import ENV_SYSFS_ROOT, NODE_PLACEHOLDER, read_sysfs, sysfs_root  # noqa: F401 - re-exported
-from ..cli.doctor import run_command
+from . import sysfs
+from .sysfs import read_sysfs
+from .command import run_command
 from ..records.naming import natural_key
 
 ENV_IBV_DEVINFO = "ACCEPTANCE_IBV_DEVINFO"

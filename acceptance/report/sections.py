@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..spec import catalog
-from ..host.overrides import describe as describe_overrides
+from ..runtime.overrides import describe as describe_overrides
 from . import figures
 from .data import (
     collective_labels,

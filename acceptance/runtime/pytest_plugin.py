@@ -31,7 +31,7 @@ import pytest
 from mpi4py import MPI
 
 from . import outcomes, pulse
-from ..host import overrides
+from . import overrides
 from ..host.preflight import software_versions
 from ..spec.profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from ..records.naming import natural_key

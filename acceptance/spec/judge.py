@@ -239,7 +239,7 @@ def memlock(values: np.ndarray, profile: Profile, key: str) -> tuple[np.ndarray,
 
 
 COUNTER_SEVERITY = {"error": FAIL, "retransmit": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
-# A derived counter record: its metric is the counter's name plus this suffix (acceptance.host.counters.DERIVED).
+# A derived counter record: its metric is the counter's name plus this suffix (acceptance.spec.counter_verdicts.DERIVED).
 COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm"}
 
 
@@ -262,7 +262,7 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated:
         entry = catalog.metric("counters", kind)
         if entry is None or entry.unit != unit:
             continue  # information: data, wait, corrected, other, and the count beside a derived value
-        bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.host.counters.Limits)
+        bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.spec.counter_verdicts.Limits)
         b = np.full(int(sel.sum()), np.nan if bound is None else float(bound))
         v = compare(values[sel], b, False)
         v[v == FAIL] = COUNTER_SEVERITY[kind]

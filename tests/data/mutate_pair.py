@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from faults import MODES, FaultyWin  # noqa: E402
 
 from acceptance.engines import mpi  # noqa: E402
-from acceptance.drivers.verify import Policy, Tally  # noqa: E402
+from acceptance.measure.verify import Policy, Tally  # noqa: E402
 
 world = MPI.COMM_WORLD
 me = world.Get_rank()

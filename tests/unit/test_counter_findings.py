@@ -12,6 +12,7 @@ import fakesysfs
 import synthetic
 
 from acceptance.host import counters
+from acceptance.spec import counter_verdicts
 from acceptance.host import ethtool, sysfs
 from acceptance.analysis import analyze, drain_lines
 from acceptance.spec.profile import load_profile
@@ -32,14 +33,14 @@ def node_tree(tmp_path, monkeypatch):
 def window(change, profile_name="local"):
     """Records of one counter window on node03 (4 NICs = rails 0..3) around change()."""
     prof = load_profile(profile_name)
-    limits = counters.Limits.from_profile(prof)
+    limits = counter_verdicts.Limits.from_profile(prof)
     before = counters.snapshot()
     change()
     after = counters.snapshot()
     rails = counters.rails_of([p.device for p in sysfs.ports()], {}, None, [0, 1, 2, 3])
     rec = Recorder(0, "node03", None)
     record = rec.bind(TEST, "counters")
-    for kw in counters.to_records(counters.diff(before, after), limits, rails):
+    for kw in counter_verdicts.to_records(counters.diff(before, after), limits, rails):
         record(kw.pop("metric"), kw.pop("value"), kw.pop("unit"), **kw)
     return rec.take()
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from acceptance.host import counter_kinds
 from acceptance.host import counters as c
+from acceptance.spec import counter_verdicts as cv
 from acceptance.host import ethtool, sysfs
 from acceptance.records.results import make_record
 
@@ -154,8 +156,8 @@ def test_widths():
     ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "retransmit"), ("completer_retry_err", "retransmit"), ("rcvd_seq_err", "retransmit"), ("sent_pkts", "data"), ("rcvd_rnr_err", "other"), ("module_unplug", "other"),
 ])
 def test_kind_of(name, kind):
-    assert c.kind_of(name) == kind
-    assert kind in c.KINDS
+    assert counter_kinds.kind_of(name) == kind
+    assert kind in counter_kinds.KINDS
 
 
 # ---- snapshot -----------------------------------------------------------------------
@@ -258,13 +260,13 @@ def test_rising_symbol_error_fails_and_names_node_device_port(ib_root):
     deltas = c.diff(before, after)
     d = by_name(deltas, "mlx5_3", "symbol_error")
     assert (d.delta, d.kind, d.width, d.saturated, d.seconds, d.rate) == (12, "error", 16, None, 10.0, 1.2)
-    assert c.counter_verdict(d, c.Limits()) == "fail"
-    assert c.counter_verdict(d, c.Limits(errors_max=12)) == "pass"
-    assert c.problems(deltas, c.Limits(), "node3") == [
+    assert cv.counter_verdict(d, cv.Limits()) == "fail"
+    assert cv.counter_verdict(d, cv.Limits(errors_max=12)) == "pass"
+    assert cv.problems(deltas, cv.Limits(), "node3") == [
         "node3 mlx5_3 port 1: symbol_error rose by 12 during the window (error counters must not rise)"]
-    assert c.verdict_of(deltas, c.Limits()) == "fail"
-    assert c.counter_verdict(by_name(deltas, "mlx5_0", "port_xmit_data"), c.Limits()) == "info"
-    text = c.format_diff(deltas, c.Limits(), "node3")
+    assert cv.verdict_of(deltas, cv.Limits()) == "fail"
+    assert cv.counter_verdict(by_name(deltas, "mlx5_0", "port_xmit_data"), cv.Limits()) == "info"
+    text = cv.format_diff(deltas, cv.Limits(), "node3")
     assert "node3: port counters over 10.0 s" in text
     assert "symbol_error" in text and "port_xmit_data" in text and "+5,000,000" in text
     assert "link_downed" not in text  # did not move
@@ -277,8 +279,8 @@ def test_counter_reaching_its_cap_is_saturated_during(ib_root):
     fakesysfs.set_counter(ib_root, "mlx5_1", 1, "symbol_error", 65535)
     d = by_name(c.diff(before, snap_at(ib_root, 5.0)), "mlx5_1", "symbol_error")
     assert (d.saturated, d.delta, d.rate) == ("during", None, None)
-    assert c.counter_verdict(d, c.Limits(errors_max=10**6)) == "fail"
-    (line,) = c.problems([d], c.Limits(), "node3")
+    assert cv.counter_verdict(d, cv.Limits(errors_max=10**6)) == "fail"
+    (line,) = cv.problems([d], cv.Limits(), "node3")
     assert line.startswith("node3 mlx5_1 port 1: symbol_error saturated at 65535 (16-bit) during the window")
     assert "perfquery -R -C mlx5_1 -P 1" in line
 
@@ -290,12 +292,12 @@ def test_counter_at_its_cap_both_times_is_saturated_before(ib_root):
     deltas = c.diff(before, snap_at(ib_root, 5.0))
     d = by_name(deltas, "mlx5_1", "link_downed")
     assert (d.saturated, d.delta) == ("before", None)
-    assert c.counter_verdict(d, c.Limits()) == "warn"
+    assert cv.counter_verdict(d, cv.Limits()) == "warn"
     assert by_name(deltas, "mlx5_2", "local_link_integrity_errors").saturated == "before"
-    assert c.problems(deltas, c.Limits(), "node3")[0] == (
+    assert cv.problems(deltas, cv.Limits(), "node3")[0] == (
         "node3 mlx5_1 port 1: link_downed saturated at 255 (8-bit) before the window: the rise is unknown; "
         "clear it (perfquery -R -C mlx5_1 -P 1)")
-    assert c.verdict_of(deltas, c.Limits()) == "warn"
+    assert cv.verdict_of(deltas, cv.Limits()) == "warn"
 
 
 def test_64bit_and_hw_counters_do_not_saturate(ib_root):
@@ -316,10 +318,10 @@ def test_reset_gives_no_delta(ib_root):
         d = by_name(deltas, "mlx5_0", name)
         assert (d.delta, d.rate, d.note, d.saturated) == (None, None, "reset or wrapped", None)
         # a retransmit counter is judged per packet: wrapped, its rate is unknown, and it may have risen
-        assert c.counter_verdict(d, c.Limits()) == verdict
-    assert c.problems(deltas, c.Limits(), "node3") == [
+        assert cv.counter_verdict(d, cv.Limits()) == verdict
+    assert cv.problems(deltas, cv.Limits(), "node3") == [
         "node3 mlx5_0 port 1: out_of_sequence was reset or wrapped during the window: how far it rose is unknown"]
-    assert "reset or wrapped" in c.format_diff(deltas, c.Limits(), "node3")
+    assert "reset or wrapped" in cv.format_diff(deltas, cv.Limits(), "node3")
 
 
 def test_pause_rate_over_the_bound_warns(tmp_path, monkeypatch):
@@ -331,24 +333,24 @@ def test_pause_rate_over_the_bound_warns(tmp_path, monkeypatch):
     deltas = c.diff(before, snap_at(root, 110.0))
     d = by_name(deltas, "mlx5_0", "rx_prio3_pause")
     assert (d.delta, d.rate, d.netdev, d.source) == (42000, 4200.0, "ens0f0np0", "ethtool")
-    assert c.counter_verdict(d, c.Limits()) == "info"  # no bound: recorded only
-    assert c.counter_verdict(d, c.Limits(pause_rate_max=5000)) == "pass"
-    limits = c.Limits(pause_rate_max=1000)
-    assert c.counter_verdict(d, limits) == "warn"
-    (line,) = c.problems(deltas, limits, "node3")
+    assert cv.counter_verdict(d, cv.Limits()) == "info"  # no bound: recorded only
+    assert cv.counter_verdict(d, cv.Limits(pause_rate_max=5000)) == "pass"
+    limits = cv.Limits(pause_rate_max=1000)
+    assert cv.counter_verdict(d, limits) == "warn"
+    (line,) = cv.problems(deltas, limits, "node3")
     assert line.startswith("node3 mlx5_0 port 1: rx_prio3_pause 4,200/s > 1,000/s")
-    assert c.verdict_of(deltas, limits) == "warn"
+    assert cv.verdict_of(deltas, limits) == "warn"
 
 
 def test_cnp_and_discard_judgement():
     def delta(name, value, rate=None):
-        return c.Delta("mlx5_0", 1, None, name, "hw_counters", c.kind_of(name), 64, 0, value or 0, value,
+        return c.Delta("mlx5_0", 1, None, name, "hw_counters", counter_kinds.kind_of(name), 64, 0, value or 0, value,
                        None, 1.0, rate)
-    assert c.counter_verdict(delta("np_cnp_sent", 500, 500.0), c.Limits(cnp_rate_max=100)) == "warn"
-    assert c.counter_verdict(delta("np_cnp_sent", 50, 50.0), c.Limits(cnp_rate_max=100)) == "pass"
-    assert c.counter_verdict(delta("out_of_buffer", 3), c.Limits()) == "warn"
-    assert c.counter_verdict(delta("out_of_buffer", 3), c.Limits(discards_max=3)) == "pass"
-    assert c.counter_verdict(delta("port_xmit_wait", 10**6), c.Limits()) == "info"
+    assert cv.counter_verdict(delta("np_cnp_sent", 500, 500.0), cv.Limits(cnp_rate_max=100)) == "warn"
+    assert cv.counter_verdict(delta("np_cnp_sent", 50, 50.0), cv.Limits(cnp_rate_max=100)) == "pass"
+    assert cv.counter_verdict(delta("out_of_buffer", 3), cv.Limits()) == "warn"
+    assert cv.counter_verdict(delta("out_of_buffer", 3), cv.Limits(discards_max=3)) == "pass"
+    assert cv.counter_verdict(delta("port_xmit_wait", 10**6), cv.Limits()) == "info"
 
 
 def test_diff_of_two_nodes_raises_naming_both(ib_root):
@@ -373,17 +375,17 @@ def test_ports_and_counters_on_one_side_only_are_notes(ib_root, tmp_path, monkey
     assert any(n.startswith("mlx5_1 port 1: only in the before snapshot") for n in result.notes)
     assert any(n.startswith("mlx5_9 port 1: only in the after snapshot") for n in result.notes)
     assert "mlx5_0 port 1: 1 counter(s) only in the after snapshot, not compared: new_counter" in result.notes
-    text = c.format_diff(result, c.Limits(), "node3")
+    text = cv.format_diff(result, cv.Limits(), "node3")
     assert "no counter moved" in text and "notes:" in text
 
 
 def test_limits_from_profile(tmp_path):
     from acceptance.spec.profile import load_profile
-    assert c.Limits.from_profile(load_profile("local")) == c.Limits(0, 0, None, None)
+    assert cv.Limits.from_profile(load_profile("local")) == cv.Limits(0, 0, None, None)
     toml = tmp_path / "p.toml"
     toml.write_text('extends = "local"\n[counters]\nerrors_max = 2\ndiscards_max = 5\n'
                     'pause_rate_max = 1000.0\ncnp_rate_max = 50.0\n')
-    assert c.Limits.from_profile(load_profile(toml)) == c.Limits(2, 5, 1000.0, 50.0)
+    assert cv.Limits.from_profile(load_profile(toml)) == cv.Limits(2, 5, 1000.0, 50.0)
 
 
 # ---- records and rails ----------------------------------------------------------------
@@ -399,9 +401,9 @@ def test_to_records_details_and_values(tmp_path, monkeypatch):
     fakesysfs.set_counter(root, "mlx5_0", 1, "rp_cnp_handled", 300, hw=True)
     fakesysfs.set_counter(root, "mlx5_0", 1, "out_of_sequence", 0, hw=True)
     deltas = c.diff(before, snap_at(root, 10.0))
-    limits = c.Limits(pause_rate_max=1000.0)
-    recs = c.to_records(deltas, limits, {"mlx5_0": 0, "mlx5_1": 1})
-    assert not {c.kind_of(r["metric"].removesuffix("_rate").removesuffix("_ppm")) for r in recs} & {"data", "other"}
+    limits = cv.Limits(pause_rate_max=1000.0)
+    recs = cv.to_records(deltas, limits, {"mlx5_0": 0, "mlx5_1": 1})
+    assert not {counter_kinds.kind_of(r["metric"].removesuffix("_rate").removesuffix("_ppm")) for r in recs} & {"data", "other"}
     get = {(r["detail"].split(";")[0], r["metric"]): r for r in recs}
     assert get[("mlx5_0 port 1", "port_rcv_errors")] == {
         "metric": "port_rcv_errors", "value": 7, "unit": "count", "rail": 0, "threshold": 0, "verdict": "fail",
@@ -421,13 +423,13 @@ def test_to_records_details_and_values(tmp_path, monkeypatch):
     assert all(r["detail"].startswith(("mlx5_0 port 1", "mlx5_1 port 1")) for r in recs)
     for r in recs:  # every dict is a valid record for the suites' record(metric, value, unit, **fields)
         make_record(test="t", suite="counters", nodes=["node3"], ranks=[0], **r)
-    assert c.to_records(deltas, limits, {})[0]["rail"] is None
+    assert cv.to_records(deltas, limits, {})[0]["rail"] is None
 
 
 def test_to_records_reset_detail():
     d = c.Delta("mlx5_4", 1, None, "symbol_error", "counters", "error", 16, 9, 0, None, None, 1.0, None,
                 "reset or wrapped")
-    (r,) = c.to_records([d], c.Limits(), {})
+    (r,) = cv.to_records([d], cv.Limits(), {})
     assert (r["detail"], r["value"], r["verdict"]) == ("mlx5_4 port 1; reset or wrapped", None, "info")
 
 
@@ -455,7 +457,7 @@ def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
         "rxe_n1r0", "n1r0", "Ethernet", "4: ACTIVE", "10 Gb/sec (1X FDR10)")
     before = c.snapshot(root, ethtool=False, node="node1")
     assert before["problems"] == []
-    kinds = {name: c.kind_of(name) for name in before["ports"][0]["counters"]}
+    kinds = {name: counter_kinds.kind_of(name) for name in before["ports"][0]["counters"]}
     assert {n for n, k in kinds.items() if k == "error"} == {
         "link_downed", "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"}
     assert {n for n, k in kinds.items() if k == "retransmit"} == {
@@ -465,10 +467,10 @@ def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
     fakesysfs.set_counter(root, "rxe_n1r0", 1, "sent_pkts", 5000, hw=True)
     deltas = c.diff(before, c.snapshot(root, ethtool=False, node="node1"))
     # judged per packet: 12 of the port's 5,000 (sent_pkts + rcvd_pkts) is 2,400 per million
-    assert c.problems(deltas, c.Limits(), "node1") == [
+    assert cv.problems(deltas, cv.Limits(), "node1") == [
         "node1 rxe_n1r0 port 1: out_of_seq_request rose by 12 during the window, 2,400 per million of the "
         "port's 5,000 packets (more than the 0 allowed: lost or late packets)"]
-    recs = c.to_records(deltas, c.Limits(), {"rxe_n1r0": 0})
+    recs = cv.to_records(deltas, cv.Limits(), {"rxe_n1r0": 0})
     assert {(r["metric"], r["value"], r["verdict"], r["rail"]) for r in recs if r["value"]} == {
         ("out_of_seq_request", 12, "info", 0), ("out_of_seq_request_ppm", 2400.0, "fail", 0)}
-    assert c.problems(deltas, c.Limits(retransmit_ppm_max=2400.0), "node1") == []
+    assert cv.problems(deltas, cv.Limits(retransmit_ppm_max=2400.0), "node1") == []

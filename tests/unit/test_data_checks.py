@@ -7,7 +7,7 @@ import pytest
 from mpi4py import MPI
 
 from acceptance.engines import mpi
-from acceptance.drivers.verify import Policy, Slots, Tally, timed_verified
+from acceptance.measure.verify import Policy, Slots, Tally, timed_verified
 from faults import MODES, FaultyComm
 
 SIZES = [8, 64, 1024, 65536]

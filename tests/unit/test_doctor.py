@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.cli import doctor
+from acceptance.host import command
 from acceptance.cli.doctor import (
     Availability,
     first_line,
@@ -147,7 +148,7 @@ def test_hanging_command_is_bounded(tmp_path):
 
 
 def test_hanging_sinfo_is_a_reason(monkeypatch, tmp_path, no_slurm_env):
-    monkeypatch.setattr(doctor, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(command, "TIMEOUT_S", 0.5)
     script(tmp_path, "sinfo", "exec /bin/sleep 30")
     monkeypatch.setenv("PATH", str(tmp_path))
     a = probe_slurm()

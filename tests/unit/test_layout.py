@@ -85,6 +85,29 @@ def test_the_import_graph_has_no_cycle():
     assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
+# The packages by layer, bottom first (README "Layout"): a module imports only from its own layer and
+# the ones below. acceptance/__init__ holds only the version.
+LAYERS = (("acceptance", "records", "measure"), ("host",), ("spec",), ("runtime",), ("engines",), ("tools",),
+          ("drivers",), ("analysis",), ("report", "export"), ("cli",), ("__main__",))
+
+
+def _layer(module: str, modules: dict) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "acceptance"
+    if len(parts) == 2 and modules[module].name != "__init__.py" and top != "__main__":
+        top = "acceptance"  # a module directly in acceptance/ (there are none besides __main__)
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_a_layer_uses_only_the_layers_below_it():
+    modules, graph = _graph()
+    assert {m.split(".")[1] for m in modules if "." in m} <= {n for names in LAYERS for n in names}, \
+        "a package that LAYERS does not place"
+    upward = sorted({(name, target) for name, imports in graph.items() for target, _ in imports
+                     if target in modules and _layer(target, modules) > _layer(name, modules)})
+    assert upward == [], "imports of a higher layer:\n" + "\n".join(f"{n} imports {t}" for n, t in upward)
+
+
 def test_engines_declare_what_they_offer_and_have_it():
     """What an engine can do is declared (OFFERS), from the one list of operations, and true: each
     offered operation is there, each PairLink and IncastGroup has its Protocol's methods, and every

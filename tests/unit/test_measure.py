@@ -1,4 +1,4 @@
-"""acceptance.drivers: nearest-rank percentiles, timing loops, sweeps, units."""
+"""acceptance.measure: nearest-rank percentiles, timing loops, sweeps, units."""
 import gc
 import itertools
 import math
@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from acceptance.drivers import (
+from acceptance.engines.collective_data import busbw
+from acceptance.measure import (
     PERCENTILES,
     Sweep,
-    busbw,
     gbit_per_s,
     gbyte_per_s,
     nearest_rank,
@@ -344,7 +344,7 @@ def test_us():
 def test_driver_imports_stay_light():
     import subprocess
     import sys
-    code = ("import sys, acceptance.drivers; "
+    code = ("import sys, acceptance.measure; "
             "bad = [m for m in ('pytest', 'mpi4py') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -352,7 +352,7 @@ def test_driver_imports_stay_light():
 
 def test_timed_capped_stops_at_the_budget_after_min_iters():
     import time as _time
-    from acceptance.drivers import timed_capped
+    from acceptance.measure import timed_capped
     calls = []
 
     def op():

@@ -17,7 +17,7 @@ import pytest
 from mpi4py import MPI
 
 from acceptance.engines import mpi, nccl
-from acceptance.engines.collective_data import ALLREDUCE, ALLTOALL, Wrong
+from acceptance.engines.collective_data import ALLREDUCE, ALLTOALL, Wrong, compare
 from acceptance.engines.registry import BUILT, PREFERENCE, select
 from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
 from acceptance.records.results import REQUIRED_KEYS, Recorder, make_record
@@ -249,10 +249,10 @@ def test_allreduce_expected_is_the_sum_of_every_ranks_input():
 def test_an_injected_wrong_element_is_caught_with_its_index():
     expected = ALLREDUCE.expected(np, 512, 0, 4)
     got = expected.copy()
-    assert nccl.compare(np, got, expected) == Wrong(0, None, None, None)
+    assert compare(np, got, expected) == Wrong(0, None, None, None)
     got[137] += 1.0
     got[400] = -1.0
-    wrong = nccl.compare(np, got, expected)
+    wrong = compare(np, got, expected)
     assert wrong == Wrong(2, 137, float(expected[137]), float(expected[137]) + 1.0)
 
 
@@ -260,7 +260,7 @@ def test_a_one_ulp_difference_is_wrong_zero_tolerance():
     expected = ALLTOALL.expected(np, 8, 1, 2)
     got = expected.copy()
     got[3] = np.nextafter(got[3], np.inf)
-    assert nccl.compare(np, got, expected).count == 1
+    assert compare(np, got, expected).count == 1
 
 
 class _FakeEvent:

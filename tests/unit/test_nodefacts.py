@@ -31,8 +31,8 @@ from acceptance.host.nodefacts import (
     rdma_core_version,
     rdma_devices,
     read_ports,
-    sysfs_root,
 )
+from acceptance.host.sysfs import sysfs_root
 from acceptance.host.preflight import odd_ones_out
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

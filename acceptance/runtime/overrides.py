@@ -24,7 +24,7 @@ SOURCES = {
 def in_effect(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     """{what: value} of every override set, virtual nodes included."""
     found = {name: env[name] for name in SOURCES if env.get(name)}
-    from ..runtime.topology import emulation  # noqa: PLC0415 - topology initializes MPI; only needed here
+    from .topology import emulation  # noqa: PLC0415 - topology initializes MPI; only needed here
     try:
         emu = emulation(env)
     except Exception:  # noqa: BLE001 - a bad setting is the topology's to report

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import counters, nics
-from . import sysfs
+from ..host import counters, nics, sysfs
+from ..spec import counter_verdicts
 from ..spec.profile import Profile
-from ..runtime.topology import Topology
+from .topology import Topology
 
 
 class PortWatch:
     """A set of this node's RDMA devices, with their rails, to snapshot."""
 
     def __init__(self, topology: Topology, devices: list[str], rails: dict[str, int | None],
-                 limits: counters.Limits):
+                 limits: counter_verdicts.Limits):
         self.node, self.root = topology.node, sysfs.sysfs_root(topology.node)
         self.devices, self.rails, self.limits = devices, rails, limits
 
@@ -41,7 +41,7 @@ class PortWatch:
         rails = cls._node_devices(topology, profile)
         if rails is None:
             return None
-        return cls(topology, list(rails), rails, counters.Limits.from_profile(profile))
+        return cls(topology, list(rails), rails, counter_verdicts.Limits.from_profile(profile))
 
     @classmethod
     def for_rail(cls, topology: Topology, profile: Profile, rail: int) -> PortWatch | None:
@@ -50,7 +50,7 @@ class PortWatch:
         if rails is None:
             return None
         mine = [d for d, r in rails.items() if r == rail]
-        return cls(topology, mine, rails, counters.Limits.from_profile(profile)) if mine else None
+        return cls(topology, mine, rails, counter_verdicts.Limits.from_profile(profile)) if mine else None
 
     def snapshot(self) -> dict:
         return counters.snapshot(self.root, devices=self.devices, node=self.node)
@@ -59,11 +59,11 @@ class PortWatch:
                **fields) -> list[str]:
         """Record the window's deltas (suite counters); returns the lines of counters that fail."""
         deltas = counters.diff(before, after)
-        for rec in counters.to_records(deltas, self.limits, self.rails):
+        for rec in counter_verdicts.to_records(deltas, self.limits, self.rails):
             if note:
                 rec["detail"] = f"{rec['detail']}; {note}"
             metric, value, unit = rec.pop("metric"), rec.pop("value"), rec.pop("unit")
             record(metric, value, unit, suite="counters", **{**rec, **fields})
         node = after.get("node", "?")
-        return [line for d in deltas if counters.counter_verdict(d, self.limits) == "fail"
-                for line in counters.problems([d], self.limits, node)]
+        return [line for d in deltas if counter_verdicts.counter_verdict(d, self.limits) == "fail"
+                for line in counter_verdicts.problems([d], self.limits, node)]
