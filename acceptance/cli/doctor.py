@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .common import EXIT_OK
 from ..host.command import run_command
 
 
@@ -216,3 +217,19 @@ def format_report(items: Iterable[Availability]) -> str:
 
 if __name__ == "__main__":
     print(format_report(probe_all()))
+
+
+# ---- the command ----
+
+def add_parser(sub) -> None:
+    doctor = sub.add_parser("doctor", help="what this machine offers: MPI, launcher, Slurm, RDMA, GPUs, NCCL")
+    doctor.set_defaults(func=cmd_doctor)
+
+
+
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import format_report, probe_all
+    print(format_report(probe_all()))
+    return EXIT_OK

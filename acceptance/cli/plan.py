@@ -6,8 +6,10 @@ from the profile's sweep and latency settings; its assumptions are printed.
 """
 from __future__ import annotations
 
+import argparse
 import math
 
+from .common import EXIT_OK, UsageError
 from ..spec import catalog
 from ..spec.profile import Profile, format_size, load_profile, parse_rate
 from ..runtime.schedule import pair_count, parse_pattern, round_count
@@ -169,3 +171,52 @@ def plan_text(nodes: int, rails: int, pattern: str | None, profile: Profile | st
                                  f"{format_seconds(timeout)}: {fits} (the deadline bounds a step, not a test)"))
     width = max(len(label) for label, _ in rows) + 1
     return "\n".join(f"{label + ':':<{width}} {value}" for label, value in rows)
+
+
+# ---- the command ----
+
+def add_parser(sub) -> None:
+    plan = sub.add_parser(
+        "plan", help="rounds, pair measurements and estimated duration for a cluster size",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Count what the pairwise RDMA-write suite would measure on N nodes x R rails, "
+                    "estimate how long it takes, and check that its longest step fits the hang timeout. "
+                    "Runs nothing.",
+        epilog="A round is a set of disjoint node pairs (no node twice), all measured at the same time;\n"
+               "each pair is measured in both directions, one after the other. Rounds run one after\n"
+               "another, and rails one after another (one pytest test per rail, same schedule on each).\n\n"
+               "The hang timeout bounds a step, not a test: a round of pairs, a size of a collective sweep.\n"
+               "When the longest step cannot fit the profile's run.hang_timeout, plan exits 2 saying which.\n\n"
+               "patterns:\n"
+               "  all-pairs  every node pair: N-1 rounds for even N, N for odd N (one node idle per round)\n"
+               "  sample:K   K rounds of the all-pairs schedule, spread across it, so each node gets K\n"
+               "             partners at varied distances; for very large clusters\n\n"
+               "examples:\n"
+               "  acceptance plan --nodes 2048 --rails 8\n"
+               "  acceptance plan --nodes 2048 --rails 8 --pattern sample:16 --rate 400Gbit/s\n")
+    plan.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes in the cluster (>= 2)")
+    plan.add_argument("--rails", type=int, required=True, metavar="R", help="rails (NICs) per node (>= 1)")
+    plan.add_argument("--pattern", metavar="all-pairs|sample:K",
+                      help="node pairs per rail (default: the profile's rdma_write.pattern, all-pairs)")
+    plan.add_argument("--profile", metavar="NAME|PATH",
+                      help="profile whose sweep and latency settings time the estimate (default: local)")
+    plan.add_argument("--rate", metavar="RATE",
+                      help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
+                           "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
+    plan.set_defaults(func=cmd_plan)
+
+
+
+
+
+def cmd_plan(args) -> int:
+    from .plan import choose_rate, plan_text, step_problem
+    profile = load_profile(args.profile)
+    try:
+        print(plan_text(args.nodes, args.rails, args.pattern, profile, args.rate))
+        problem = step_problem(profile, choose_rate(profile, args.rate)[0])
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if problem:
+        raise UsageError(problem)
+    return EXIT_OK

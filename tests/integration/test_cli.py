@@ -90,16 +90,16 @@ def test_a_rank_that_crashes_after_the_results_are_in_makes_the_run_incomplete(a
 
 
 def test_a_launcher_that_does_not_exit_after_the_run_ended_is_stopped(tmp_path):
-    from acceptance.cli import _final_code, _run_child
+    from acceptance.cli.run import final_code, run_child
     from acceptance.records.results import RunFolder
     folder = RunFolder.create(tmp_path, "r")
     folder.write_run({"end": None, "complete": False, "exit_code": None})
     finish = (f"from acceptance.records.results import RunFolder; "
               f"RunFolder({str(folder.path)!r}).update_run(end='now', complete=True, exit_code=0)")
     launcher = [sys.executable, "-c", f"import time; {finish}; time.sleep(120)"]
-    rc, overran = _run_child(launcher, {"PATH": "/usr/bin:/bin"}, [], folder, end_bound=2)
+    rc, overran = run_child(launcher, {"PATH": "/usr/bin:/bin"}, [], folder, end_bound=2)
     assert rc != 0 and overran.startswith("the launcher had not exited 2 s after the ranks agreed")
-    assert _final_code(folder, rc, overran) == 3
+    assert final_code(folder, rc, overran) == 3
     assert folder.read_run()["lost"] == overran
 
 
@@ -183,13 +183,13 @@ def test_pytest_suites_directly_under_mpiexec(tmp_path):
 def test_a_launcher_that_stopped_the_others_after_an_agreed_failure_keeps_the_failure(tmp_path):
     """srun --kill-on-bad-exit ends the step at the first rank exiting 1: 143 is not a crash then,
     unless srun says the first task to end did something else."""
-    from acceptance.cli import _final_code
+    from acceptance.cli.run import final_code
     from acceptance.records.results import RunFolder
     folder = RunFolder.create(tmp_path, "r")
     folder.write_run({"complete": True, "exit_code": 1})
-    assert _final_code(folder, 143, None, [("node1", "0", "Exited with exit code 1")]) == 1
-    assert _final_code(folder, 1, None, []) == 1
+    assert final_code(folder, 143, None, [("node1", "0", "Exited with exit code 1")]) == 1
+    assert final_code(folder, 1, None, []) == 1
     assert folder.read_run()["complete"] is True
-    assert _final_code(folder, 143, None, [("node2", "3", "Killed")]) == 3
+    assert final_code(folder, 143, None, [("node2", "3", "Killed")]) == 3
     assert folder.read_run()["lost"].startswith("the launcher exited 143 after the ranks agreed on exit 1 "
                                                 "(srun: the first tasks to end: Killed)")

@@ -11,7 +11,7 @@ import synthetic  # noqa: E402
 
 from acceptance.records.results import make_record  # noqa: E402
 
-# How `acceptance run` says a duration (cli._duration): "42 s", "1 min 21 s", "2 h 5 min", whatever the
+# How `acceptance run` says a duration (acceptance.cli.run.format_duration): "42 s", "1 min 21 s", "2 h 5 min", whatever the
 # machine's speed made it.
 DURATION = r"(?:\d+ h \d+ min|\d+ min \d+ s|\d+ s)"
 

@@ -533,7 +533,7 @@ def test_fast_generator_shape(tmp_path):
 
 def test_a_crash_in_analysis_or_report_exits_3_with_the_traceback(tmp_path, monkeypatch, capsys):
     """A harness bug after the suites: never "a check failed" (1), and never a pass."""
-    from acceptance import cli
+    from acceptance.cli import run as cli_run
     from acceptance.cli import postrun
     from acceptance.records.results import RunFolder
 
@@ -541,7 +541,7 @@ def test_a_crash_in_analysis_or_report_exits_3_with_the_traceback(tmp_path, monk
         raise ZeroDivisionError("a bug in the report")
 
     monkeypatch.setattr(postrun, "analyze_and_report", broken)
-    assert cli._post_run(RunFolder(tmp_path), drain=False) == 3
+    assert cli_run.post_run(RunFolder(tmp_path), drain=False) == 3
     err = capsys.readouterr().err
     assert "Traceback" in err and "ZeroDivisionError: a bug in the report" in err
     assert "analysis or report failed (a harness error" in err

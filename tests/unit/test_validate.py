@@ -164,12 +164,12 @@ def test_drain_lines_name_only_the_runs_nodes(tmp_path):
 
 
 def test_an_input_error_after_a_run_exits_2_with_the_message(tmp_path, capsys):
-    from acceptance import cli
+    from acceptance.cli import run as cli_run
     from acceptance.records.results import RunFolder
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
     with open(run / "results.jsonl", "a") as fh:
         fh.write(record(["gpu[001-512]"]))
-    assert cli._post_run(RunFolder(run), drain=True) == 2
+    assert cli_run.post_run(RunFolder(run), drain=True) == 2
     err = capsys.readouterr().err
     assert f"{run / 'results.jsonl'}: line " in err and "node name 'gpu[001-512]' is not a valid Slurm" in err
     assert "Traceback" not in err and not (run / "drain.txt").exists()

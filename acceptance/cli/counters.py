@@ -1,0 +1,122 @@
+"""`acceptance counters snapshot|diff`: this node's RDMA port counters, and what rose between two snapshots."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .common import EXIT_FAILED, EXIT_OK, UsageError
+from ..spec.profile import load_profile
+
+
+
+def add_parser(sub) -> None:
+    counters = sub.add_parser(
+        "counters", help="RDMA port counters before and after a job: snapshot, then diff",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read every RDMA port's counters on this node (sysfs counters/ and hw_counters/, and\n"
+                    "`ethtool -S` on RoCE ports) into a JSON snapshot; diff two snapshots of one node to see\n"
+                    "what rose in between, judged against the profile's [counters] bounds.",
+        epilog="around a training job (one snapshot per node; %N is the node name):\n"
+               "  srun --ntasks-per-node=1 acceptance counters snapshot -o before-%N.json\n"
+               "  srun python train.py ...\n"
+               "  srun --ntasks-per-node=1 acceptance counters snapshot -o after-%N.json\n"
+               "  acceptance counters diff before-node1.json after-node1.json\n\n"
+               "what a diff judges (bounds from the profile's [counters] section):\n"
+               "  error     symbol_error, link_downed, rx_crc_errors_phy, retry_exceeded_err, ...: must not rise\n"
+               "            (errors_max); one saturated at its cap during the window fails too\n"
+               "  retransmit out_of_sequence, local_ack_timeout_err, duplicate_request, ...: per million of\n"
+               "            the port's packets in the window, fail above retransmit_ppm_max (0)\n"
+               "  discard   port_xmit_discards, rx_discards_phy, out_of_buffer, ...: warn above discards_max\n"
+               "  pause     PFC pause frames per second: warn above pause_rate_max (when set)\n"
+               "  cnp       CNP / ECN marks per second: warn above cnp_rate_max (when set)\n"
+               "PMA counters clamp instead of wrapping (symbol_error stops at 65535): a saturated counter\n"
+               "hides every later rise, so clear it (perfquery -R -C mlx5_0 -P 1).\n\n"
+               "environment: ACCEPTANCE_SYSFS_ROOT (default /sys), ACCEPTANCE_ETHTOOL (default ethtool,\n"
+               "e.g. \"sudo -n ethtool\")\n"
+               "exit codes (diff): 0 nothing failed, 1 an error counter rose, 2 bad input")
+    csub = counters.add_subparsers(dest="action", required=True, metavar="ACTION")
+    snap = csub.add_parser(
+        "snapshot", help="write this node's port counters as JSON",
+        description="Read every port of every RDMA device on this node and write the counters as JSON "
+                    "(format acceptance-counters/1) to FILE or stdout. What cannot be read (no devices, "
+                    "no ethtool, unreadable files) is listed under \"problems\", never an error.")
+    snap.add_argument("-o", "--output", metavar="FILE",
+                      help="write here, atomically (default: stdout); %%N becomes the node name, "
+                           "so one srun command writes one file per node")
+    snap.add_argument("--no-ethtool", action="store_true",
+                      help="sysfs only: skip `ethtool -S` on RoCE ports (pause, PHY and drop counters)")
+    snap.set_defaults(func=cmd_counters_snapshot)
+    cdiff = csub.add_parser(
+        "diff", help="what rose between two snapshots of one node, judged against the profile",
+        description="Compare two snapshots of the same node: a table of the counters that moved, then one "
+                    "line per problem naming node, device and port. Exit 1 when an error counter rose "
+                    "(or saturated), 0 otherwise (warnings included), 2 for unusable input.")
+    cdiff.add_argument("before", metavar="BEFORE", help="snapshot taken before the window")
+    cdiff.add_argument("after", metavar="AFTER", help="snapshot of the same node taken after it")
+    cdiff.add_argument("--json", action="store_true",
+                       help='print {"node", "seconds", "deltas", "problems", "notes", "verdict"} as JSON')
+    cdiff.add_argument("--profile", metavar="NAME|PATH",
+                       help="profile whose [counters] bounds apply (default: local)")
+    cdiff.set_defaults(func=cmd_counters_diff)
+
+
+
+
+
+def cmd_counters_snapshot(args) -> int:
+    import json
+
+    from ..host.counters import snapshot
+    snap = snapshot(ethtool=not args.no_ethtool)
+    text = json.dumps(snap, indent=1) + "\n"
+    where = "stdout"
+    if args.output:
+        target = Path(args.output.replace("%%", "\0").replace("%N", snap["node"]).replace("\0", "%"))
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(text)
+            os.replace(tmp, target)
+        except OSError as e:
+            if tmp.parent.is_dir():
+                tmp.unlink(missing_ok=True)
+            raise UsageError(f"{target}: cannot write the snapshot: {e.strerror or e}") from None
+        where = str(target)
+    else:
+        sys.stdout.write(text)
+    counted = sum(len(p["counters"]) for p in snap["ports"])
+    print(f"acceptance: counters snapshot of {snap['node']}: {len(snap['ports'])} ports, {counted} counters, "
+          f"{len(snap['problems'])} problems -> {where}", file=sys.stderr)
+    for line in snap["problems"]:
+        print(f"  problem: {line}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_counters_diff(args) -> int:
+    import json
+
+    from ..host import counters as ctr
+    from ..spec import counter_verdicts as cv
+    try:
+        before, after = ctr.load_snapshot(args.before), ctr.load_snapshot(args.after)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if before["node"] != after["node"]:
+        raise UsageError(f"{args.before} is from node {before['node']} but {args.after} from node "
+                         f"{after['node']}: diff two snapshots of the same node")
+    limits = cv.Limits.from_profile(load_profile(args.profile))
+    try:
+        deltas = ctr.diff(before, after)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{args.before}, {args.after}: malformed snapshot ({type(e).__name__}: {e})") from None
+    verdict = cv.verdict_of(deltas, limits)
+    if args.json:
+        print(json.dumps({"node": deltas.node, "seconds": deltas.seconds, "deltas": ctr.deltas_json(deltas),
+                          "problems": cv.problems(deltas, limits, deltas.node), "notes": deltas.notes,
+                          "verdict": verdict}, indent=1))
+    else:
+        print(cv.format_diff(deltas, limits, deltas.node))
+        print(f"verdict: {verdict.upper()}")
+    return EXIT_FAILED if verdict == "fail" else EXIT_OK

@@ -1,0 +1,325 @@
+"""`acceptance run`: start the ranks, run the suites (once, or as a burn-in), end the run folder, judge it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from . import launch
+from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
+from ..records.results import ENV_ITERATION, InputError, RunFolder
+from ..runtime.watchdog import END_GRACE_S
+from ..spec.profile import load_profile
+
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser(
+        "run", help="run the acceptance suites and write a run folder",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the suites on every rank and write reports/<run-id>/ (run.json, results.jsonl, "
+                    "junit.xml, logs/). Prints the run folder at the end.",
+        epilog="launchers:\n"
+               "  auto    srun inside a Slurm allocation, else local\n"
+               "  local   mpiexec on this machine; ranks are grouped into virtual nodes node1..nodeN\n"
+               "          (--nodes x --ranks-per-node, default from the profile: 2 x 2)\n"
+               "  srun    srun over the current allocation (set ACCEPTANCE_SRUN_MPI for --mpi=, e.g. pmix):\n"
+               "          the job's --ntasks-per-node if it set one, else --ranks-per-node (default: the\n"
+               "          profile's run.ranks_per_node) ranks on each node of the job\n"
+               "  mpirun  the system mpirun with --nodes x --ranks-per-node ranks, real host names\n\n"
+               "Anything after -- goes to pytest, e.g. -- -m 'preflight or rail' -x\n" + EPILOG)
+    run.add_argument("--profile", metavar="NAME|PATH|auto",
+                     help="thresholds profile: a built-in name (acceptance profiles), a TOML file, or auto: the "
+                          "built-in matching this node's GPUs and RDMA port rate (default: local, which only "
+                          "checks that the harness works)")
+    run.add_argument("--launcher", choices=["auto", *launch.LAUNCHERS], default="auto")
+    run.add_argument("--nodes", type=positive, metavar="N", help="nodes (local: virtual nodes)")
+    run.add_argument("--ranks-per-node", type=positive, metavar="R",
+                     help="ranks per node = rails per node (one rank per GPU and NIC)")
+    run.add_argument("--output", metavar="DIR", default=None,
+                     help="folder that receives the run folder (default: ./reports)")
+    run.add_argument("--hang-timeout", type=seconds, metavar="SECONDS",
+                     help="how long the job may go without progress on any rank before the ranks that did not "
+                          "reach the sync point are reported as HANG; it bounds one step of a test (a round of "
+                          "pairs, a size of a sweep), not the test; > 0: seconds or a duration like 10min "
+                          "(default: the profile's run.hang_timeout)")
+    burn = run.add_mutually_exclusive_group()
+    burn.add_argument("--iterations", type=positive, metavar="K",
+                      help="burn-in: run the selected suites K times; records carry `iteration`")
+    burn.add_argument("--duration", type=seconds, metavar="SEC",
+                      help="burn-in: repeat the suites until SEC seconds have passed (e.g. 3600, 8h, 30min)")
+    run.add_argument("--drain", action="store_true",
+                     help="execute the scontrol drain lines of failing nodes (default: only print them)")
+    run.add_argument("--no-report", action="store_true",
+                     help="analyze and decide the verdict (findings.json, drain.txt, run.json) but do not "
+                          "render report.html, which takes seconds to minutes on a slow node or a large run; "
+                          "`acceptance report RUN_DIR` writes it later")
+    run.add_argument("--suites", metavar="PATH", default=None,
+                     help="suites folder or file (default: ./suites, else the checkout's suites/)")
+    run.add_argument("pytest_args", nargs=argparse.REMAINDER, help="-- then arguments for pytest")
+    run.set_defaults(func=cmd_run)
+
+
+# srun's report of a task that died, e.g. "srun: error: node4: tasks 6-7: Killed".
+SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Exited with exit code \d+)")
+REPO = Path(__file__).resolve().parents[2]
+LAUNCHER_GRACE_S = 30.0  # beyond the ranks' own bound on their end, for the launcher to notice and exit
+
+
+
+def cmd_run(args) -> int:
+    if args.profile == "auto":
+        from ..spec.autoprofile import choose
+        profile, why = choose()
+        print(f"acceptance: {why}", flush=True)
+    else:
+        profile = load_profile(args.profile)
+    pytest_args = list(args.pytest_args)
+    if pytest_args and pytest_args[0] == "--":
+        pytest_args = pytest_args[1:]
+    try:
+        launcher = launch.resolve(args.launcher)
+    except launch.LaunchError as e:
+        raise UsageError(str(e)) from None
+    nodes = args.nodes or profile.get("run.nodes")
+    per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
+    folder = RunFolder.create(args.output or Path.cwd() / "reports")
+
+    try:
+        cmd, env, what = launcher.command(nodes, per_node)
+    except launch.LaunchError as e:
+        raise UsageError(str(e)) from None
+    cmd += ["-m", "pytest", "-p", "acceptance.runtime.pytest_plugin", "-p", "no:cacheprovider",
+            "--run-dir", str(folder.path), "--profile", profile.source]
+    if args.hang_timeout:
+        cmd += ["--hang-timeout", str(args.hang_timeout)]
+    if not any(_is_path(a) for a in pytest_args):
+        cmd.append(str(_suites_path(args.suites)))
+    cmd += pytest_args
+    env["PYTHONHASHSEED"] = "0"  # every rank must collect the same tests in the same order
+    env["ACCEPTANCE_COMMAND"] = shlex.join(["acceptance", *args.argv])
+
+    print(f"acceptance: {what}, profile {profile.name}", flush=True)
+    print(f"acceptance: run folder {folder.path}", flush=True)
+    # Once the ranks agreed on the exit code, each bounds its own end by the hang timeout plus
+    # END_GRACE_S; the launcher gets that and a little more to exit.
+    end_bound = (args.hang_timeout or profile.get("run.hang_timeout")) + END_GRACE_S + LAUNCHER_GRACE_S
+    code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound)
+    if code in (EXIT_OK, EXIT_FAILED):
+        # The verdict decides: a pass needs measurements in bounds.
+        code = post_run(folder, args.drain, report=not args.no_report)
+    elif code == EXIT_INCOMPLETE and folder.results.exists():
+        post_run(folder, drain=False, report=not args.no_report)  # what was measured before the loss too
+    print(f"acceptance: exit {code} ({_WORDS[code]})")
+    print(f"run folder: {folder.path}")
+    return code
+
+
+def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | None,
+             duration: float | None, end_bound: float) -> int:
+    """Launch the suites once, or repeatedly for a burn-in; the worst exit code wins."""
+    start = time.monotonic()
+    codes: list[int] = []
+    while True:
+        k = len(codes)
+        env[ENV_ITERATION] = str(k)
+        lost: list = []
+        rc, overran = run_child(cmd, env, lost, folder, end_bound)
+        code = final_code(folder, rc, overran, lost)
+        codes.append(code)
+        if code == EXIT_INCOMPLETE:
+            _record_lost(folder, lost)
+            print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
+                  file=sys.stderr)
+        elapsed = time.monotonic() - start
+        done = (code in (EXIT_USAGE, EXIT_INCOMPLETE) or (iterations is None and duration is None)
+                or (iterations is not None and len(codes) >= iterations)
+                or (duration is not None and elapsed >= duration))
+        if iterations or duration:
+            if iterations:
+                left = elapsed / len(codes) * (iterations - len(codes))
+                of = f"/{iterations}"
+            else:
+                left, of = max(0.0, duration - elapsed), ""
+            print(f"acceptance: burn-in iteration {len(codes)}{of} done (exit {code}), "
+                  f"elapsed {format_duration(elapsed)}, remaining {'0 s' if done else '~' + format_duration(left)}", flush=True)
+        if done:
+            break
+    final = max(codes)
+    if len(codes) > 1:
+        folder.update_run(iterations=len(codes), exit_code=final, complete=final != EXIT_INCOMPLETE,
+                          iteration_exit_codes=codes)
+    return final
+
+
+def post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
+    """Analysis and report; the run's verdict as an exit code (0 pass, 1 fail, 3 incomplete).
+
+    Records the analysis refuses (analysis.validate: a node name that is not a Slurm node
+    name, or not one of the run's) are an input error (2), with the file and line. A broken
+    analysis or report never loses the results and never passes: the traceback is printed
+    and the run counts as incomplete (3)."""
+    from .postrun import analyze_and_report, execute_drains, summary
+    try:
+        analysis, written = analyze_and_report(folder.path, report=report)
+    except InputError as e:  # records analysis refuses (a node name scontrol would misread): say which line
+        print(f"acceptance: {e}", file=sys.stderr)
+        print(f"acceptance: the run's results are in {folder.results}; nothing was analyzed", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception:  # the results are on disk; say what broke, and do not call it a pass
+        traceback.print_exc()
+        print(f"acceptance: analysis or report failed (a harness error; results are in {folder.results}; "
+              f"retry with `acceptance report {folder.path}`)", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    if not (analysis.run or {}).get("complete", True):
+        print()  # an aborted launcher leaves pytest's progress line unfinished
+    print(summary(analysis, written, folder.path))
+    if drain:
+        execute_drains(analysis.drains)
+    return analysis.exit_code
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h} h {m} min" if h else f"{m} min {s} s" if m else f"{s} s"
+
+
+_WORDS = {EXIT_OK: "all checks passed", EXIT_FAILED: "a check failed",
+          EXIT_USAGE: "usage or input error", EXIT_INCOMPLETE: "incomplete"}
+
+
+def _is_path(arg: str) -> bool:
+    return not arg.startswith("-") and os.path.exists(arg.split("::")[0])
+
+
+def _suites_path(explicit: str | None) -> Path:
+    for candidate in ([Path(explicit)] if explicit else [Path.cwd() / "suites", REPO / "suites"]):
+        if candidate.exists():
+            return candidate
+    raise UsageError(f"suites not found at {explicit or 'suites/ (here or in the checkout)'}; "
+                     f"give --suites PATH")
+
+
+def run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFolder | None = None,
+               end_bound: float | None = None) -> tuple[int, str | None]:
+    """Run the launcher, passing its output through; srun's reports of dead tasks go into `lost`.
+
+    Returns (exit status, why it was stopped): once run.json says the ranks ended, the launcher
+    has `end_bound` seconds to exit, then its processes are killed."""
+    ended_before = _run_end(folder)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
+                            errors="replace", bufsize=1)
+
+    def relay():
+        for line in proc.stderr:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            m = SRUN_TASK_ERROR.search(line)
+            if m and lost is not None:
+                lost.append((m.group(1), m.group(2), m.group(3)))
+
+    reader = threading.Thread(target=relay, daemon=True)
+    reader.start()
+    ended_at = None
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if end_bound is None:
+                continue
+            if ended_at is None and _run_end(folder) not in (None, ended_before):
+                ended_at = time.monotonic()
+            if ended_at is not None and time.monotonic() - ended_at > end_bound:
+                _stop(proc)
+                reader.join(timeout=10)
+                return proc.returncode, (f"the launcher had not exited {end_bound:g} s after the ranks agreed on "
+                                         f"the exit code (a rank stuck in teardown: junit.xml, NCCL, MPI_Finalize); "
+                                         f"it was killed; see logs/")
+        reader.join(timeout=10)
+        return rc, None
+    except KeyboardInterrupt:
+        # Stop every rank, not just the launcher's foreground process.
+        return _stop(proc, signal.SIGINT), None
+
+
+def _stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> int:
+    os.killpg(proc.pid, first)
+    try:
+        return proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def _run_end(folder: RunFolder | None):
+    try:
+        return folder.read_run().get("end") if folder is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def _record_lost(folder: RunFolder, lost: list) -> None:
+    """After srun tore a step down, name the node whose tasks died first (rank 0 may not have lived to)."""
+    try:
+        run = folder.read_run()
+    except (OSError, ValueError):
+        return
+    if run.get("missing_ranks") or run.get("lost") or not lost:
+        return
+    node, tasks, how = lost[0]
+    ranks = sorted(r for part in tasks.split(",") for r in _task_range(part))
+    folder.update_run(missing_ranks=ranks, lost_nodes=[node],
+                      lost=f"srun: tasks {tasks} on {node} ended first ({how}); Slurm then stopped the step")
+    print(f"acceptance: lost node {node}: tasks {tasks} ended first ({how})", file=sys.stderr)
+
+
+def _task_range(part: str) -> range:
+    low, _, high = part.partition("-")
+    return range(int(low), int(high or low) + 1)
+
+
+def final_code(folder: RunFolder, rc: int, overran: str | None = None, lost: list | None = None) -> int:
+    """The run's exit code (docs/pytest-under-mpi.md): run.json's, unless the launcher tells of a rank
+    that crashed or hung after the ranks agreed: then the run is incomplete, and run.json says why.
+
+    Launchers stop every rank when one exits non-zero (srun --kill-on-bad-exit, Hydra), so after an
+    agreed 1 or 2 their own status is expected to differ; only srun's report of the first tasks to
+    end (`lost`) tells a crash apart there."""
+    try:
+        run = folder.read_run()
+    except (OSError, ValueError):
+        # No run.json: the job stopped before rank 0 started (bad profile, bad arguments, crash).
+        return EXIT_USAGE if rc in (EXIT_USAGE, 4) else EXIT_INCOMPLETE
+    if not run.get("complete"):
+        return EXIT_INCOMPLETE
+    code = run.get("exit_code")
+    if code not in _WORDS:
+        return EXIT_INCOMPLETE
+    first = lost[0][2] if lost else None
+    if code == EXIT_OK:
+        crashed = rc != EXIT_OK
+    else:
+        crashed = first is not None and first != f"Exited with exit code {code}"
+    if overran is None and not crashed:
+        return code
+    why = overran or (f"the launcher exited {rc} after the ranks agreed on exit {code}"
+                      + (f" (srun: the first tasks to end: {first})" if first else "")
+                      + ": a rank crashed or hung after the results were in (junit.xml, NCCL teardown, "
+                        "MPI_Finalize); see logs/")
+    folder.update_run(complete=False, exit_code=EXIT_INCOMPLETE, launcher_exit_code=rc, lost=why)
+    print(f"acceptance: {why}", file=sys.stderr)
+    return EXIT_INCOMPLETE
