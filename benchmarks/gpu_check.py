@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acceptance.engines import gpumem
 from acceptance.engines import nccl as engine
+from acceptance.engines import nccl_log
 from acceptance.engines.collective_data import busbw
 from acceptance.measure import gbyte_per_s
 
@@ -261,7 +262,7 @@ def check_nccl(nbytes: int, iters: int, log_dir: Path, rep: Report) -> None:
                        f"(one rank moves nothing between ranks), {iters} iterations",
                  ok=True, algbw=alg, busbw=bus, nbytes=res.nbytes, iters=iters,
                  time_ns_mean=float(res.times_ns.mean()))
-    paths = engine.net_paths(log_dir)
+    paths = nccl_log.net_paths(log_dir)
     files = sorted(p.name for p in log_dir.glob("nccl-*.log"))
     conns = len(paths.connections)
     nics = sorted({n.hca for n in paths.nics() if n.net != "Socket"})

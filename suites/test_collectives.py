@@ -56,7 +56,7 @@ def test_gpudirect_rdma_used(engine, topology, profile, record, run_folder):
     """Runs after the sweeps: NCCL logged every connection it made for them."""
     if engine.NAME != "nccl":
         pytest.skip(f"GPUDirect RDMA use is read from NCCL's log; the collectives ran on the {engine.NAME} engine")
-    from acceptance.engines.nccl import net_paths
+    from acceptance.engines.nccl_log import net_paths
     from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
     topology.world.Barrier()  # every rank's NCCL log is complete
     problems = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..host.counters import rails_of
-from ..engines.nccl import NetPaths, NicPaths
+from ..engines.nccl_log import NetPaths, NicPaths
 
 SUITE = "collective"
 METRIC = "gdrdma"

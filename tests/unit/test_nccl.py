@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from acceptance.engines import mpi, nccl
+from acceptance.engines import mpi, nccl, nccl_log
 from acceptance.engines.collective_data import ALLREDUCE, ALLTOALL, Wrong, compare
 from acceptance.engines.registry import BUILT, PREFERENCE, select
 from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
@@ -581,7 +581,7 @@ def test_capture_sets_the_debug_variables_before_the_first_communicator(tmp_path
     ("^NET,PROXY", "^PROXY"), ("^INIT,NET", "ALL"),
 ])
 def test_debug_subsystems_gain_init_and_net(current, wanted):
-    assert nccl._with_subsystems(current, nccl.DEBUG_SUBSYS) == wanted
+    assert nccl_log.with_subsystems(current, nccl_log.DEBUG_SUBSYS) == wanted
 
 
 def test_net_paths_reads_every_process_file(tmp_path):
@@ -593,7 +593,7 @@ def test_net_paths_reads_every_process_file(tmp_path):
         "[0] NCCL INFO NET/IB : Using [0]mlx5_5:1/IB ; OOB ib0:10.0.0.3<0>\n"
         "[0] NCCL INFO Channel 00/0 : 5[0] -> 4[1] [receive] via NET/IB/0/GDRDMA\n")
     (tmp_path / "rank-0.log").write_text("not NCCL's\n")
-    paths = nccl.net_paths(tmp_path)
+    paths = nccl_log.net_paths(tmp_path)
     assert sorted(paths.processes) == [("gpu-a01", 41001), ("gpu-a02", 52002), ("gpu-a03", 600)]
     assert [(n.host, n.hca, n.gdr) for n in paths.nics() if n.connections] == [
         ("gpu-a01", "mlx5_0", True), ("gpu-a02", "mlx5_3", True), ("gpu-a03", "mlx5_5", True)]
@@ -603,7 +603,7 @@ def test_net_paths_reads_every_process_file(tmp_path):
 
 
 def test_parse_ib_with_gdrdma():
-    paths = nccl.parse_nccl_debug(IB_GDR)
+    paths = nccl_log.parse_nccl_debug(IB_GDR)
     assert paths.hosts == ["gpu-a01", "gpu-a02"]
     assert paths.versions == ["2.21.5+cuda12.4"]
     assert paths.processes[("gpu-a01", 41001)].version == "2.21.5+cuda12.4"  # the bare line, amid its process's
@@ -626,17 +626,17 @@ def test_parse_ib_with_gdrdma():
     assert nics[("gpu-a02", "mlx5_3")].connections == 2
     assert nics[("gpu-a02", "mlx5_3")].gdr_support is None  # that process did not log it
     assert paths.intranode("gpu-a01") == {"P2P/CUMEM": 3}
-    assert nccl.gdr_problems(paths, {"mlx5_0": 0, "mlx5_3": 1}) == []
+    assert nccl_log.gdr_problems(paths, {"mlx5_0": 0, "mlx5_3": 1}) == []
 
 
 def test_parse_roce_without_gdrdma_and_say_why():
-    paths = nccl.parse_nccl_debug(ROCE_NO_GDR)
+    paths = nccl_log.parse_nccl_debug(ROCE_NO_GDR)
     assert paths.processes[("roce-07", 25668)].links == {"mlx5_0": "RoCE", "mlx5_1": "RoCE"}
     nics = {n.hca: n for n in paths.nics()}
     assert (nics["mlx5_0"].connections, nics["mlx5_0"].gdr_connections, nics["mlx5_0"].gdr) == (3, 0, False)
     assert (nics["mlx5_1"].connections, nics["mlx5_1"].gdr_support, nics["mlx5_1"].link) == (1, False, "RoCE")
     assert paths.intranode() == {"SHM": 2}
-    problems = nccl.gdr_problems(paths, {"mlx5_0": 0, "mlx5_1": 1})
+    problems = nccl_log.gdr_problems(paths, {"mlx5_0": 0, "mlx5_1": 1})
     assert problems == [
         ("rail 0 (mlx5_0): network traffic via NET/IB/0 without GDRDMA: NCCL staged through host memory "
          "(nvidia_peermem not loaded or dma-buf unsupported; NCCL_NET_GDR_LEVEL?) "
@@ -648,33 +648,33 @@ def test_parse_roce_without_gdrdma_and_say_why():
 
 
 def test_parse_older_format_and_the_example_message():
-    paths = nccl.parse_nccl_debug(OLD_NO_MODULE)
+    paths = nccl_log.parse_nccl_debug(OLD_NO_MODULE)
     (nic,) = [n for n in paths.nics() if n.connections]
     assert (nic.hca, nic.connections, nic.receives, nic.gdr, nic.gdr_support) == ("mlx5_2", 3, 2, False, False)
     assert [c.channel for c in paths.connections] == [0, 1, 0]
     p = paths.processes[("d0c3f1a2b4e5", 5325)]
     assert p.gpu_gdr == [(False, "NET/IB : GPU Direct RDMA Disabled for GPU 1a000 / HCA 2 (distance 4 >= 2)")]
-    (problem,) = nccl.gdr_problems(paths, {"mlx5_2": 2})
+    (problem,) = nccl_log.gdr_problems(paths, {"mlx5_2": 2})
     assert problem.startswith(
         "rail 2 (mlx5_2): network traffic via NET/IB/2 without GDRDMA: NCCL staged through host memory "
         "(nvidia_peermem not loaded or dma-buf unsupported; NCCL_NET_GDR_LEVEL?)")
     assert "GPU Direct RDMA Disabled for HCA 2 'mlx5_2' (no module)" in problem
-    assert nccl.gdr_problems(paths, {})[0].startswith("rail ? (mlx5_2): ")
+    assert nccl_log.gdr_problems(paths, {})[0].startswith("rail ? (mlx5_2): ")
 
 
 def test_sends_without_gdr_read_are_told_apart():
-    paths = nccl.parse_nccl_debug(SEND_WITHOUT_GDR_READ)
-    (problem,) = nccl.gdr_problems(paths, {"mlx5_2": 2})
+    paths = nccl_log.parse_nccl_debug(SEND_WITHOUT_GDR_READ)
+    (problem,) = nccl_log.gdr_problems(paths, {"mlx5_2": 2})
     assert problem.startswith("rail 2 (mlx5_2): sends via NET/IB/0 without GDRDMA (1 of 1): ")
     assert "NCCL_NET_GDR_READ" in problem
 
 
 def test_socket_transport_is_not_rdma():
-    paths = nccl.parse_nccl_debug(SOCKET_ONLY)
+    paths = nccl_log.parse_nccl_debug(SOCKET_ONLY)
     assert paths.versions == ["2.4.7+cuda10.0"] and paths.networks() == ["Socket"]
     assert [(c.net, c.net_dev, c.hca, c.direction) for c in paths.connections] == [
         ("Socket", 0, "eth0", "send"), ("Socket", 0, "eth0", "receive")]
-    (problem,) = nccl.gdr_problems(paths, {})
+    (problem,) = nccl_log.gdr_problems(paths, {})
     assert problem.startswith("rail ? (eth0): network traffic via NET/Socket/0: TCP sockets, not RDMA")
 
 
@@ -683,10 +683,10 @@ def test_several_hosts_name_the_host_and_plugin_nets_map_to_the_ib_list():
         "gpu-z9:900:901 [2] NCCL INFO NET/IB : Using [0]mlx5_4:1/IB ; OOB ib0:10.0.0.9<0>\n"
         "gpu-z9:900:901 [2] NCCL INFO Channel 02/0 : 6[2] -> 7[3] [receive] via NET/IBext_v8/0\n"
         "gpu-z9:900:901 [2] NCCL INFO Channel 03/0 : 6[2] -> 7[3] [receive] via NET/IBext_v8/0/GDRDMA(PCI)\n")
-    paths = nccl.parse_nccl_debug(text)
+    paths = nccl_log.parse_nccl_debug(text)
     z9 = [c for c in paths.connections if c.host == "gpu-z9"]
     assert [(c.net, c.hca, c.gdr) for c in z9] == [("IBext_v8", "mlx5_4", False), ("IBext_v8", "mlx5_4", True)]
-    problems = nccl.gdr_problems(paths, {"mlx5_4": 4})
+    problems = nccl_log.gdr_problems(paths, {"mlx5_4": 4})
     assert len(problems) == 3
     assert problems[0].startswith("gpu-z9: rail 4 (mlx5_4): network traffic via NET/IBext_v8/0 without GDRDMA")
     assert problems[1].startswith("roce-07: rail ? (mlx5_0): ")
@@ -698,7 +698,7 @@ def test_merged_nics_virtual_devices_and_warnings():
         "h:1:2 [0] NCCL INFO NET/IB : Made virtual device [2] name=mlx5_3+mlx5_4 speed=800000 ndevs=2\n"
         "h:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4242> with status=12 opcode=0 len=0\n"
         "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/2/GDRDMA\n")
-    paths = nccl.parse_nccl_debug(text)
+    paths = nccl_log.parse_nccl_debug(text)
     p = paths.processes[("h", 1)]
     assert p.nics["IB"] == {0: "mlx5_0+mlx5_1", 1: "mlx5_2", 2: "mlx5_3+mlx5_4"}
     assert paths.connections[0].hca == "mlx5_3+mlx5_4"
@@ -708,7 +708,7 @@ def test_merged_nics_virtual_devices_and_warnings():
 def test_plugin_gdr_line_and_a_line_without_any_channel():
     text = ("n1:5:6 [0] NCCL INFO NET/IB : GPU Direct RDMA (nvidia-peermem) enabled for HCA 0 'mlx5_0\n"
             "n1:5:6 [0] NCCL INFO Channel 00/02 :    0   1\n")
-    paths = nccl.parse_nccl_debug(text)
+    paths = nccl_log.parse_nccl_debug(text)
     assert paths.processes[("n1", 5)].hca_gdr["mlx5_0"][0] is True
     assert paths.connections == []
 
@@ -730,7 +730,7 @@ def _recorder():
 def test_record_gdr_one_record_per_rail_per_node_that_make_record_accepts():
     topo = _topology([("node1", "gpu-a01.cluster", 0), ("node1", "gpu-a01.cluster", 1),
                       ("node2", "gpu-a02", 0), ("node2", "gpu-a02", 1)])
-    paths = nccl.parse_nccl_debug(IB_GDR)
+    paths = nccl_log.parse_nccl_debug(IB_GDR)
     rails = rails_for(paths, topo)
     assert rails == {"mlx5_0": 0, "mlx5_3": 1}  # as many NICs as rails: i-th NIC, i-th rail
     rec, record = _recorder()
@@ -750,7 +750,7 @@ def test_record_gdr_one_record_per_rail_per_node_that_make_record_accepts():
 
 def test_record_gdr_fails_a_staged_rail_and_informs_on_an_idle_one():
     topo = _topology([("roce-07", "roce-07", 0), ("roce-07", "roce-07", 1)])
-    paths = nccl.parse_nccl_debug(ROCE_NO_GDR + SEND_WITHOUT_GDR_READ)
+    paths = nccl_log.parse_nccl_debug(ROCE_NO_GDR + SEND_WITHOUT_GDR_READ)
     rails = {"mlx5_0": 0, "mlx5_1": 1, "mlx5_2": 2}
     rec, record = _recorder()
     problems = record_gdr(paths, topo, rails, record)
@@ -764,7 +764,7 @@ def test_record_gdr_fails_a_staged_rail_and_informs_on_an_idle_one():
             "n1:5:6 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 1 'mlx5_1'\n"
             "n1:5:6 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n")
     rec, record = _recorder()
-    assert record_gdr(nccl.parse_nccl_debug(idle), _topology([("n1", "n1", 0), ("n1", "n1", 1)]),
+    assert record_gdr(nccl_log.parse_nccl_debug(idle), _topology([("n1", "n1", 0), ("n1", "n1", 1)]),
                       {"mlx5_0": 0, "mlx5_1": 1}, record) == []
     assert [(r["rail"], r["value"], r["verdict"], r["threshold"]) for r in rec.take()] == [
         (0, 1, "info", None), (1, 0, "info", None)]
@@ -772,14 +772,14 @@ def test_record_gdr_fails_a_staged_rail_and_informs_on_an_idle_one():
 
 def test_record_gdr_on_sockets_says_tcp():
     rec, record = _recorder()
-    problems = record_gdr(nccl.parse_nccl_debug(SOCKET_ONLY), _topology([("head-1", "head-1", 0)]), {}, record)
+    problems = record_gdr(nccl_log.parse_nccl_debug(SOCKET_ONLY), _topology([("head-1", "head-1", 0)]), {}, record)
     (r,) = rec.take()
     assert (r["rail"], r["value"], r["verdict"]) == (None, 0, "fail")
     assert "TCP sockets (NET/Socket), not RDMA" in r["detail"] and problems[0].startswith("head-1 rail ?: eth0")
 
 
 def test_rails_for_prefers_the_profile_map_then_the_bound_nic():
-    paths = nccl.parse_nccl_debug(OLD_NO_MODULE)
+    paths = nccl_log.parse_nccl_debug(OLD_NO_MODULE)
     topo = Topology(MPI.COMM_SELF, [RankInfo(0, "n", 0, 5, "d0c3f1a2b4e5", "mlx5_2")])
     assert rails_for(paths, topo, {"mlx5_0": 7}) == {"mlx5_0": 7, "mlx5_1": None, "mlx5_2": 5, "mlx5_3": None}
 
@@ -818,7 +818,7 @@ def test_a_staged_rail_is_a_finding_naming_the_node(tmp_path):
     from acceptance.analysis import analyze
     topo = _topology([("roce-07", "roce-07", 0), ("roce-07", "roce-07", 1)])
     rec, record = _recorder()
-    record_gdr(nccl.parse_nccl_debug(ROCE_NO_GDR), topo, {"mlx5_0": 0, "mlx5_1": 1}, record)
+    record_gdr(nccl_log.parse_nccl_debug(ROCE_NO_GDR), topo, {"mlx5_0": 0, "mlx5_1": 1}, record)
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
     with open(run / "results.jsonl", "a") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rec.take())
