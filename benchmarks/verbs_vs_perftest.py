@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from acceptance.host import nics  # noqa: E402
 from acceptance.host import sysfs  # noqa: E402
-from acceptance.tools import perftest
+from acceptance.tools import perftest  # noqa: E402
 from acceptance.engines import verbs  # noqa: E402
 from acceptance.measure import gbit_per_s, percentiles, us  # noqa: E402
 from acceptance.spec.profile import format_size, load_profile, parse_size  # noqa: E402

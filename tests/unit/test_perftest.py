@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.tools import perftest
+from acceptance.tools.perftest import process as perftest_process
 from acceptance.tools.perftest import (
     BwResult,
     LatResult,
@@ -322,7 +323,7 @@ def fakes(tmp_path, monkeypatch):
     def install(**kw) -> Path:
         log = install_fakes(tmp_path / "bin", **kw)
         monkeypatch.setenv(perftest.ENV_DIR, str(tmp_path / "bin"))
-        monkeypatch.setattr(perftest, "SERVER_GRACE_FAILED_S", 0.3)  # after a failed client: quick
+        monkeypatch.setattr(perftest_process, "SERVER_GRACE_FAILED_S", 0.3)  # after a failed client: quick
         return log
     return install
 
@@ -425,7 +426,7 @@ def test_a_hanging_client_is_killed_at_its_timeout(fakes, monkeypatch):
 
 def test_a_server_that_does_not_exit_after_its_client_is_killed(fakes, monkeypatch):
     log = fakes(options="--fake-hang server")
-    monkeypatch.setattr(perftest, "SERVER_GRACE_S", 0.3)
+    monkeypatch.setattr(perftest_process, "SERVER_GRACE_S", 0.3)
     monkeypatch.setattr(Spec, "timeout_s", lambda self: 1.0)
     with pytest.raises(PerftestError) as e:
         perftest.run_local_pair(BW, BW, tcp_port=free_port())
@@ -595,7 +596,7 @@ def test_a_clock_that_would_not_calibrate_is_said_and_retried():
     run = perftest.ToolRun("client", ["ib_write_lat"], 0, "Correlation coefficient r^2: 0.740051 < 0.9\n", "",
                            1.0, json_text=inf_report)
     spec = Spec("lat", "rxe0", 8, iters=100000)
-    problem, result = perftest._judge(run, spec, required=True)
+    problem, result = perftest_process.assess(run, spec, required=True)
     assert result is None and problem == f"ib_write_lat client: {perftest.CLOCK_PROBLEM}"
     assert PerftestError(problem).clock_only
     assert PerftestError(f"{problem}; ib_write_lat server: {perftest.CLOCK_PROBLEM}").clock_only
