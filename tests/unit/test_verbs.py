@@ -35,7 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from threadpair import THREAD, run_pair  # noqa: E402
 
 from acceptance.engines import gpumem, memory, verbs
-from acceptance.engines.verbs import e  # the engine's enum shim
+from acceptance.engines.verbs import binding as pv
+from acceptance.engines.verbs import device as vdev
+from acceptance.engines.verbs import errors as verr
+from acceptance.engines.verbs import link as vlink
+from acceptance.engines.verbs import memreg as vmr
+from acceptance.engines.verbs import qp as vqp
+from acceptance.engines.verbs import wr as vwr
+from acceptance.engines.verbs.binding import e  # the engine's enum shim
 from acceptance.spec.profile import load_profile
 
 # ---- reading back the C structs pyverbs will hand to ibv_post_send / ibv_post_recv -----------
@@ -88,7 +95,7 @@ GID_B = "0000:0000:0000:0000:0000:ffff:0a00:0002"
 
 
 def endpoint(link_layer, **kw):
-    base = verbs.Endpoint(qp_num=0x11, psn=0x123456, lid=7, gid=GID_A, gid_index=3,
+    base = vqp.Endpoint(qp_num=0x11, psn=0x123456, lid=7, gid=GID_A, gid_index=3,
                           mtu=int(e.ibv_mtu.IBV_MTU_4096), link_layer=int(link_layer), rkey=0xAA01,
                           addr=0x7F0000001000, length=1 << 20, atomic_rkey=0xAA02, atomic_addr=0x7F0000100000,
                           max_rd_atomic=16, device="mlx5_0", host="a")
@@ -107,7 +114,7 @@ def pair(link_layer):
     return a, b
 
 
-SETTINGS = verbs.Settings(port=2, gid_index=-1, traffic_class=106, hop_limit=64, service_level=3,
+SETTINGS = vdev.Settings(port=2, gid_index=-1, traffic_class=106, hop_limit=64, service_level=3,
                           tx_depth=64, cq_mod=16, timeout=18, retry_count=6, rnr_retry=5)
 
 
@@ -115,7 +122,7 @@ SETTINGS = verbs.Settings(port=2, gid_index=-1, traffic_class=106, hop_limit=64,
 
 
 def test_qp_init_attr_is_rc_with_selective_signaling():
-    attr = verbs.qp_init_attr(None, None, tx_depth=128, rx_depth=16, max_inline=220)
+    attr = vqp.qp_init_attr(None, None, tx_depth=128, rx_depth=16, max_inline=220)
     assert isinstance(attr, QPInitAttr)
     assert attr.qp_type == e.ibv_qp_type.IBV_QPT_RC
     assert attr.sq_sig_all == 0
@@ -133,7 +140,7 @@ MIN_RNR_TIMER, SQ_PSN, MAX_DEST_RD_ATOMIC, DEST_QPN = 1 << 15, 1 << 16, 1 << 17,
 
 def test_transition_masks_are_the_rc_masks():
     a, b = pair(IB)
-    (s1, _, init), (s2, _, rtr), (s3, _, rts) = verbs.transition_attrs(a, b, SETTINGS)
+    (s1, _, init), (s2, _, rtr), (s3, _, rts) = vqp.transition_attrs(a, b, SETTINGS)
     assert (s1, s2, s3) == ("INIT", "RTR", "RTS")
     assert init == STATE | PKEY_INDEX | PORT | ACCESS_FLAGS == 57
     assert rtr == STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER
@@ -142,7 +149,7 @@ def test_transition_masks_are_the_rc_masks():
 
 def test_init_attr_fields():
     a, b = pair(IB)
-    init = verbs.transition_attrs(a, b, SETTINGS)[0][1]
+    init = vqp.transition_attrs(a, b, SETTINGS)[0][1]
     assert isinstance(init, QPAttr)
     assert init.qp_state == e.ibv_qp_state.IBV_QPS_INIT
     assert (init.port_num, init.pkey_index) == (2, 0)
@@ -153,7 +160,7 @@ def test_init_attr_fields():
 
 def test_rtr_and_rts_follow_perftest_on_infiniband():
     a, b = pair(IB)
-    _, (_, rtr, _), (_, rts, _) = verbs.transition_attrs(a, b, SETTINGS)
+    _, (_, rtr, _), (_, rts, _) = vqp.transition_attrs(a, b, SETTINGS)
     assert rtr.qp_state == e.ibv_qp_state.IBV_QPS_RTR
     assert rtr.path_mtu == e.ibv_mtu.IBV_MTU_1024          # min(4096, 1024)
     assert rtr.dest_qp_num == b.qp_num
@@ -168,24 +175,24 @@ def test_rtr_and_rts_follow_perftest_on_infiniband():
 
 def test_psns_match_across_the_pair():
     a, b = pair(IB)
-    a_rtr, a_rts = (x[1] for x in verbs.transition_attrs(a, b, SETTINGS)[1:])
-    b_rtr, b_rts = (x[1] for x in verbs.transition_attrs(b, a, SETTINGS)[1:])
+    a_rtr, a_rts = (x[1] for x in vqp.transition_attrs(a, b, SETTINGS)[1:])
+    b_rtr, b_rts = (x[1] for x in vqp.transition_attrs(b, a, SETTINGS)[1:])
     assert a_rtr.rq_psn == b_rts.sq_psn == b.psn
     assert b_rtr.rq_psn == a_rts.sq_psn == a.psn
     assert a_rtr.dest_qp_num == b.qp_num and b_rtr.dest_qp_num == a.qp_num
 
 
 def test_perftest_defaults_from_the_profile():
-    s = verbs.Settings.from_profile(load_profile())
+    s = vdev.Settings.from_profile(load_profile())
     a, b = pair(IB)
-    _, (_, rtr, _), (_, rts, _) = verbs.transition_attrs(a, b, s)
+    _, (_, rtr, _), (_, rts, _) = vqp.transition_attrs(a, b, s)
     assert (rts.timeout, rts.retry_cnt, rts.rnr_retry, rtr.min_rnr_timer) == (14, 7, 7, 12)
     assert (s.tx_depth, s.cq_mod, s.port) == (128, 100, 1)
 
 
 def test_roce_address_vector_carries_a_grh():
     a, b = pair(ETH)
-    rtr = verbs.transition_attrs(a, b, SETTINGS)[1][1]
+    rtr = vqp.transition_attrs(a, b, SETTINGS)[1][1]
     ah = rtr.ah_attr
     assert ah.is_global == 1 and ah.port_num == 2
     assert ah.dgid == GID_B
@@ -194,10 +201,10 @@ def test_roce_address_vector_carries_a_grh():
 
 def test_ah_attr_alone():
     a, b = pair(ETH)
-    ah = verbs.ah_attr(a, b, SETTINGS)
+    ah = vqp.ah_attr(a, b, SETTINGS)
     assert (ah.is_global, ah.dgid, ah.sgid_index) == (1, GID_B, 3)
     a, b = pair(IB)
-    ah = verbs.ah_attr(a, b, SETTINGS)
+    ah = vqp.ah_attr(a, b, SETTINGS)
     assert (ah.is_global, ah.dlid, ah.sl) == (0, 9, 3)
 
 
@@ -207,10 +214,10 @@ def test_endpoint_pickles_for_allgather():
 
 
 def test_settings_validated():
-    with pytest.raises(verbs.VerbsError, match=r"\[verbs\] retry_count = 9"):
-        verbs.Settings(retry_count=9)
-    with pytest.raises(verbs.VerbsError, match=r"\[verbs\] timeout"):
-        verbs.Settings(timeout=40)
+    with pytest.raises(verr.VerbsError, match=r"\[verbs\] retry_count = 9"):
+        vdev.Settings(retry_count=9)
+    with pytest.raises(verr.VerbsError, match=r"\[verbs\] timeout"):
+        vdev.Settings(timeout=40)
 
 
 # ---- work requests -------------------------------------------------------------------------------
@@ -220,7 +227,7 @@ INLINE = e.ibv_send_flags.IBV_SEND_INLINE
 
 
 def test_sge():
-    sg = verbs.sge(0x7F0000001000, 4096, 0x1234)
+    sg = vwr.sge(0x7F0000001000, 4096, 0x1234)
     assert isinstance(sg, SGE)
     assert (sg.addr, sg.length, sg.lkey) == (0x7F0000001000, 4096, 0x1234)
 
@@ -232,8 +239,8 @@ def _rdma_fields(wr, c):
 
 @pytest.mark.parametrize("signaled,inline", [(True, False), (False, False), (True, True), (False, True)])
 def test_write_wr(signaled, inline):
-    sg = verbs.sge(0x7F0000001000, 64, 0x11)
-    wr = verbs.write_wr(5, sg, 0xBEEF, 0x7F0000200000, signaled=signaled, inline=inline)
+    sg = vwr.sge(0x7F0000001000, 64, 0x11)
+    wr = vwr.write_wr(5, sg, 0xBEEF, 0x7F0000200000, signaled=signaled, inline=inline)
     assert isinstance(wr, SendWR)
     assert (wr.wr_id, wr.opcode, wr.num_sge) == (5, e.ibv_wr_opcode.IBV_WR_RDMA_WRITE, 1)
     assert wr.send_flags == (SIGNALED if signaled else 0) | (INLINE if inline else 0)
@@ -245,7 +252,7 @@ def test_write_wr(signaled, inline):
 
 
 def test_write_imm_wr_puts_the_immediate_in_network_order():
-    wr = verbs.write_imm_wr(1, verbs.sge(0x2000, 8, 0x11), 0xBEEF, 0x3000, imm=0x01020304)
+    wr = vwr.write_imm_wr(1, vwr.sge(0x2000, 8, 0x11), 0xBEEF, 0x3000, imm=0x01020304)
     assert wr.opcode == e.ibv_wr_opcode.IBV_WR_RDMA_WRITE_WITH_IMM
     assert wr.imm_data == socket.htonl(0x01020304)
     assert wr.send_flags == SIGNALED
@@ -254,14 +261,14 @@ def test_write_imm_wr_puts_the_immediate_in_network_order():
 
 
 def test_read_wr():
-    wr = verbs.read_wr(9, verbs.sge(0x2000, 1 << 20, 0x11), 0xCAFE, 0x5000, signaled=False)
+    wr = vwr.read_wr(9, vwr.sge(0x2000, 1 << 20, 0x11), 0xCAFE, 0x5000, signaled=False)
     assert (wr.opcode, wr.send_flags, wr.num_sge) == (e.ibv_wr_opcode.IBV_WR_RDMA_READ, 0, 1)
     c = c_send_wr(wr)
     assert (c.remote_addr, c.rkey, c.sges) == (0x5000, 0xCAFE, [(0x2000, 1 << 20, 0x11)])
 
 
 def test_atomic_faa_wr_adds_through_compare_add():
-    wr = verbs.atomic_faa_wr(3, verbs.sge(0x2000, 8, 0x11), 0xA70, 0x6000, add=1)
+    wr = vwr.atomic_faa_wr(3, vwr.sge(0x2000, 8, 0x11), 0xA70, 0x6000, add=1)
     assert wr.opcode == e.ibv_wr_opcode.IBV_WR_ATOMIC_FETCH_AND_ADD
     assert wr.send_flags == SIGNALED and wr.num_sge == 1
     c = c_send_wr(wr)
@@ -270,17 +277,17 @@ def test_atomic_faa_wr_adds_through_compare_add():
 
 
 def test_send_and_recv_wr():
-    wr = verbs.send_wr(4, verbs.sge(0x2000, 8, 0x11), signaled=True, inline=True)
+    wr = vwr.send_wr(4, vwr.sge(0x2000, 8, 0x11), signaled=True, inline=True)
     assert (wr.opcode, wr.send_flags) == (e.ibv_wr_opcode.IBV_WR_SEND, SIGNALED | INLINE)
     assert c_send_wr(wr).sges == [(0x2000, 8, 0x11)]
-    rwr = verbs.recv_wr(6, verbs.sge(0x4000, 4096, 0x12))
+    rwr = vwr.recv_wr(6, vwr.sge(0x4000, 4096, 0x12))
     assert isinstance(rwr, RecvWR)
     assert (rwr.wr_id, rwr.num_sge) == (6, 1)
     assert c_recv_wr(rwr).sges == [(0x4000, 4096, 0x12)]
 
 
 def test_wr_id_can_be_rewritten_on_a_prebuilt_wr():
-    wr = verbs.write_wr(0, verbs.sge(0x2000, 8, 0x11), 0xBEEF, 0x3000, signaled=False)
+    wr = vwr.write_wr(0, vwr.sge(0x2000, 8, 0x11), 0xBEEF, 0x3000, signaled=False)
     wr.wr_id = 77
     assert c_send_wr(wr).wr_id == 77 and c_send_wr(wr).remote_addr == 0x3000
 
@@ -305,8 +312,8 @@ CAUSES = {
 def test_check_completion_explains_each_status(name):
     status = getattr(e.ibv_wc_status, name)
     wc = WC(wr_id=41, status=status, opcode=e.ibv_wc_opcode.IBV_WC_RDMA_WRITE, vendor_err=0x81)
-    with pytest.raises(verbs.CompletionError) as info:
-        verbs.check_completion(wc, "RDMA WRITE")
+    with pytest.raises(verr.CompletionError) as info:
+        verr.check_completion(wc, "RDMA WRITE")
     err = info.value
     assert err.status == int(status) and err.status_name == name and err.wr_id == 41
     assert CAUSES[name] in str(err)
@@ -314,12 +321,12 @@ def test_check_completion_explains_each_status(name):
 
 
 def test_check_completion_generic_and_success():
-    verbs.check_completion(WC(wr_id=1, status=e.ibv_wc_status.IBV_WC_SUCCESS))
-    with pytest.raises(verbs.CompletionError, match="completed with IBV_WC_GENERAL_ERR"):
-        verbs.check_completion(WC(status=e.ibv_wc_status.IBV_WC_GENERAL_ERR))
+    verr.check_completion(WC(wr_id=1, status=e.ibv_wc_status.IBV_WC_SUCCESS))
+    with pytest.raises(verr.CompletionError, match="completed with IBV_WC_GENERAL_ERR"):
+        verr.check_completion(WC(status=e.ibv_wc_status.IBV_WC_GENERAL_ERR))
     fake = SimpleNamespace(status=int(e.ibv_wc_status.IBV_WC_REM_ACCESS_ERR), wr_id=2)  # no vendor_err
-    with pytest.raises(verbs.CompletionError, match="^work request 2 failed with IBV_WC_REM_ACCESS_ERR"):
-        verbs.check_completion(fake)
+    with pytest.raises(verr.CompletionError, match="^work request 2 failed with IBV_WC_REM_ACCESS_ERR"):
+        verr.check_completion(fake)
 
 
 # ---- credit accounting ------------------------------------------------------------------------------
@@ -363,7 +370,7 @@ class FakeSendQueue:
 ])
 def test_window_keeps_depth_and_signals_every_cq_mod_and_the_last(total, depth, cq_mod, per_poll):
     hw = FakeSendQueue(depth, per_poll)
-    win = verbs.Window(total, depth, cq_mod)
+    win = vwr.Window(total, depth, cq_mod)
     win.run(hw.post, hw.poll)
     assert hw.posted == list(range(total))
     assert hw.max_in_flight <= depth
@@ -376,14 +383,14 @@ def test_window_keeps_depth_and_signals_every_cq_mod_and_the_last(total, depth, 
 
 
 def test_window_returns_credits_per_completion():
-    win = verbs.Window(10, 4, 3)
+    win = vwr.Window(10, 4, 3)
     assert [win.next() for _ in range(4)] == [(0, False), (1, False), (2, True), (3, False)]
     assert not win.can_post()
-    with pytest.raises(verbs.VerbsError, match="no credit"):
+    with pytest.raises(verr.VerbsError, match="no credit"):
         win.next()
     assert win.complete(2) == 3 and win.in_flight == 1
     assert [win.next() for _ in range(3)] == [(4, False), (5, True), (6, False)]
-    with pytest.raises(verbs.VerbsError, match="unexpected completion of work request 4"):
+    with pytest.raises(verr.VerbsError, match="unexpected completion of work request 4"):
         win.complete(4)  # unsignaled WRs never complete on their own
     assert win.complete(5) == 3
     assert [win.next() for _ in range(3)] == [(7, False), (8, True), (9, True)]  # 9 is the last
@@ -391,59 +398,59 @@ def test_window_returns_credits_per_completion():
 
 
 def test_window_gives_up_when_nothing_completes():
-    win = verbs.Window(4, 2, 100)
+    win = vwr.Window(4, 2, 100)
     posted = []
-    with pytest.raises(verbs.VerbsError, match="got no completion"):
+    with pytest.raises(verr.VerbsError, match="got no completion"):
         win.run(lambda i, s: posted.append(i), lambda: (), timeout_s=0.01)
     assert posted == [0, 1]
 
 
 def test_window_propagates_completion_errors():
     def poll():
-        verbs.check_completion(WC(wr_id=0, status=e.ibv_wc_status.IBV_WC_RETRY_EXC_ERR))
+        verr.check_completion(WC(wr_id=0, status=e.ibv_wc_status.IBV_WC_RETRY_EXC_ERR))
 
-    with pytest.raises(verbs.CompletionError, match="RETRY_EXC_ERR"):
-        verbs.Window(4, 2, 1).run(lambda i, s: None, poll)
+    with pytest.raises(verr.CompletionError, match="RETRY_EXC_ERR"):
+        vwr.Window(4, 2, 1).run(lambda i, s: None, poll)
 
 
 # ---- GIDs, MTU, memlock, counters ----------------------------------------------------------------------
 
 ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
 V1, V2 = 0, int(e.ibv_gid_type_sysfs.IBV_GID_TYPE_SYSFS_ROCE_V2)
-assert V2 == verbs.GID_TYPE_ROCE_V2  # the constant the engine (and the perftest cross-check) uses
+assert V2 == vqp.GID_TYPE_ROCE_V2  # the constant the engine (and the perftest cross-check) uses
 
 
 def test_choose_gid_index_prefers_roce_v2_ipv4_mapped():
-    rows = [verbs.GidRow(0, "fe80:0000:0000:0000:0a00:00ff:fe00:0001", V1),
-            verbs.GidRow(1, "fe80:0000:0000:0000:0a00:00ff:fe00:0001", V2),
-            verbs.GidRow(2, GID_A, V1),
-            verbs.GidRow(3, GID_A, V2),
-            verbs.GidRow(4, ZERO, V2)]
-    assert verbs.choose_gid_index(rows) == 3
-    assert verbs.choose_gid_index(rows[:3]) == 1            # RoCE v2 before IPv4-mapped v1
-    assert verbs.choose_gid_index(rows[:1] + rows[2:3]) == 2  # IPv4-mapped among v1
-    same = [verbs.GidRow(0, "fe80:0000:0000:0000:0000:0000:0000:0001", V2),
-            verbs.GidRow(5, "fe80:0000:0000:0000:0000:0000:0000:0002", V2)]
-    assert verbs.choose_gid_index(same) == 5                # a non-zero index
-    with pytest.raises(verbs.VerbsError, match="no usable GID"):
-        verbs.choose_gid_index([verbs.GidRow(i, ZERO, V2) for i in range(4)])
-    assert verbs.gid_is_zero(str(GID(ZERO))) and not verbs.gid_is_zero(str(GID(GID_A)))
+    rows = [vqp.GidRow(0, "fe80:0000:0000:0000:0a00:00ff:fe00:0001", V1),
+            vqp.GidRow(1, "fe80:0000:0000:0000:0a00:00ff:fe00:0001", V2),
+            vqp.GidRow(2, GID_A, V1),
+            vqp.GidRow(3, GID_A, V2),
+            vqp.GidRow(4, ZERO, V2)]
+    assert vqp.choose_gid_index(rows) == 3
+    assert vqp.choose_gid_index(rows[:3]) == 1            # RoCE v2 before IPv4-mapped v1
+    assert vqp.choose_gid_index(rows[:1] + rows[2:3]) == 2  # IPv4-mapped among v1
+    same = [vqp.GidRow(0, "fe80:0000:0000:0000:0000:0000:0000:0001", V2),
+            vqp.GidRow(5, "fe80:0000:0000:0000:0000:0000:0000:0002", V2)]
+    assert vqp.choose_gid_index(same) == 5                # a non-zero index
+    with pytest.raises(verr.VerbsError, match="no usable GID"):
+        vqp.choose_gid_index([vqp.GidRow(i, ZERO, V2) for i in range(4)])
+    assert vqp.gid_is_zero(str(GID(ZERO))) and not vqp.gid_is_zero(str(GID(GID_A)))
 
 
 def test_path_mtu_is_the_smaller():
     mtu = e.ibv_mtu
-    assert verbs.path_mtu(mtu.IBV_MTU_4096, mtu.IBV_MTU_1024) == mtu.IBV_MTU_1024
-    assert verbs.path_mtu(mtu.IBV_MTU_2048, mtu.IBV_MTU_4096) == mtu.IBV_MTU_2048
-    assert isinstance(verbs.path_mtu(5, 5), e.ibv_mtu)
-    assert verbs.mtu_bytes(mtu.IBV_MTU_4096) == 4096 and verbs.mtu_bytes(mtu.IBV_MTU_256) == 256
+    assert vqp.path_mtu(mtu.IBV_MTU_4096, mtu.IBV_MTU_1024) == mtu.IBV_MTU_1024
+    assert vqp.path_mtu(mtu.IBV_MTU_2048, mtu.IBV_MTU_4096) == mtu.IBV_MTU_2048
+    assert isinstance(vqp.path_mtu(5, 5), e.ibv_mtu)
+    assert vqp.mtu_bytes(mtu.IBV_MTU_4096) == 4096 and vqp.mtu_bytes(mtu.IBV_MTU_256) == 256
 
 
 def test_memlock_explanation():
     err = PyverbsRDMAError("Failed to register a MR. length: 1048576, access flags: 7", errno.ENOMEM)
-    text = verbs.memlock_explanation(err, 65536)
+    text = vmr.memlock_explanation(err, 65536)
     assert "Errno: 12" in text and "pins memory" in text
     assert "ulimit -l) is currently 65536 bytes (64 KiB" in text and "unlimited" in text
-    text = verbs.memlock_explanation(err, resource.RLIM_INFINITY)
+    text = vmr.memlock_explanation(err, resource.RLIM_INFINITY)
     assert "already unlimited" in text and "another reason" in text
 
 
@@ -452,21 +459,21 @@ def test_registration_errors_become_verbs_errors(monkeypatch, code, explained):
     def refuse(*args, **kwargs):
         raise PyverbsRDMAError("Failed to register a MR", code)
 
-    monkeypatch.setattr(verbs, "MR", refuse)
-    with pytest.raises(verbs.VerbsError) as info:
-        verbs._register(None, memory.allocate(4096), verbs.access_flags("IBV_ACCESS_LOCAL_WRITE"))
+    monkeypatch.setattr(pv, "MR", refuse)
+    with pytest.raises(verr.VerbsError) as info:
+        vmr.register(None, memory.allocate(4096), vmr.access_flags("IBV_ACCESS_LOCAL_WRITE"))
     assert ("memlock" in str(info.value) or "ulimit -l" in str(info.value)) == explained
     assert "registering 4096 B failed" in str(info.value) or explained
 
 
 def test_zero_keys_are_refused():
-    with pytest.raises(verbs.VerbsError, match="lkey 0x0, rkey 0x5"):
-        verbs._check_keys(SimpleNamespace(lkey=0, rkey=5), 4096)
+    with pytest.raises(verr.VerbsError, match="lkey 0x0, rkey 0x5"):
+        vmr.check_keys(SimpleNamespace(lkey=0, rkey=5), 4096)
 
 
 def test_register_times_needs_configure(monkeypatch):
-    monkeypatch.setattr(verbs, "_config", None)
-    with pytest.raises(verbs.VerbsError, match="not configured"):
+    monkeypatch.setattr(vdev, "_config", None)
+    with pytest.raises(verr.VerbsError, match="not configured"):
         verbs.register_times(4096, 1, "create")
     with pytest.raises(ValueError, match="allocate"):
         verbs.register_times(4096, 1, "bogus")
@@ -485,10 +492,10 @@ class RecordingMR:
 @pytest.fixture
 def recording_device(monkeypatch):
     log = {}
-    monkeypatch.setattr(verbs, "_config", verbs.Config("mlx5_0", verbs.Settings()))
-    monkeypatch.setattr(verbs, "Context", lambda name: FakeObject())
-    monkeypatch.setattr(verbs, "PD", lambda ctx: FakeObject())
-    monkeypatch.setattr(verbs, "MR", lambda pd, length, access, address: RecordingMR(log, pd, length, access, address))
+    monkeypatch.setattr(vdev, "_config", vdev.Config("mlx5_0", vdev.Settings()))
+    monkeypatch.setattr(pv, "Context", lambda name: FakeObject())
+    monkeypatch.setattr(pv, "PD", lambda ctx: FakeObject())
+    monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: RecordingMR(log, pd, length, access, address))
     return log
 
 
@@ -497,19 +504,19 @@ def test_register_times_modes(recording_device):
     assert reg.dtype == dereg.dtype == np.int64 and len(reg) == len(dereg) == 4
     assert (reg >= 0).all() and (dereg >= 0).all()
     regs = recording_device.pop("regs")
-    access = verbs.access_flags("IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE", "IBV_ACCESS_REMOTE_READ")
+    access = vmr.access_flags("IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE", "IBV_ACCESS_REMOTE_READ")
     assert all(addr % 4096 == 0 and length == 3 * 4096 and acc == access for addr, length, acc, _ in regs)
     assert all(head == bytes(8) for *_, head in regs)  # fresh zero pages
     verbs.register_times(4096, 3, "create")
     assert len({addr for addr, *_ in recording_device["regs"]}) == 1  # one warm buffer
     assert isinstance(verbs.registration_growth(1 << 16, 5), int)
     recording_device["zero"] = True
-    with pytest.raises(verbs.VerbsError, match="a zero lkey cannot be used"):
+    with pytest.raises(verr.VerbsError, match="a zero lkey cannot be used"):
         verbs.register_times(4096, 1, "create")
 
 
 def test_fresh_pages_are_page_aligned_and_writable():
-    buf = verbs.fresh_pages(3 * 4096 + 5)
+    buf = vmr.fresh_pages(3 * 4096 + 5)
     assert buf.ctypes.data % 4096 == 0 and len(buf) == 3 * 4096 + 5 and buf.dtype == np.uint8
     assert not buf.any()
     buf[:] = 7
@@ -531,7 +538,7 @@ def test_available_never_raises_and_says_why():
     ok, why = verbs.available()
     assert isinstance(ok, bool) and why
     try:
-        verbs.get_device_list()
+        pv.get_device_list()
     except PyverbsRDMAError:
         assert not ok and why.startswith("get_device_list() failed: Failed to get devices list (")
         if not __import__("os").path.isdir("/sys/class/infiniband"):
@@ -541,16 +548,16 @@ def test_available_never_raises_and_says_why():
 
 
 def test_available_reasons(monkeypatch):
-    monkeypatch.setattr(verbs, "get_device_list", list)
+    monkeypatch.setattr(pv, "get_device_list", list)
     ok, why = verbs.available()
     assert not ok and why.startswith("no RDMA devices (")
 
     def broken():
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(verbs, "get_device_list", broken)
+    monkeypatch.setattr(pv, "get_device_list", broken)
     assert verbs.available() == (False, "get_device_list() failed: RuntimeError: boom")
-    monkeypatch.setattr(verbs, "IMPORT_ERROR", ImportError("libibverbs.so.1: cannot open shared object file"))
+    monkeypatch.setattr(pv, "IMPORT_ERROR", ImportError("libibverbs.so.1: cannot open shared object file"))
     ok, why = verbs.available()
     assert not ok and why == "pyverbs not importable: libibverbs.so.1: cannot open shared object file"
 
@@ -582,8 +589,8 @@ class FakeDeviceContext:
 
 def test_available_lists_devices_and_ports(monkeypatch):
     devices = [SimpleNamespace(name=n) for n in (b"mlx5_0", b"mlx5_1", b"broken")]
-    monkeypatch.setattr(verbs, "get_device_list", lambda: devices)
-    monkeypatch.setattr(verbs, "Context", lambda name: FakeDeviceContext(name))
+    monkeypatch.setattr(pv, "get_device_list", lambda: devices)
+    monkeypatch.setattr(pv, "Context", lambda name: FakeDeviceContext(name))
     ok, why = verbs.available()
     assert ok
     assert why == ("3 device(s): mlx5_0 (port 1 ACTIVE, InfiniBand), "
@@ -592,8 +599,8 @@ def test_available_lists_devices_and_ports(monkeypatch):
 
 
 def test_available_when_no_device_opens(monkeypatch):
-    monkeypatch.setattr(verbs, "get_device_list", lambda: [SimpleNamespace(name=b"broken")])
-    monkeypatch.setattr(verbs, "Context", lambda name: FakeDeviceContext(name))
+    monkeypatch.setattr(pv, "get_device_list", lambda: [SimpleNamespace(name=b"broken")])
+    monkeypatch.setattr(pv, "Context", lambda name: FakeDeviceContext(name))
     why = "1 device(s), none can be opened: broken (cannot open: Failed to open device broken)"
     assert verbs.available() == (False, why)
 
@@ -601,8 +608,9 @@ def test_available_when_no_device_opens(monkeypatch):
 def test_engine_imports_without_pyverbs():
     code = ("import sys; sys.modules['pyverbs'] = None\n"
             "from acceptance.engines import verbs\n"
+            "from acceptance.engines.verbs import device as vdev, errors as verr\n"
             "print(verbs.available())\n"
-            "try:\n    verbs._open_context('mlx5_0')\nexcept verbs.VerbsError as exc:\n    print(exc)\n")
+            "try:\n    vdev.open_context('mlx5_0')\nexcept verr.VerbsError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
@@ -619,42 +627,42 @@ def topology(rank, node, rail, rails, nics=None):
 
 def test_pick_device_by_rail():
     topo = topology(1, "node1", 1, [0, 1])
-    assert verbs.pick_device(["mlx5_1", "mlx5_0"], topo, {}) == "mlx5_1"      # i-th device is rail i
-    assert verbs.pick_device(["mlx5_0", "mlx5_1"], topo, {"mlx5_0": 1, "mlx5_1": 0}) == "mlx5_0"
+    assert vdev.pick_device(["mlx5_1", "mlx5_0"], topo, {}) == "mlx5_1"      # i-th device is rail i
+    assert vdev.pick_device(["mlx5_0", "mlx5_1"], topo, {"mlx5_0": 1, "mlx5_1": 0}) == "mlx5_0"
     bound = topology(0, "node1", 0, [0, 1], nics={0: "mlx5_3", 1: "mlx5_2"})
-    assert verbs.pick_device(["mlx5_2", "mlx5_3", "mlx5_4"], bound, {}) == "mlx5_3"  # the launcher's binding
-    with pytest.raises(verbs.VerbsError, match=r"rail 1 \(rank 1 on node1\) has no RDMA device: "
+    assert vdev.pick_device(["mlx5_2", "mlx5_3", "mlx5_4"], bound, {}) == "mlx5_3"  # the launcher's binding
+    with pytest.raises(verr.VerbsError, match=r"rail 1 \(rank 1 on node1\) has no RDMA device: "
                                                r"mlx5_0 -> no rail, mlx5_1 -> no rail, mlx5_2 -> no rail"):
-        verbs.pick_device(["mlx5_0", "mlx5_1", "mlx5_2"], topo, {})
+        vdev.pick_device(["mlx5_0", "mlx5_1", "mlx5_2"], topo, {})
 
 
 def test_configure_without_a_device_names_the_rail(monkeypatch):
     def fail():
         raise PyverbsRDMAError("Failed to get devices list")
 
-    monkeypatch.setattr(verbs, "get_device_list", fail)
-    monkeypatch.setattr(verbs, "_config", None)
-    with pytest.raises(verbs.VerbsError, match=r"^rail 1 \(rank 3 on node2\) has no RDMA device: "
+    monkeypatch.setattr(pv, "get_device_list", fail)
+    monkeypatch.setattr(vdev, "_config", None)
+    with pytest.raises(verr.VerbsError, match=r"^rail 1 \(rank 3 on node2\) has no RDMA device: "
                                                r"get_device_list\(\) failed: Failed to get devices list"):
         verbs.configure(topology(3, "node2", 1, [0, 1, 0, 1]), load_profile())
-    assert verbs._config is None
+    assert vdev._config is None
 
 
 def test_configure_on_this_host_without_devices(monkeypatch):
     ok, why = verbs.available()
     if ok:
         pytest.skip(f"this host has RDMA devices: {why}")
-    monkeypatch.setattr(verbs, "_config", None)
-    with pytest.raises(verbs.VerbsError, match=r"^rail 0 \(rank 0 on node1\) has no RDMA device"):
+    monkeypatch.setattr(vdev, "_config", None)
+    with pytest.raises(verr.VerbsError, match=r"^rail 0 \(rank 0 on node1\) has no RDMA device"):
         verbs.configure(topology(0, "node1", 0, [0, 1]), load_profile())
 
 
 def test_configure_picks_the_rails_device_and_the_settings(monkeypatch):
-    monkeypatch.setattr(verbs, "get_device_list", lambda: [SimpleNamespace(name=b"mlx5_0"),
+    monkeypatch.setattr(pv, "get_device_list", lambda: [SimpleNamespace(name=b"mlx5_0"),
                                                            SimpleNamespace(name=b"mlx5_1")])
-    monkeypatch.setattr(verbs, "_config", None)
+    monkeypatch.setattr(vdev, "_config", None)
     verbs.configure(topology(1, "node1", 1, [0, 1]), load_profile())
-    assert verbs.configured() == verbs.Config("mlx5_1", verbs.Settings())
+    assert vdev.configured() == vdev.Config("mlx5_1", vdev.Settings())
 
 
 # ---- PairLink over a simulated device ----------------------------------------------------------------------
@@ -857,13 +865,13 @@ class FakeQP(FakeObject):
 @pytest.fixture
 def fake_device(monkeypatch):
     fabric = Fabric()
-    monkeypatch.setattr(verbs, "Context", lambda name: FakeContext(fabric, name))
-    monkeypatch.setattr(verbs, "PD", lambda ctx: FakeObject())
-    monkeypatch.setattr(verbs, "CQ", FakeCQ)
-    monkeypatch.setattr(verbs, "MR", lambda pd, length, access, address: FakeMR(fabric, pd, length, access, address))
-    monkeypatch.setattr(verbs, "QP", lambda pd, init: FakeQP(fabric, pd, init))
-    monkeypatch.setattr(verbs, "qp_init_attr", lambda scq, rcq, tx, rx, inline: (scq, rcq, tx, rx, inline))
-    monkeypatch.setattr(verbs, "_config", verbs.Config("fake0", verbs.Settings(tx_depth=8, cq_mod=3)))
+    monkeypatch.setattr(pv, "Context", lambda name: FakeContext(fabric, name))
+    monkeypatch.setattr(pv, "PD", lambda ctx: FakeObject())
+    monkeypatch.setattr(pv, "CQ", FakeCQ)
+    monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: FakeMR(fabric, pd, length, access, address))
+    monkeypatch.setattr(pv, "QP", lambda pd, init: FakeQP(fabric, pd, init))
+    monkeypatch.setattr(vlink, "qp_init_attr", lambda scq, rcq, tx, rx, inline: (scq, rcq, tx, rx, inline))
+    monkeypatch.setattr(vdev, "_config", vdev.Config("fake0", vdev.Settings(tx_depth=8, cq_mod=3)))
     monkeypatch.delenv(memory.FLIP_ENV, raising=False)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # the spinning ping-pong threads hand the GIL over quickly
@@ -984,8 +992,8 @@ def test_a_failed_completion_is_raised_on_both_ranks(fake_device):
         return link.put_bandwidth(64, 2, 0, 4, 0, (0, 1, 0))
 
     (_, origin_error), (_, target_error) = with_link(64, body)
-    assert isinstance(origin_error, verbs.CompletionError) and "IBV_WC_REM_ACCESS_ERR" in str(origin_error)
-    assert isinstance(target_error, verbs.VerbsError)
+    assert isinstance(origin_error, verr.CompletionError) and "IBV_WC_REM_ACCESS_ERR" in str(origin_error)
+    assert isinstance(target_error, verr.VerbsError)
     assert "the peer (pair rank 0) failed: CompletionError: RDMA WRITE work request" in str(target_error)
 
 
@@ -993,7 +1001,7 @@ def test_when_both_fail_each_raises_its_own_error_noting_the_peers(fake_device, 
     def context(name):
         raise PyverbsRDMAError(f"Failed to find device {name} on rank {THREAD.rank}")
 
-    monkeypatch.setattr(verbs, "Context", context)
+    monkeypatch.setattr(pv, "Context", context)
     (_, error0), (_, error1) = with_link(64, lambda link: None)
     assert str(error0) == "cannot open RDMA device fake0: Failed to find device fake0 on rank 0"
     if hasattr(error0, "add_note"):
@@ -1001,16 +1009,16 @@ def test_when_both_fail_each_raises_its_own_error_noting_the_peers(fake_device, 
 
 
 def test_setup_failure_on_one_rank_fails_both(fake_device, monkeypatch):
-    real_context = verbs.Context
+    real_context = pv.Context
 
     def context(name):
         if THREAD.rank == 1:
             raise PyverbsRDMAError("Failed to find device fake0")
         return real_context(name)
 
-    monkeypatch.setattr(verbs, "Context", context)
+    monkeypatch.setattr(pv, "Context", context)
     (_, error0), (_, error1) = with_link(64, lambda link: None)
-    assert isinstance(error0, verbs.VerbsError) and isinstance(error1, verbs.VerbsError)
+    assert isinstance(error0, verr.VerbsError) and isinstance(error1, verr.VerbsError)
     assert str(error1) == "cannot open RDMA device fake0: Failed to find device fake0"
     assert str(error0) == "the peer (pair rank 1) failed: VerbsError: " + str(error1)
     assert not fake_device.mrs
@@ -1030,7 +1038,7 @@ def test_roce_pair_picks_the_roce_v2_gid_and_runs(fake_device):
 def test_link_layers_must_match(fake_device):
     fake_device.link_layers = {0: IB, 1: ETH}
     errors = [exc for _, exc in with_link(64, lambda link: None)]
-    assert all(isinstance(x, verbs.VerbsError) for x in errors)
+    assert all(isinstance(x, verr.VerbsError) for x in errors)
     assert "is InfiniBand but the peer's fake0" in str(errors[0]) and "is Ethernet but" in str(errors[1])
 
 
@@ -1061,13 +1069,13 @@ def test_memlock_effect_lowers_the_limit_for_one_registration_and_restores_it(re
             raise PyverbsRDMAError("Failed to register a MR", errno.ENOMEM)
         return RecordingMR(recording_device, pd, length, access, address)
 
-    monkeypatch.setattr(verbs, "MR", mr_like_the_kernel)
+    monkeypatch.setattr(pv, "MR", mr_like_the_kernel)
     enforced, what = verbs.memlock_effect(1 << 20)
     assert enforced and seen == [1 << 19]
     assert "ulimit -l) is currently 524288 bytes" in what and "unlimited" in what
     assert resource.getrlimit(resource.RLIMIT_MEMLOCK) == before
     # A process the limit does not bind (CAP_IPC_LOCK): registration succeeds, and the text says why.
-    monkeypatch.setattr(verbs, "MR", lambda pd, length, access, address: RecordingMR(
+    monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: RecordingMR(
         recording_device, pd, length, access, address))
     enforced, what = verbs.memlock_effect(1 << 20)
     assert not enforced and "CAP_IPC_LOCK" in what
@@ -1096,9 +1104,9 @@ def test_gpu_memory_registers_by_dmabuf_else_by_address(monkeypatch, dmabuf):
         return read_fd
 
     monkeypatch.setattr(gpumem, "export_dmabuf", export)
-    monkeypatch.setattr(verbs, "DmaBufMR", lambda pd, length, access, dmabuf, offset: made.append(
+    monkeypatch.setattr(pv, "DmaBufMR", lambda pd, length, access, dmabuf, offset: made.append(
         ("dmabuf", length, dmabuf, offset)) or SimpleNamespace(lkey=1, rkey=2, close=lambda: None))
-    monkeypatch.setattr(verbs, "MR", lambda pd, length, access, address: made.append(
+    monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: made.append(
         ("address", length, address)) or SimpleNamespace(lkey=1, rkey=2, close=lambda: None))
     link = verbs.PairLink.__new__(verbs.PairLink)
     link.pd, link.device = None, "mlx5_0"

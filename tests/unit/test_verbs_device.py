@@ -26,7 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from threadpair import run_pair  # noqa: E402
 
 from acceptance.engines import memory, verbs
-from acceptance.engines.verbs import e
+from acceptance.engines.verbs import device as vdev
+from acceptance.engines.verbs import link as vlink
+from acceptance.engines.verbs import memreg as vmr
+from acceptance.engines.verbs import qp as vqp
+from acceptance.engines.verbs import wr as vwr
+from acceptance.engines.verbs.binding import e
 
 USABLE, WHY = verbs.available()
 pytestmark = pytest.mark.skipif(not USABLE, reason=f"no usable RDMA device: {WHY}")
@@ -34,7 +39,7 @@ pytestmark = pytest.mark.skipif(not USABLE, reason=f"no usable RDMA device: {WHY
 
 def active_port() -> tuple[str, int]:
     """(device, port) of the first ACTIVE port on this host."""
-    for name in verbs.device_names():
+    for name in vdev.device_names():
         with Context(name=name) as ctx:
             for port in range(1, ctx.query_device().phys_port_cnt + 1):
                 if ctx.query_port(port).state == e.ibv_port_state.IBV_PORT_ACTIVE:
@@ -45,7 +50,7 @@ def active_port() -> tuple[str, int]:
 @pytest.fixture
 def configured(monkeypatch):
     name, port = active_port()
-    monkeypatch.setattr(verbs, "_config", verbs.Config(name, verbs.Settings(port=port, tx_depth=32, cq_mod=8)))
+    monkeypatch.setattr(vdev, "_config", vdev.Config(name, vdev.Settings(port=port, tx_depth=32, cq_mod=8)))
     monkeypatch.delenv(memory.FLIP_ENV, raising=False)
     return name, port
 
@@ -55,23 +60,23 @@ def test_context_pd_mr_cq_qp_to_init(configured):
     with Context(name=name) as ctx:
         attr = ctx.query_port(port)
         if attr.link_layer == e.IBV_LINK_LAYER_ETHERNET:
-            gid_index = verbs.choose_gid_index(verbs.read_gid_rows(ctx, port, attr.gid_tbl_len))
+            gid_index = vqp.choose_gid_index(vqp.read_gid_rows(ctx, port, attr.gid_tbl_len))
         else:
             gid_index = 0
         gid = str(ctx.query_gid(port, gid_index))
         pd = PD(ctx)
         buf = memory.allocate(1 << 16)
-        mr = verbs._register(pd, buf, verbs.access_flags(*verbs.REG_ACCESS_NAMES))
-        verbs._check_keys(mr, buf.nbytes)
+        mr = vmr.register(pd, buf, vmr.access_flags(*vmr.REG_ACCESS_NAMES))
+        vmr.check_keys(mr, buf.nbytes)
         assert mr.buf == buf.ctypes.data and mr.length == buf.nbytes
         cq = CQ(ctx, 33)
-        qp = QP(pd, verbs.qp_init_attr(cq, cq, 32, 16, 0))
+        qp = QP(pd, vqp.qp_init_attr(cq, cq, 32, 16, 0))
         assert qp.qp_state == e.ibv_qp_state.IBV_QPS_RESET
-        me = verbs.Endpoint(qp_num=qp.qp_num, psn=1, lid=attr.lid, gid=gid, gid_index=gid_index,
+        me = vqp.Endpoint(qp_num=qp.qp_num, psn=1, lid=attr.lid, gid=gid, gid_index=gid_index,
                             mtu=int(attr.active_mtu), link_layer=int(attr.link_layer), rkey=mr.rkey,
                             addr=buf.ctypes.data, length=buf.nbytes, atomic_rkey=mr.rkey,
                             atomic_addr=buf.ctypes.data, max_rd_atomic=1)
-        state, init, mask = verbs.transition_attrs(me, me, verbs.Settings(port=port))[0]
+        state, init, mask = vqp.transition_attrs(me, me, vdev.Settings(port=port))[0]
         qp.modify(init, mask)
         assert state == "INIT" and qp.qp_state == e.ibv_qp_state.IBV_QPS_INIT
         qp.close()
@@ -121,7 +126,7 @@ def test_faulty_work_requests_fail_the_checks_on_the_device(configured, monkeypa
     nothing (a zero-length SGE), half of its bytes, or bytes from one place off, and every second
     fetch-and-add returns its value into the wrong slot; the target of the writes and the origin of
     the reads and atomics must count those as failed."""
-    real, calls, fetches = verbs.sge, [0], [0]
+    real, calls, fetches = vwr.sge, [0], [0]
 
     def faulty(addr, length, lkey):
         if length == 8:  # a fetched value's slot: every second add returns into the slot before
@@ -134,7 +139,7 @@ def test_faulty_work_requests_fail_the_checks_on_the_device(configured, monkeypa
 
     def rank(comm):
         link = verbs.PairLink(comm, 1 << 16)
-        monkeypatch.setattr(verbs, "sge", faulty)  # after the link's own receive SGE
+        monkeypatch.setattr(vlink, "sge", faulty)  # after the link's own receive SGE
         try:
             return (link.put_bandwidth(4096, 3, 1, 8, 0, (0, 1, 1)), link.read_bandwidth(4096, 3, 1, 8, 1, (1, 0, 2)),
                     link.atomic_latency(20, 2, 1))

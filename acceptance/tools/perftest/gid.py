@@ -12,7 +12,7 @@ def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | Non
     <root>/class/infiniband/<dev>/ports/<port>/gids/<i> and gid_attrs/types/<i> ("RoCE v2").
     """
     from ...host.sysfs import read_sysfs
-    from ...engines.verbs import GID_TYPE_ROCE_V2, GidRow, choose_gid_index, gid_is_zero
+    from ...engines.verbs.qp import GID_TYPE_ROCE_V2, GidRow, choose_gid_index, gid_is_zero
     base = Path(root) / "class" / "infiniband" / device / "ports" / str(port)
     try:
         indices = sorted(int(p.name) for p in (base / "gids").iterdir() if p.name.isdigit())
@@ -26,7 +26,7 @@ def roce_gid_index(root: str | os.PathLike, device: str, port: int) -> int | Non
 
 def ipv4_of_gid(gid: str) -> str | None:
     """"0000:0000:0000:0000:0000:ffff:c612:0101" -> "198.18.1.1"; None for a GID that is not IPv4-mapped."""
-    from ...engines.verbs import IPV4_MAPPED
+    from ...engines.verbs.qp import IPV4_MAPPED
     if not gid.lower().startswith(IPV4_MAPPED):
         return None
     digits = gid.replace(":", "")[-8:]
