@@ -17,25 +17,22 @@ from acceptance.analysis import analyze, evaluate, find, load_records
 from acceptance.engines.memory import MemoryUnavailable
 from acceptance.drivers import intranode
 from acceptance.drivers.intranode import (
-    CupyCopier,
     Measurement,
     Probe,
     Settings,
     StepFailed,
-    bound_to,
     decide,
     gbyte_per_s_ms,
-    local_cpus,
     lockstep,
-    normalize_pci,
     ordered_pairs,
     outliers,
-    parse_cpulist,
     probe,
     record_node,
     settings_from_profile,
     unordered_pairs,
 )
+from acceptance.engines import cuda_copy
+from acceptance.engines.cuda_copy import CupyCopier, bound_to, local_cpus, normalize_pci, parse_cpulist
 from acceptance.spec.profile import load_profile
 from acceptance.records.results import REQUIRED_KEYS, Recorder, RunFolder
 
@@ -485,7 +482,7 @@ class FakeCuda:
 
         def enable_peer(peer):
             if (cuda.current, peer) in cuda.enabled:
-                raise Error(intranode.PEER_ACCESS_ALREADY_ENABLED)
+                raise Error(cuda_copy.PEER_ACCESS_ALREADY_ENABLED)
             assert cuda.can_peer(cuda.current, peer)
             cuda.enabled.add((cuda.current, peer))
 
