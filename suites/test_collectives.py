@@ -62,6 +62,7 @@ def test_gpudirect_rdma_used(engine, topology, profile, record, run_folder):
     problems = None
     if topology.rank == 0:
         paths = net_paths(run_folder.path / "logs")
-        problems = record_gdr(paths, topology, rails_for(paths, topology, profile.get("topology.nic_rails")), record)
+        problems = record_gdr(paths, topology, rails_for(paths, topology, profile.get("topology.nic_rails")), record,
+                              profile)
     problems = topology.world.bcast(problems, root=0)
     assert not problems, "network traffic without GPUDirect RDMA:\n" + "\n".join(problems)

@@ -18,6 +18,9 @@ from .wording import capped, fmt_value, size_text, data_loss, fleet_basis
 
 
 
+GDR_METRICS = ("gdrdma", "gdrdma_sends", "gdrdma_support")
+
+
 def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None, row=None) -> str:
     higher = direction_of(suite, metric)
     unit = unit or ""
@@ -99,8 +102,9 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
                                 basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
                                                   h["unit"])))
 
-    # GPUDirect use (gdrdma, from NCCL's log) is a property of a node's NIC, not of a communicator.
-    per_comm = (f["suite"] == "collective") & (f["metric"] != "gdrdma")
+    # GPUDirect use (gdrdma and gdrdma_sends, from NCCL's log) is a property of a node's NIC, not of a
+    # communicator.
+    per_comm = (f["suite"] == "collective") & ~f["metric"].isin(GDR_METRICS)
     coll = f[per_comm]
     for (op, scope, metric), g in coll.groupby(["op", "scope", "metric"], dropna=False, sort=True):
         label = f"{op or 'collective'} over {scope or 'an unknown communicator'}"

@@ -344,6 +344,8 @@ def load_records(run_dir) -> pd.DataFrame:
     schema = run_schema(path)
     if schema == 1:
         df = _schema1(df)
+    if schema < 3:
+        df = _schema2(df)
     df.attrs["schema"] = schema
     df.attrs["skipped_lines"] = out["skipped"]
     df.attrs["source"] = str(path)
@@ -383,6 +385,18 @@ def run_schema(results: Path) -> int:
         raise InputError(f"{run_json}: schema {version} is newer than this harness reads ({SCHEMA_VERSION}): "
                          "upgrade acceptance to analyze it")
     return version
+
+
+def _schema2(df: pd.DataFrame) -> pd.DataFrame:
+    """Schema 2 and before: one gdrdma record per node and rail carried its own bound; a sends-only
+    one (warn, no threshold) is gdrdma_sends now, an idle NIC's (info) gdrdma_support."""
+    if not len(df) or "gdrdma" not in set(df["metric"].astype(str)):
+        return df
+    gdr = (df["suite"].astype(str) == "collective") & (df["metric"].astype(str) == "gdrdma")
+    verdict = df["verdict"].astype(str)
+    metric = df["metric"].astype(object).where(~(gdr & (verdict == "warn")), "gdrdma_sends")
+    metric = metric.where(~(gdr & (verdict == "info")), "gdrdma_support")
+    return df.assign(metric=pd.Categorical(metric))
 
 
 # Schema 1 only (docs/records.md "Schema versions"): a collective's op and scope were the test's

@@ -8,12 +8,11 @@ every channel connection, whether the NIC read/wrote GPU memory directly
 bandwidth, so only this check names the cause: nvidia_peermem not loaded,
 dma-buf unsupported, or a GPU-NIC distance beyond NCCL_NET_GDR_LEVEL.
 
-Records: suite "collective", metric "gdrdma", unit "bool", value 1 (every
-network connection of the rail on the node used GDRDMA) or 0; verdict fail
-when 0 and the receives (NCCL writing into GPU memory) lacked it, warn when
-only the sends lacked it (GPU Direct RDMA read off: NCCL_NET_GDR_READ, NCCL's
-default on PCIe-only platforms), pass when 1. A rail whose NIC carried no
-network traffic gets an info record when NCCL said whether GPU Direct RDMA is
+Records, suite "collective", judged by the one judge (acceptance.spec.catalog): "gdrdma" (bool) is
+1 when the rail's network receives on the node (NCCL writing into GPU memory) all used GDRDMA, and
+must be; "gdrdma_sends", recorded where they did, is 1 when the sends did too, and warns at 0 (GPU
+Direct RDMA read off: NCCL_NET_GDR_READ, NCCL's default on PCIe-only platforms). A rail whose NIC
+carried no network traffic gets "gdrdma_support" (info) when NCCL said whether GPU Direct RDMA is
 enabled for that NIC.
 """
 
@@ -22,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..host.counters import rails_of
+from ..spec import judge
 from ..engines.nccl_log import NetPaths, NicPaths
 
 SUITE = "collective"
@@ -54,8 +54,9 @@ def rails_for(paths: NetPaths, topology, nic_rails: Mapping[str, int] | None = N
     return out
 
 
-def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], record: Callable) -> list[str]:
-    """Record metric "gdrdma" per (node, rail) from parsed NCCL logs; return the failures' messages.
+def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], record: Callable, profile) -> list[str]:
+    """Record "gdrdma" (and "gdrdma_sends", "gdrdma_support") per (node, rail) from parsed NCCL logs
+    through the judge; return the failures' messages.
 
     record(metric, value, unit, **fields) is the suite's recorder (acceptance.records.results.Recorder.bind);
     NICs that map to no rail are recorded with rail None and named in the detail.
@@ -69,23 +70,21 @@ def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], recor
     for (node, rail), nics in sorted(groups.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         ranks = [r.rank for r in topology.ranks if r.node == node and (rail is None or r.rail == rail)]
         names = ", ".join(n.hca for n in nics)
-        common = {"suite": SUITE, "nodes": [node], "rail": rail, "ranks": ranks, "engine": "nccl",
-                  "memory": "cuda", "size": None}
+        common = {"nodes": [node], "rail": rail, "ranks": ranks, "engine": "nccl", "memory": "cuda"}
         evidence = [line for n in nics for line in n.evidence]
         total = sum(n.connections for n in nics)
         if not total:
             support = [n.gdr_support for n in nics if n.gdr_support is not None]
             if rail is None or not support:
                 continue
-            record(METRIC, int(all(support)), "bool", samples=1, threshold=None, verdict="info",
-                   detail=f"{names}: no network traffic in these communicators; NCCL: " + "; ".join(evidence),
-                   **common)
+            judge.record(record, profile, SUITE, "gdrdma_support", int(all(support)), samples=1,
+                         detail=f"{names}: no network traffic in these communicators; NCCL: " + "; ".join(evidence),
+                         **common)
             continue
         gdr = sum(n.gdr_connections for n in nics)
         receives, gdr_receives = sum(n.receives for n in nics), sum(n.gdr_receives for n in nics)
         used = gdr == total
         staged = receives == 0 or gdr_receives < receives
-        verdict = "pass" if used else ("fail" if staged else "warn")
         via = ", ".join(n.via for n in nics)
         detail = (f"{names} ({via}): {gdr}/{total} network channel connections with GDRDMA "
                   f"({gdr_receives}/{receives} receives)")
@@ -97,10 +96,13 @@ def record_gdr(paths: NetPaths, topology, rails: Mapping[str, int | None], recor
                        "; sends only: GPU Direct RDMA read is off (NCCL_NET_GDR_READ)")
         if evidence:
             detail += "; NCCL: " + "; ".join(evidence)
-        # Receives staged through host memory are the failure; sends without GDR (NCCL's default
-        # on PCIe-only platforms) are only noted, so that record carries no bound.
-        record(METRIC, int(used) if verdict != "warn" else 0, "bool", samples=total,
-               threshold=None if verdict == "warn" else 1, verdict=verdict, detail=detail, **common)
+        receives_ok = used or not staged
+        _, verdict = judge.record(record, profile, SUITE, METRIC, int(receives_ok), samples=total, detail=detail,
+                                  **common)
         if verdict == "fail":
             problems.append(f"{node} rail {rail if rail is not None else '?'}: {detail}")
+        sends = total - receives
+        if receives_ok and sends:
+            judge.record(record, profile, SUITE, "gdrdma_sends", int(gdr - gdr_receives == sends), samples=sends,
+                         detail=detail, **common)
     return problems

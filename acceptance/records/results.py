@@ -33,12 +33,14 @@ OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "s
                  "saturated")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
-# test id and the detail, for such folders only. A folder of a newer schema than this is refused.
-SCHEMA_VERSION = 2
+# test id and the detail, for such folders only. 3: retransmission counters judged per million packets
+# (their `<name>_ppm` records), GPUDirect RDMA as gdrdma / gdrdma_sends / gdrdma_support judged by the
+# catalog; load reads a schema 2 folder by schema 2's rules. A folder of a newer schema is refused.
+SCHEMA_VERSION = 3
 SCOPES = ("world", "rail", "node")
 SATURATED = ("during", "before")
 # How a record's threshold was derived: a number in the profile ("absolute"), the line-rate floor
-# ("line_rate"), the bound the test itself set ("recorded"), or the run's own population of comparable
+# ("line_rate"), the bound the test itself set ("recorded", schema 2 and before), or the run's own population of comparable
 # measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
 # only the absolute floor is known). "fleet_too_few": a fleet bound applies, but the population was too
 # small to derive it: the record warns, never passes (acceptance.spec.judge).

@@ -28,9 +28,10 @@ GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records G
 #   memlock   at least the key's size, or "unlimited"
 #   ranks     equal to topology.rails, or to most nodes' count when that is 0
 #   versions  zero mismatches when the key (preflight.same_versions) is on
-#   recorded  the bound the test wrote (the suite decides, e.g. where GPUDirect is required)
+#   one       must be 1 (a flag that must hold: GPUDirect RDMA in use)
 #   counter   by the counter's kind (acceptance.host.counter_kinds.kind_of): errors, discards, pause, CNP
-BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "recorded", "counter")
+# A metric marked `advisory` warns where its bound is not met, instead of failing.
+BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "one", "counter")
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Metric:
     curve: bool = False
     export: str | None = None
     when: tuple[tuple[str, object], ...] = ()  # a collective's (op, node) this entry's key is for
+    advisory: bool = False          # outside its bound: warn, not fail
     # The profile key the metric owns: setting(acceptance.spec.profile) builds its Field (type, default, help).
     # None where the key is a general setting defined in acceptance.spec.profile (topology.rails).
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
@@ -187,8 +189,12 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
           for op in ("allreduce", "alltoall") for node in (False, True)),
         Metric(("algbw",), "GB/s", True, label="algbw"),
         DATA_ERRORS,
-        # GPUDirect RDMA per node and rail, from NCCL's log: the suite decides where it is required.
-        Metric(("gdrdma",), "bool", True, "recorded", label="GPUDirect RDMA in use"),
+        # GPUDirect RDMA per node and rail, from NCCL's log (acceptance.drivers.gpudirect_paths): the
+        # network receives (NCCL writing into GPU memory) must use it; sends without it (GPU Direct RDMA
+        # read off, NCCL's default on PCIe-only platforms) warn; a NIC without traffic is noted.
+        Metric(("gdrdma",), "bool", True, "one", label="GPUDirect RDMA in use"),
+        Metric(("gdrdma_sends",), "bool", True, "one", advisory=True, label="GPUDirect RDMA on the sends"),
+        Metric(("gdrdma_support",), "bool", True, label="GPUDirect RDMA enabled for an idle NIC"),
     )),
     Suite("incast", ("IncastGroup",), (
         Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness",

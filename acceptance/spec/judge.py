@@ -25,7 +25,7 @@ import numpy as np
 from . import catalog
 from .catalog import Metric
 from .profile import Profile
-from ..records.results import BOUND_KINDS, VERDICTS
+from ..records.results import BOUND_KINDS, SCHEMA_VERSION, VERDICTS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +71,7 @@ def size_bound(size_map, sizes: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(sizes), np.nan, out)
 
 
-ABSOLUTE, LINE_RATE, RECORDED, FLEET, FLEET_TOO_FEW = BOUND_KINDS
+ABSOLUTE, LINE_RATE, _RECORDED_BEFORE_SCHEMA_3, FLEET, FLEET_TOO_FEW = BOUND_KINDS
 
 
 def bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profile: Profile,
@@ -98,6 +98,8 @@ def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profi
         return np.full(n, np.nan if bound is None else float(bound) * metric.scale), no_floor
     if metric.bound == "zero":
         return np.zeros(n), no_floor
+    if metric.bound == "one":
+        return np.ones(n), no_floor
     if metric.bound == "versions":
         return np.full(n, 0.0 if profile.get("preflight.same_versions") else np.nan), no_floor
     if metric.bound == "ranks":
@@ -228,6 +230,11 @@ def compare(values: np.ndarray, bound: np.ndarray, higher: bool | None) -> np.nd
     return out
 
 
+def advised(metric: Metric, codes: np.ndarray) -> np.ndarray:
+    """An advisory metric's failures are warnings (catalog: Metric.advisory)."""
+    return np.where(codes == FAIL, WARN, codes).astype(np.int8) if metric.advisory else codes
+
+
 def memlock(values: np.ndarray, profile: Profile, key: str) -> tuple[np.ndarray, np.ndarray]:
     """The suite records null (detail "unlimited") for no limit."""
     minimum = profile.get(key)
@@ -244,13 +251,15 @@ COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm"}
 
 
 def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,
-            profile: Profile | dict) -> tuple[np.ndarray, np.ndarray]:
+            profile: Profile | dict, retransmit_counts: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Port counter deltas: an error counter fails when it rises more than errors_max, a retransmit
     counter per million packets of its port (unit ppm) above retransmit_ppm_max (and warns when the
     rate is unknown: no packet count, or the counter reset or wrapped), a discard counter warns above discards_max; pause and CNP rates (unit 1/s) warn
     above their bounds. Each is judged in the unit its catalog entry names; a count beside a derived
     value is information. A saturated counter has no delta (value null) and a `saturated` field: one
-    that saturated during the window ("during") rose; one saturated before it ("before") only warns."""
+    that saturated during the window ("during") rose; one saturated before it ("before") only warns.
+    `retransmit_counts`: a run folder of schema 2 or before, which has no per-packet records: a
+    retransmission counter's count is judged as an error's was then (errors_max)."""
     from ..host.counter_kinds import kind_of
     threshold = np.full(len(values), np.nan)
     verdict = np.full(len(values), INFO, dtype=np.int8)
@@ -260,6 +269,8 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated:
         suffix = COUNTER_SUFFIX.get(unit)
         kind = kind_of(name[:-len(suffix)] if suffix and name.endswith(suffix) else name)
         entry = catalog.metric("counters", kind)
+        if retransmit_counts and kind == "retransmit" and unit == "count":
+            entry = catalog.metric("counters", "error")
         if entry is None or entry.unit != unit:
             continue  # information: data, wait, corrected, other, and the count beside a derived value
         bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.spec.counter_verdicts.Limits)
@@ -313,7 +324,8 @@ def judge_records(df: pd.DataFrame, profile: Profile) -> Judged:
             idx = np.flatnonzero(in_suite)
             out.threshold[idx], out.verdict[idx] = counter(df["metric"].to_numpy()[idx].astype(object),
                                                            df["unit"].to_numpy()[idx].astype(object), value[idx],
-                                                           _text(df, "saturated", idx), profile)
+                                                           _text(df, "saturated", idx), profile,
+                                                           retransmit_counts=df.attrs.get("schema", SCHEMA_VERSION) < 3)
             out.bound[idx] = np.where(np.isnan(out.threshold[idx]), None, ABSOLUTE)
             continue
         for m in suite.metrics:
@@ -333,14 +345,10 @@ def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profil
         out.threshold[idx], out.verdict[idx] = memlock(v, profile, m.key)
         out.bound[idx] = ABSOLUTE
         return
-    if m.bound == "recorded":  # the bound the suite wrote (null: nothing required)
-        b = floats(df["threshold"])[idx] if "threshold" in df.columns else np.full(len(idx), np.nan)
-        kind = np.where(np.isnan(b), None, RECORDED)
-    else:
-        its = df["iteration"].to_numpy()[idx] if "iteration" in df.columns else None
-        b, by_floor = absolute_bounds(m, v, s, profile, its)
-        kind = np.where(np.isnan(b), None, np.where(by_floor, LINE_RATE, ABSOLUTE)).astype(object)
-    code = compare(v, b, m.higher)
+    its = df["iteration"].to_numpy()[idx] if "iteration" in df.columns else None
+    b, by_floor = absolute_bounds(m, v, s, profile, its)
+    kind = np.where(np.isnan(b), None, np.where(by_floor, LINE_RATE, ABSOLUTE)).astype(object)
+    code = advised(m, compare(v, b, m.higher))
     factor = fleet_factor(profile, suite, name)
     if factor is not None:
         factor = fleet_factors(factor, s)
@@ -350,7 +358,7 @@ def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profil
         stricter = judged & (np.isnan(b) | ((fb > b) if m.higher else (fb < b)))
         b = np.where(stricter, fb, b)
         kind = np.where(stricter, FLEET, kind)
-        code = compare(v, b, m.higher)
+        code = advised(m, compare(v, b, m.higher))
         # Too few to compare with: the record says so and warns (a failing absolute bound still fails).
         too_few = applies & np.isnan(fb)
         kind = np.where(too_few, FLEET_TOO_FEW, kind)
@@ -388,7 +396,7 @@ def judge_one(suite: str, name: str, value: float | None, profile: Profile, size
         b, code = np.full(1, np.nan), np.full(1, INFO, dtype=np.int8)
     else:
         b, by_floor = absolute_bounds(m, v, s, profile)
-        code = compare(v, b, m.higher)
+        code = advised(m, compare(v, b, m.higher))
     bound = None if np.isnan(b[0]) else float(b[0])
     kind = None if bound is None else LINE_RATE if by_floor[0] else ABSOLUTE
     verdict = VERDICTS[int(code[0])]

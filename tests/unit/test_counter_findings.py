@@ -122,3 +122,18 @@ def test_retransmissions_are_judged_per_million_packets_of_their_port(tmp_path, 
     toml.write_text('extends = "local"\n[counters]\nretransmit_ppm_max = 2000\n')
     relaxed = [r for r in window(change, str(toml)) if r["metric"] == "out_of_sequence_ppm"]
     assert relaxed and {r["verdict"] for r in relaxed} == {"pass"}
+
+
+def test_a_schema_2_folder_judges_retransmission_counts_as_errors_as_it_did(tmp_path, node_tree):
+    """Schema 2 recorded retransmission counters' counts only, judged by errors_max: re-analysis keeps
+    that rule for such folders (its per-packet records are not there to judge) and only for them."""
+    recs = [r for r in window(lambda: fakesysfs.set_counter(node_tree, "mlx5_1", 1, "out_of_sequence", 30, hw=True))
+            if not r["metric"].endswith("_ppm")]  # what a schema 2 window left
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=4, latency=False, collectives=False, memreg=False)
+    with open(run / "results.jsonl", "a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in recs)
+    assert not [f for f in analyze(run).findings if f["kind"] == "counter"]  # schema 3: the count is information
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "schema": 2}))
+    (f,) = [f for f in analyze(run).findings if f["kind"] == "counter"]
+    assert (f["node"], f["rail"], f["metric"], f["severity"], f["value"]) == ("node03", 1, "out_of_sequence", "fail", 30.0)

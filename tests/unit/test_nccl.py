@@ -20,6 +20,7 @@ from acceptance.engines import mpi, nccl, nccl_log
 from acceptance.engines.collective_data import ALLREDUCE, ALLTOALL, Wrong, compare
 from acceptance.engines.registry import BUILT, PREFERENCE, select
 from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
+from acceptance.spec.profile import load_profile
 from acceptance.records.results import REQUIRED_KEYS, Recorder, make_record
 from acceptance.runtime.topology import RankInfo, Topology
 
@@ -722,6 +723,9 @@ def _topology(hosts_rails):
     return Topology(MPI.COMM_SELF, ranks)
 
 
+PROFILE = load_profile("local")
+
+
 def _recorder():
     rec = Recorder(rank=0, node="gpu-a01", rail=None)
     return rec, rec.bind("suites/test_collectives.py::test_allreduce[world]", "collective")
@@ -734,8 +738,8 @@ def test_record_gdr_one_record_per_rail_per_node_that_make_record_accepts():
     rails = rails_for(paths, topo)
     assert rails == {"mlx5_0": 0, "mlx5_3": 1}  # as many NICs as rails: i-th NIC, i-th rail
     rec, record = _recorder()
-    assert record_gdr(paths, topo, rails, record) == []
-    records = rec.take()
+    assert record_gdr(paths, topo, rails, record, PROFILE) == []
+    records = [r for r in rec.take() if r["metric"] == "gdrdma"]
     assert [(r["nodes"], r["rail"], r["value"], r["verdict"]) for r in records] == [
         (["node1"], 0, 1, "pass"), (["node1"], 1, 1, "pass"), (["node2"], 0, 1, "pass"), (["node2"], 1, 1, "pass")]
     for r in records:
@@ -753,9 +757,11 @@ def test_record_gdr_fails_a_staged_rail_and_informs_on_an_idle_one():
     paths = nccl_log.parse_nccl_debug(ROCE_NO_GDR + SEND_WITHOUT_GDR_READ)
     rails = {"mlx5_0": 0, "mlx5_1": 1, "mlx5_2": 2}
     rec, record = _recorder()
-    problems = record_gdr(paths, topo, rails, record)
-    got = [(r["nodes"][0], r["rail"], r["value"], r["verdict"], r["threshold"]) for r in rec.take()]
-    assert got == [("pcie-01", 2, 0, "warn", None), ("roce-07", 0, 0, "fail", 1), ("roce-07", 1, 0, "fail", 1)]
+    problems = record_gdr(paths, topo, rails, record, PROFILE)
+    got = [(r["nodes"][0], r["rail"], r["metric"], r["value"], r["verdict"], r["threshold"]) for r in rec.take()]
+    # pcie-01's receives used GPUDirect RDMA, its sends did not (a warning); roce-07 staged through host memory.
+    assert got == [("pcie-01", 2, "gdrdma", 1, "pass", 1), ("pcie-01", 2, "gdrdma_sends", 0, "warn", 1),
+                   ("roce-07", 0, "gdrdma", 0, "fail", 1), ("roce-07", 1, "gdrdma", 0, "fail", 1)]
     assert [p.split(":")[0] for p in problems] == ["roce-07 rail 0", "roce-07 rail 1"]
     assert "NCCL staged through host memory" in problems[0] and "Disabled for HCA 0 'mlx5_0'" in problems[0]
 
@@ -765,14 +771,15 @@ def test_record_gdr_fails_a_staged_rail_and_informs_on_an_idle_one():
             "n1:5:6 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n")
     rec, record = _recorder()
     assert record_gdr(nccl_log.parse_nccl_debug(idle), _topology([("n1", "n1", 0), ("n1", "n1", 1)]),
-                      {"mlx5_0": 0, "mlx5_1": 1}, record) == []
-    assert [(r["rail"], r["value"], r["verdict"], r["threshold"]) for r in rec.take()] == [
-        (0, 1, "info", None), (1, 0, "info", None)]
+                      {"mlx5_0": 0, "mlx5_1": 1}, record, PROFILE) == []
+    assert [(r["rail"], r["metric"], r["value"], r["verdict"], r["threshold"]) for r in rec.take()] == [
+        (0, "gdrdma_support", 1, "info", None), (1, "gdrdma_support", 0, "info", None)]
 
 
 def test_record_gdr_on_sockets_says_tcp():
     rec, record = _recorder()
-    problems = record_gdr(nccl_log.parse_nccl_debug(SOCKET_ONLY), _topology([("head-1", "head-1", 0)]), {}, record)
+    problems = record_gdr(nccl_log.parse_nccl_debug(SOCKET_ONLY), _topology([("head-1", "head-1", 0)]), {}, record,
+                          PROFILE)
     (r,) = rec.take()
     assert (r["rail"], r["value"], r["verdict"]) == (None, 0, "fail")
     assert "TCP sockets (NET/Socket), not RDMA" in r["detail"] and problems[0].startswith("head-1 rail ?: eth0")
@@ -818,7 +825,7 @@ def test_a_staged_rail_is_a_finding_naming_the_node(tmp_path):
     from acceptance.analysis import analyze
     topo = _topology([("roce-07", "roce-07", 0), ("roce-07", "roce-07", 1)])
     rec, record = _recorder()
-    record_gdr(nccl_log.parse_nccl_debug(ROCE_NO_GDR), topo, {"mlx5_0": 0, "mlx5_1": 1}, record)
+    record_gdr(nccl_log.parse_nccl_debug(ROCE_NO_GDR), topo, {"mlx5_0": 0, "mlx5_1": 1}, record, PROFILE)
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
     with open(run / "results.jsonl", "a") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rec.take())
@@ -828,3 +835,34 @@ def test_a_staged_rail_is_a_finding_naming_the_node(tmp_path):
     found = [f for f in analyze(run).findings if f["metric"] == "gdrdma"]
     assert [(f["severity"], f["scope"], f["node"]) for f in found] == [("fail", "node", "roce-07")]
     assert "NCCL staged through host memory" in " ".join(found[0]["evidence"])
+
+
+def test_a_schema_2_gdrdma_record_that_warned_still_warns(tmp_path):
+    """Schema 2 wrote one gdrdma record per node and rail with its own bound: a sends-only one (warn,
+    no threshold) reads as gdrdma_sends and an idle NIC's (info) as gdrdma_support, so re-analysis of
+    such a folder neither fails what warned nor judges what was information."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import synthetic
+
+    from acceptance.analysis import analyze
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, collectives=False, memreg=False)
+    common = {"test": "suites/test_collectives.py::test_gpudirect_rdma_used", "suite": "collective", "unit": "bool",
+              "size": None, "ranks": [0], "engine": "nccl", "memory": "cuda", "iteration": 0,
+              "time": "2026-01-01T00:00:00Z", "samples": 4}
+    old = [{**common, "metric": "gdrdma", "value": 0, "nodes": ["node01"], "rail": 0, "threshold": None,
+            "verdict": "warn", "detail": "mlx5_0 (NET/IB/0): 2/4 ...; sends only"},
+           {**common, "metric": "gdrdma", "value": 0, "nodes": ["node02"], "rail": 1, "threshold": None,
+            "verdict": "info", "detail": "mlx5_1: no network traffic in these communicators"},
+           {**common, "metric": "gdrdma", "value": 0, "nodes": ["node03"], "rail": 0, "threshold": 1,
+            "verdict": "fail", "detail": "mlx5_0 (NET/IB/0): 0/4 ...; NCCL staged through host memory"}]
+    with open(run / "results.jsonl", "a") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in old)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "schema": 2}))
+    a = analyze(run)
+    assert [(f["severity"], f["node"], f["metric"]) for f in a.findings if f["metric"].startswith("gdrdma")] == [
+        ("fail", "node03", "gdrdma")]
+    gdr = a.records[a.records["metric"].astype(str).str.startswith("gdrdma")]
+    assert sorted(zip(gdr["src"].astype(str), gdr["metric"].astype(str), gdr["verdict"].astype(str))) == [
+        ("node01", "gdrdma_sends", "warn"), ("node02", "gdrdma_support", "info"), ("node03", "gdrdma", "fail")]
+
