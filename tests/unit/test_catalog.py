@@ -30,7 +30,7 @@ def test_every_suite_names_its_metrics_once():
         assert len(names) == len(set(names)), suite.name
         for m in suite.metrics:
             assert m.unit and m.label, (suite.name, m.names)
-            assert (m.key is None) == (m.bound in ("none", "zero", "recorded")), (suite.name, m.names)
+            assert (m.key is None) == (m.bound in ("none", "zero", "one")), (suite.name, m.names)
 
 
 def test_roles_come_from_the_catalog():
