@@ -38,7 +38,6 @@ from acceptance.host import nics  # noqa: E402
 from acceptance.host import sysfs  # noqa: E402
 from acceptance.tools import perftest  # noqa: E402
 from acceptance.engines import verbs  # noqa: E402
-from acceptance.engines.verbs import device as vdev  # noqa: E402
 from acceptance.measure import gbit_per_s, percentiles, us  # noqa: E402
 from acceptance.spec.profile import format_size, load_profile, parse_size  # noqa: E402
 
@@ -93,11 +92,12 @@ def main() -> int:
     counts = QUICK if args.quick else FULL
     try:
         profile = load_profile(args.profile)
-        settings = vdev.Settings.from_profile(profile)
+        settings = verbs.Settings.from_profile(profile)
         devices = args.devices.split(",") if args.devices else default_devices()
         device = devices[rank]
         size, window = parse_size(args.size), settings.tx_depth
-        vdev.use(device, settings)
+        engine = verbs.VerbsEngine()
+        engine.use(device, settings)
         root = sysfs.sysfs_root()
         gid = settings.gid_index if settings.gid_index >= 0 else perftest.roce_gid_index(root, device, settings.port)
         netdev = next((p.netdev for p in sysfs.ports(root, [device]) if p.port == settings.port), None)
@@ -111,7 +111,7 @@ def main() -> int:
         ratios = {"bw": [], "lat": []}
         values = {k: ([], []) for k in ratios}
         for r in range(args.rounds):
-            link = verbs.PairLink(comm, size)
+            link = engine.PairLink(comm, size)
             try:
                 runs = {
                     "engine": {"bw": lambda: engine_bandwidth(link, size, window, counts["bw_iters"], counts["warmup"]),

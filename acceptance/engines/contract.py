@@ -1,10 +1,11 @@
 """What an engine is, as the drivers use it: small Protocols (one per role, as pytest-xdist's
 scheduler protocol) and the one result type of a point-to-point operation.
 
-An engine is a module (mpi, verbs, nccl) with NAME, OFFERS, available(), configure() and
-used_device(); OFFERS
-names the operations it has, from the catalog's engine_needs (acceptance.spec.catalog Suite), and
-acceptance.engines.registry chooses by it, never by looking for attributes.
+An engine is a class (MpiEngine, VerbsEngine, NcclEngine), registered by its NAME
+(acceptance.engines.registry.register) and made once per process, which keeps its set-up (the
+device, settings or GPU configure() chose); OFFERS names the operations it has, from the
+catalog's engine_needs (acceptance.spec.catalog Suite), and the registry chooses by it, never by
+looking for attributes.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class IncastGroup(Protocol):
 
 @runtime_checkable
 class Engine(Protocol):
-    """An engine module: its name, what it offers, whether it can run here, and its set-up."""
+    """An engine: its name, what it offers, whether it can run here, and its set-up."""
 
     NAME: str
     OFFERS: frozenset

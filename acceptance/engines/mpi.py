@@ -23,12 +23,8 @@ from ..measure import Tally, timed, timed_capped, timed_sequence, timed_verified
 from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers
 from .contract import Transfer
+from .registry import register
 from .memory import allocate, counter_tally, fetched_tally, fill_pattern, poison, slot_tally
-
-NAME = "mpi"
-# What this engine can do (acceptance.engines.contract.OPERATIONS).
-OFFERS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times", "registration_growth"))
-
 
 def available() -> tuple[bool, str]:
     """The mpi engine runs wherever mpi4py imports: which library, its MPI version, and mpi4py's."""
@@ -38,15 +34,6 @@ def available() -> tuple[bool, str]:
     lib = " ".join(lib.split(",")[0].replace("Version:", "").split())
     major, minor = MPI.Get_version()
     return True, f"{lib} (MPI {major}.{minor}) via mpi4py {mpi4py.__version__}"
-
-
-def used_device() -> str | None:
-    """The RDMA device this rank measures through: the MPI library picks its own, unnamed here."""
-    return None
-
-
-def configure(topology, profile, log_dir=None) -> None:
-    """Nothing to pick: the MPI library chooses its own devices."""
 
 
 # ---- memory registration ----------------------------------------------------
@@ -481,3 +468,24 @@ def checked(comm: MPI.Comm, nbytes: int, times: np.ndarray, tally: Tally) -> Col
     firsts = [p[2] for p in per_rank if p[2]]
     return Collective(nbytes, slowest(comm, times), sum(p[1] for p in per_rank), firsts[0] if firsts else None,
                       ops=max(p[0] for p in per_rank), ops_failed=len(failed), missing=len(missing & failed))
+
+
+@register
+class MpiEngine:
+    """The mpi engine of one process (acceptance.engines.registry). It has nothing to set up: the MPI
+    library picks its own devices, so its operations are this module's."""
+
+    NAME = "mpi"
+    # What this engine can do (acceptance.engines.contract.OPERATIONS).
+    OFFERS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times", "registration_growth"))
+    available = staticmethod(available)
+    PairLink, IncastGroup = PairLink, IncastGroup
+    allreduce, alltoall = staticmethod(allreduce), staticmethod(alltoall)
+    register_times, registration_growth = staticmethod(register_times), staticmethod(registration_growth)
+
+    def configure(self, topology, profile, log_dir=None) -> None:
+        """Nothing to pick: the MPI library chooses its own devices."""
+
+    def used_device(self) -> str | None:
+        """The RDMA device this rank measures through: the MPI library picks its own, unnamed here."""
+        return None

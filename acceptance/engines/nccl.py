@@ -1,7 +1,7 @@
 """The `nccl` engine: all-reduce and all-to-all on GPUs through cupy.cuda.nccl.
 
-Same collective interface as the `mpi` engine (NAME, available, configure,
-allreduce, alltoall -> mpi.Collective), on cupy device memory through an NCCL
+NcclEngine has the collective interface of the `mpi` engine (NAME, available,
+configure, allreduce, alltoall -> mpi.Collective), on cupy device memory through an NCCL
 communicator built for the given mpi4py communicator: comm rank 0 calls
 ncclGetUniqueId, `comm.bcast` hands the id to every rank, each rank calls
 ncclCommInitRank with its comm rank. The NCCL communicator is cached on the
@@ -38,6 +38,7 @@ import contextlib
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,10 +47,8 @@ from mpi4py import MPI
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers
 from . import nccl_log
 from .mpi import Collective, checked
+from .registry import register
 
-NAME = "nccl"
-# What this engine can do (acceptance.engines.contract.OPERATIONS): the collectives, on GPUs.
-OFFERS = frozenset(("allreduce", "alltoall"))
 
 
 
@@ -107,12 +106,23 @@ def _device_name(cupy, i: int) -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-class _State:
-    device: int | None = None   # the CUDA device this process uses
-    stream = None               # the engine's cupy stream on that device
+@dataclass
+class Gpu:
+    """The CUDA device a process's collectives run on, and the engine's cupy stream there."""
 
+    device: int | None = None   # None: the current device (a script, a test), fixed at first use
+    stream: object = None
 
-_state = _State()
+    def device_id(self, cupy) -> int:
+        if self.device is None:
+            self.device = cupy.cuda.Device().id
+        return self.device
+
+    def stream_of(self, cupy):
+        if self.stream is None:
+            with cupy.cuda.Device(self.device_id(cupy)):
+                self.stream = cupy.cuda.Stream(non_blocking=True)
+        return self.stream
 
 
 def device_for(local_rank: int, device_count: int) -> int:
@@ -120,45 +130,6 @@ def device_for(local_rank: int, device_count: int) -> int:
     if device_count < 1:
         raise ValueError(f"no CUDA device to choose from (device count {device_count})")
     return local_rank % device_count
-
-
-def used_device() -> str | None:
-    """The RDMA device this rank measures through: NCCL picks its own per channel (its log names them)."""
-    return None
-
-
-def configure(topology, profile, log_dir: str | os.PathLike | None = None) -> None:
-    """Pick this rank's GPU: local_rank % device_count, counted among the devices the
-    process sees, so CUDA_VISIBLE_DEVICES (Slurm --gpu-bind, a site wrapper) is respected:
-    with one visible GPU per rank every rank uses its device 0.
-
-    More ranks on a node than GPUs makes two ranks share a GPU, and NCCL refuses two ranks
-    of one communicator on one GPU ("Duplicate GPU detected"): run one rank per GPU.
-
-    log_dir (default: $ACCEPTANCE_RUN_DIR/logs when that is set) turns on NCCL's INFO
-    output for this process's communicators, one file per process (capture_nccl_debug).
-    """
-    cupy = _cupy()
-    device = device_for(topology.me.local_rank, cupy.cuda.runtime.getDeviceCount())
-    cupy.cuda.Device(device).use()
-    _state.device, _state.stream = device, None
-    if log_dir is None and os.environ.get("ACCEPTANCE_RUN_DIR"):
-        log_dir = Path(os.environ["ACCEPTANCE_RUN_DIR"]) / "logs"
-    if log_dir is not None and not _live:
-        capture_nccl_debug(log_dir)
-
-
-def _device(cupy) -> int:
-    if _state.device is None:  # not configured (a script, a test): the current device
-        _state.device = cupy.cuda.Device().id
-    return _state.device
-
-
-def _stream(cupy):
-    if _state.stream is None:
-        with cupy.cuda.Device(_device(cupy)):
-            _state.stream = cupy.cuda.Stream(non_blocking=True)
-    return _state.stream
 
 
 # ---- communicators ----------------------------------------------------------------
@@ -204,8 +175,9 @@ def destroy_all() -> None:
 
 
 def _new_nccl_comm(comm: MPI.Comm):
-    """ncclGetUniqueId on comm rank 0, comm.bcast, ncclCommInitRank on every rank (collective)."""
-    cupy = _cupy()
+    """ncclGetUniqueId on comm rank 0, comm.bcast, ncclCommInitRank on every rank (collective), on the
+    current CUDA device (the collectives make it theirs first)."""
+    _cupy()  # a clear error where cupy is missing
     from cupy.cuda import nccl
 
     uid, error = None, None
@@ -217,8 +189,7 @@ def _new_nccl_comm(comm: MPI.Comm):
     uid, error = comm.bcast((uid, error), root=0)
     if error:
         raise RuntimeError(error)
-    with cupy.cuda.Device(_device(cupy)):
-        return nccl.NcclCommunicator(comm.Get_size(), uid, comm.Get_rank())
+    return nccl.NcclCommunicator(comm.Get_size(), uid, comm.Get_rank())  # on the current device
 
 
 def communicator(comm: MPI.Comm, make: Callable[[MPI.Comm], object] = _new_nccl_comm):
@@ -272,16 +243,17 @@ def _event_times(cupy, op: Callable[[], None], iters: int, warmup: int, stream,
 
 
 def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int,
-              verified: frozenset[int] = frozenset()) -> Collective:
+              verified: frozenset[int] = frozenset(), gpu: Gpu | None = None) -> Collective:
     """Sum of float64 vectors of `size` bytes on the GPU; inputs are small integers, so the sum is exact."""
     cupy = _cupy()
     from cupy.cuda import nccl
 
     rank, n = comm.Get_rank(), comm.Get_size()
     count = ALLREDUCE.elements(size, n)
-    nc = communicator(comm)
-    stream = _stream(cupy)
-    with cupy.cuda.Device(_device(cupy)):
+    gpu = gpu or Gpu()  # the engine's; a script's or test's call: the current device, a stream of its own
+    stream = gpu.stream_of(cupy)
+    with cupy.cuda.Device(gpu.device_id(cupy)):
+        nc = communicator(comm)
         b = Buffers(cupy, ALLREDUCE, count, rank, n)
         cupy.cuda.Device().synchronize()  # inputs are built on the default stream
         sp, rp, sptr, dtype, op_sum = b.send.data.ptr, b.recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64, nccl.NCCL_SUM
@@ -294,7 +266,7 @@ def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int,
 
 
 def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
-             verified: frozenset[int] = frozenset()) -> Collective:
+             verified: frozenset[int] = frozenset(), gpu: Gpu | None = None) -> Collective:
     """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests
     alltoall: one ncclSend + ncclRecv per peer inside one ncclGroupStart/ncclGroupEnd."""
     cupy = _cupy()
@@ -302,9 +274,10 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
 
     rank, n = comm.Get_rank(), comm.Get_size()
     block = ALLTOALL.elements(size, n)
-    nc = communicator(comm)
-    stream = _stream(cupy)
-    with cupy.cuda.Device(_device(cupy)):
+    gpu = gpu or Gpu()  # the engine's; a script's or test's call: the current device, a stream of its own
+    stream = gpu.stream_of(cupy)
+    with cupy.cuda.Device(gpu.device_id(cupy)):
+        nc = communicator(comm)
         b = Buffers(cupy, ALLTOALL, block, rank, n)
         cupy.cuda.Device().synchronize()
         step = block * 8
@@ -320,3 +293,50 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
 
         times = _event_times(cupy, op, iters, warmup, stream, b, verified)
     return checked(comm, ALLTOALL.nbytes(block, n), times, b.tally)
+
+
+@register
+class NcclEngine:
+    """The nccl engine of one process (acceptance.engines.registry): the GPU this rank's collectives
+    run on, set by configure(). NCCL communicators are cached per MPI communicator (an attribute of
+    it, freed with it) and destroyed at exit: process-wide, as NCCL's own state is."""
+
+    NAME = "nccl"
+    # What this engine can do (acceptance.engines.contract.OPERATIONS): the collectives, on GPUs.
+    OFFERS = frozenset(("allreduce", "alltoall"))
+    available = staticmethod(available)
+
+    def __init__(self):
+        self.gpu = Gpu()
+
+    def configure(self, topology, profile, log_dir: str | os.PathLike | None = None) -> None:
+        """Pick this rank's GPU: local_rank % device_count, counted among the devices the
+        process sees, so CUDA_VISIBLE_DEVICES (Slurm --gpu-bind, a site wrapper) is respected:
+        with one visible GPU per rank every rank uses its device 0.
+
+        More ranks on a node than GPUs makes two ranks share a GPU, and NCCL refuses two ranks
+        of one communicator on one GPU ("Duplicate GPU detected"): run one rank per GPU.
+
+        log_dir (default: $ACCEPTANCE_RUN_DIR/logs when that is set) turns on NCCL's INFO
+        output for this process's communicators, one file per process (capture_nccl_debug).
+        """
+        cupy = _cupy()
+        device = device_for(topology.me.local_rank, cupy.cuda.runtime.getDeviceCount())
+        cupy.cuda.Device(device).use()
+        self.gpu = Gpu(device)
+        if log_dir is None and os.environ.get("ACCEPTANCE_RUN_DIR"):
+            log_dir = Path(os.environ["ACCEPTANCE_RUN_DIR"]) / "logs"
+        if log_dir is not None and not _live:
+            capture_nccl_debug(log_dir)
+
+    def used_device(self) -> str | None:
+        """The RDMA device this rank measures through: NCCL picks its own per channel (its log names them)."""
+        return None
+
+    def allreduce(self, comm: MPI.Comm, size: int, iters: int, warmup: int,
+                  verified: frozenset[int] = frozenset()) -> Collective:
+        return allreduce(comm, size, iters, warmup, verified, gpu=self.gpu)
+
+    def alltoall(self, comm: MPI.Comm, size: int, iters: int, warmup: int,
+                 verified: frozenset[int] = frozenset()) -> Collective:
+        return alltoall(comm, size, iters, warmup, verified, gpu=self.gpu)

@@ -12,26 +12,47 @@ instead of measuring half the pairs one way and half the other.
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 
 BUILT = ("verbs", "nccl", "mpi")
 PREFERENCE = {"auto": ("verbs", "nccl", "mpi"), "verbs": ("verbs",), "mpi": ("mpi",), "nccl": ("nccl",)}
 
+# name -> engine class, filled by @register as each engine's module is imported (on first use: an
+# engine's module may need what another machine lacks, pyverbs or cupy).
+ENGINES: dict[str, type] = {}
+_made: dict[str, object] = {}  # name -> this process's engine: one per process, holding its set-up
 
-def _load(name: str, needs: tuple[str, ...]) -> tuple[ModuleType | None, bool, str]:
-    """(module or None, usable here, why). The module is None when it cannot do what the suite needs."""
+
+def register(cls: type) -> type:
+    """Class decorator: the engine class of its NAME (ReFrame's @register_launcher, for engines)."""
+    if cls.NAME in ENGINES and ENGINES[cls.NAME] is not cls:
+        raise ValueError(f"engine {cls.NAME!r} registered twice: {ENGINES[cls.NAME]} and {cls}")
+    ENGINES[cls.NAME] = cls
+    return cls
+
+
+def engine(name: str):
+    """This process's engine `name` (one instance per process), importing its module on first use;
+    ImportError when the module does not import, KeyError when it registers no engine of that name."""
+    if name not in _made:
+        importlib.import_module(f"{__package__}.{name}")
+        _made[name] = ENGINES[name]()
+    return _made[name]
+
+
+def _load(name: str, needs: tuple[str, ...]):
+    """(engine or None, usable here, why). The engine is None when it cannot do what the suite needs."""
     if name not in BUILT:
         return None, False, (f"engine {name!r} is not part of this version (built: {', '.join(BUILT)}); "
                              f"set run.engine = \"auto\" in the profile")
     try:
-        module = importlib.import_module(f"{__package__}.{name}")
+        made = engine(name)
     except ImportError as e:
         return None, False, f"the {name} engine does not import: {e}"
-    lacks = [n for n in needs if n not in module.OFFERS]  # what it declares (acceptance.engines.contract)
+    lacks = [n for n in needs if n not in made.OFFERS]  # what it declares (acceptance.engines.contract)
     if lacks:
         return None, False, f"the {name} engine has no {', '.join(lacks)}"
-    ok, detail = module.available()
-    return module, ok, detail
+    ok, detail = made.available()
+    return made, ok, detail
 
 
 def probe(name: str) -> tuple[bool, str]:
@@ -48,8 +69,8 @@ def local_choices(choice: str, needs: tuple[str, ...] = ()) -> list[tuple[str, b
     """
     out = []
     for name in PREFERENCE.get(choice, (choice,)):
-        module, ok, why = _load(name, needs)
-        if module is None and choice == "auto" and why.startswith(f"the {name} engine has no "):
+        made, ok, why = _load(name, needs)
+        if made is None and choice == "auto" and why.startswith(f"the {name} engine has no "):
             continue
         out.append((name, ok, why))
     return out
@@ -83,15 +104,14 @@ def _nodes(nodes: list[str]) -> str:
     return f"node(s) {shown}"
 
 
-def agree(choice: str, needs: tuple[str, ...], comm, node: str) -> tuple[ModuleType | None, str, str | None]:
-    """(engine module or None, why, engine name). Collective over `comm`: the same answer on every rank."""
+def agree(choice: str, needs: tuple[str, ...], comm, node: str):
+    """(engine or None, why, engine name). Collective over `comm`: the same answer on every rank."""
     mine = local_choices(choice, needs)
     name, why = decide(choice, comm.allgather((node, mine)))
-    module = importlib.import_module(f"{__package__}.{name}") if name else None
-    return module, why, name
+    return (engine(name) if name else None), why, name
 
 
-def select(choice: str, needs: tuple[str, ...] = ()) -> tuple[ModuleType | None, str]:
-    """This process alone (no agreement): the engine module, or None and the reason."""
+def select(choice: str, needs: tuple[str, ...] = ()):
+    """This process alone (no agreement): the engine, or None and the reason."""
     name, why = decide(choice, [("this node", local_choices(choice, needs))])
-    return (importlib.import_module(f"{__package__}.{name}") if name else None), why
+    return (engine(name) if name else None), why

@@ -109,26 +109,37 @@ def test_a_layer_uses_only_the_layers_below_it():
 
 
 def test_engines_declare_what_they_offer_and_have_it():
-    """What an engine can do is declared (OFFERS), from the one list of operations, and true: each
-    offered operation is there, each PairLink and IncastGroup has its Protocol's methods, and every
-    operation a catalog suite needs is offered by some engine."""
+    """Engines are classes registered by name (registry.register), one instance per process. What an
+    engine can do is declared (OFFERS), from the one list of operations, and true: each offered
+    operation is there, each PairLink and IncastGroup has its Protocol's methods, every engine has
+    the Engine Protocol's, and every operation a catalog suite needs is offered by some engine."""
     import importlib
+    import inspect
+    import typing
 
     from acceptance.spec import catalog
     from acceptance.engines import contract, registry
 
+    def members(protocol):
+        return [m for m in dir(protocol) if not m.startswith("_") and callable(getattr(protocol, m))]
+
     offered = set()
     for name in registry.BUILT:
         module = importlib.import_module(f"acceptance.engines.{name}")
-        assert module.NAME == name and module.OFFERS <= contract.OPERATIONS, name
-        for op in module.OFFERS:
-            assert hasattr(module, op), (name, op)
-        for op in contract.OPERATIONS - module.OFFERS:
-            assert not hasattr(module, op), f"{name} has {op} but does not offer it"
+        engine = registry.engine(name)
+        assert type(engine) is registry.ENGINES[name] and type(engine).__module__.startswith(module.__name__)
+        assert engine.NAME == name and engine.OFFERS <= contract.OPERATIONS, name
+        assert registry.engine(name) is engine  # one per process: its set-up is kept there
+        assert all(callable(getattr(engine, m, None)) for m in members(contract.Engine)), name
+        for op in engine.OFFERS:
+            assert hasattr(engine, op), (name, op)
+        for op in contract.OPERATIONS - engine.OFFERS:
+            assert not hasattr(engine, op), f"{name} has {op} but does not offer it"
         for role in ("PairLink", "IncastGroup"):
-            if role in module.OFFERS:
-                protocol = getattr(contract, role)
-                members = [m for m in dir(protocol) if not m.startswith("_") and callable(getattr(protocol, m))]
-                assert all(callable(getattr(getattr(module, role), m, None)) for m in members), (name, role)
-        offered |= module.OFFERS
+            if role in engine.OFFERS:
+                made = getattr(engine, role)  # the class, or a method that makes one
+                if not inspect.isclass(made):
+                    made = typing.get_type_hints(made)["return"]
+                assert all(callable(getattr(made, m, None)) for m in members(getattr(contract, role))), (name, role)
+        offered |= engine.OFFERS
     assert {n for s in catalog.SUITES.values() for n in s.engine_needs} <= offered

@@ -182,7 +182,7 @@ def test_engine_is_built_and_auto_prefers_it_before_mpi():
     module, why = select("nccl")
     assert module is None and why.startswith("no usable engine: nccl: cupy not importable")
     module, why = select("auto")
-    assert module is mpi and "nccl: cupy not importable" in why
+    assert isinstance(module, mpi.MpiEngine) and "nccl: cupy not importable" in why
 
 
 @pytest.mark.parametrize("local_rank, count, device", [(0, 8, 0), (7, 8, 7), (9, 8, 1), (3, 1, 0)])
@@ -417,7 +417,6 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", cupy)
     monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
     monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", fake_nccl)
-    monkeypatch.setattr(nccl, "_state", nccl._State())
     monkeypatch.setattr(nccl, "_live", [])
     return fake_nccl
 
@@ -526,8 +525,9 @@ def test_configure_picks_local_rank_mod_device_count_and_captures_nccl_debug(mon
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
     topo = types.SimpleNamespace(me=RankInfo(3, "n1", 3, 3, "h", None))
-    nccl.configure(topo, None, log_dir=tmp_path)
-    assert used == [1] and nccl._state.device == 1
+    engine = nccl.NcclEngine()
+    engine.configure(topo, None, log_dir=tmp_path)
+    assert used == [1] and engine.gpu.device == 1
     assert os.environ["NCCL_DEBUG_FILE"] == str(tmp_path / "nccl-%h-%p.log")
 
 

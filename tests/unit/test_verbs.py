@@ -55,6 +55,9 @@ from acceptance.spec.profile import load_profile
 
 MARKER = 0x5EED_0BAD_CAFE_0001
 
+# The engine the tests drive: each test sets its config (monkeypatch), as configure() would.
+ENGINE = verbs.VerbsEngine()
+
 
 def _struct_offset(obj) -> int:
     raw = ctypes.string_at(id(obj), type(obj).__basicsize__)
@@ -472,11 +475,11 @@ def test_zero_keys_are_refused():
 
 
 def test_register_times_needs_configure(monkeypatch):
-    monkeypatch.setattr(vdev, "_config", None)
+    monkeypatch.setattr(ENGINE, "config", None)
     with pytest.raises(verr.VerbsError, match="not configured"):
-        verbs.register_times(4096, 1, "create")
+        ENGINE.register_times(4096, 1, "create")
     with pytest.raises(ValueError, match="allocate"):
-        verbs.register_times(4096, 1, "bogus")
+        verbs.VerbsEngine(vdev.Config("mlx5_0", vdev.Settings())).register_times(4096, 1, "bogus")
 
 
 class RecordingMR:
@@ -492,7 +495,7 @@ class RecordingMR:
 @pytest.fixture
 def recording_device(monkeypatch):
     log = {}
-    monkeypatch.setattr(vdev, "_config", vdev.Config("mlx5_0", vdev.Settings()))
+    monkeypatch.setattr(ENGINE, "config", vdev.Config("mlx5_0", vdev.Settings()))
     monkeypatch.setattr(pv, "Context", lambda name: FakeObject())
     monkeypatch.setattr(pv, "PD", lambda ctx: FakeObject())
     monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: RecordingMR(log, pd, length, access, address))
@@ -500,19 +503,19 @@ def recording_device(monkeypatch):
 
 
 def test_register_times_modes(recording_device):
-    reg, dereg = verbs.register_times(3 * 4096, 4, "allocate")
+    reg, dereg = ENGINE.register_times(3 * 4096, 4, "allocate")
     assert reg.dtype == dereg.dtype == np.int64 and len(reg) == len(dereg) == 4
     assert (reg >= 0).all() and (dereg >= 0).all()
     regs = recording_device.pop("regs")
     access = vmr.access_flags("IBV_ACCESS_LOCAL_WRITE", "IBV_ACCESS_REMOTE_WRITE", "IBV_ACCESS_REMOTE_READ")
     assert all(addr % 4096 == 0 and length == 3 * 4096 and acc == access for addr, length, acc, _ in regs)
     assert all(head == bytes(8) for *_, head in regs)  # fresh zero pages
-    verbs.register_times(4096, 3, "create")
+    ENGINE.register_times(4096, 3, "create")
     assert len({addr for addr, *_ in recording_device["regs"]}) == 1  # one warm buffer
-    assert isinstance(verbs.registration_growth(1 << 16, 5), int)
+    assert isinstance(ENGINE.registration_growth(1 << 16, 5), int)
     recording_device["zero"] = True
     with pytest.raises(verr.VerbsError, match="a zero lkey cannot be used"):
-        verbs.register_times(4096, 1, "create")
+        ENGINE.register_times(4096, 1, "create")
 
 
 def test_fresh_pages_are_page_aligned_and_writable():
@@ -641,28 +644,28 @@ def test_configure_without_a_device_names_the_rail(monkeypatch):
         raise PyverbsRDMAError("Failed to get devices list")
 
     monkeypatch.setattr(pv, "get_device_list", fail)
-    monkeypatch.setattr(vdev, "_config", None)
+    monkeypatch.setattr(ENGINE, "config", None)
     with pytest.raises(verr.VerbsError, match=r"^rail 1 \(rank 3 on node2\) has no RDMA device: "
                                                r"get_device_list\(\) failed: Failed to get devices list"):
-        verbs.configure(topology(3, "node2", 1, [0, 1, 0, 1]), load_profile())
-    assert vdev._config is None
+        ENGINE.configure(topology(3, "node2", 1, [0, 1, 0, 1]), load_profile())
+    assert ENGINE.config is None
 
 
 def test_configure_on_this_host_without_devices(monkeypatch):
     ok, why = verbs.available()
     if ok:
         pytest.skip(f"this host has RDMA devices: {why}")
-    monkeypatch.setattr(vdev, "_config", None)
+    monkeypatch.setattr(ENGINE, "config", None)
     with pytest.raises(verr.VerbsError, match=r"^rail 0 \(rank 0 on node1\) has no RDMA device"):
-        verbs.configure(topology(0, "node1", 0, [0, 1]), load_profile())
+        ENGINE.configure(topology(0, "node1", 0, [0, 1]), load_profile())
 
 
 def test_configure_picks_the_rails_device_and_the_settings(monkeypatch):
     monkeypatch.setattr(pv, "get_device_list", lambda: [SimpleNamespace(name=b"mlx5_0"),
                                                            SimpleNamespace(name=b"mlx5_1")])
-    monkeypatch.setattr(vdev, "_config", None)
-    verbs.configure(topology(1, "node1", 1, [0, 1]), load_profile())
-    assert vdev.configured() == vdev.Config("mlx5_1", vdev.Settings())
+    monkeypatch.setattr(ENGINE, "config", None)
+    ENGINE.configure(topology(1, "node1", 1, [0, 1]), load_profile())
+    assert ENGINE.configured() == vdev.Config("mlx5_1", vdev.Settings())
 
 
 # ---- PairLink over a simulated device ----------------------------------------------------------------------
@@ -871,7 +874,7 @@ def fake_device(monkeypatch):
     monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: FakeMR(fabric, pd, length, access, address))
     monkeypatch.setattr(pv, "QP", lambda pd, init: FakeQP(fabric, pd, init))
     monkeypatch.setattr(vlink, "qp_init_attr", lambda scq, rcq, tx, rx, inline: (scq, rcq, tx, rx, inline))
-    monkeypatch.setattr(vdev, "_config", vdev.Config("fake0", vdev.Settings(tx_depth=8, cq_mod=3)))
+    monkeypatch.setattr(ENGINE, "config", vdev.Config("fake0", vdev.Settings(tx_depth=8, cq_mod=3)))
     monkeypatch.delenv(memory.FLIP_ENV, raising=False)
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)  # the spinning ping-pong threads hand the GIL over quickly
@@ -881,7 +884,7 @@ def fake_device(monkeypatch):
 
 def with_link(max_size, body):
     def run(comm):
-        link = verbs.PairLink(comm, max_size)
+        link = ENGINE.PairLink(comm, max_size)
         try:
             return body(link)
         finally:
@@ -1055,7 +1058,7 @@ def test_pair_link_argument_checks(fake_device):
 
 def test_pair_link_needs_two_ranks():
     with pytest.raises(ValueError, match="2 ranks"):
-        verbs.PairLink(SimpleNamespace(Get_size=lambda: 1), 8)
+        vlink.PairLink(SimpleNamespace(Get_size=lambda: 1), 8, config=vdev.Config("mlx5_0", vdev.Settings()))
 
 
 def test_memlock_effect_lowers_the_limit_for_one_registration_and_restores_it(recording_device, monkeypatch):
@@ -1070,14 +1073,14 @@ def test_memlock_effect_lowers_the_limit_for_one_registration_and_restores_it(re
         return RecordingMR(recording_device, pd, length, access, address)
 
     monkeypatch.setattr(pv, "MR", mr_like_the_kernel)
-    enforced, what = verbs.memlock_effect(1 << 20)
+    enforced, what = ENGINE.memlock_effect(1 << 20)
     assert enforced and seen == [1 << 19]
     assert "ulimit -l) is currently 524288 bytes" in what and "unlimited" in what
     assert resource.getrlimit(resource.RLIMIT_MEMLOCK) == before
     # A process the limit does not bind (CAP_IPC_LOCK): registration succeeds, and the text says why.
     monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: RecordingMR(
         recording_device, pd, length, access, address))
-    enforced, what = verbs.memlock_effect(1 << 20)
+    enforced, what = ENGINE.memlock_effect(1 << 20)
     assert not enforced and "CAP_IPC_LOCK" in what
     assert resource.getrlimit(resource.RLIMIT_MEMLOCK) == before
 
@@ -1108,7 +1111,7 @@ def test_gpu_memory_registers_by_dmabuf_else_by_address(monkeypatch, dmabuf):
         ("dmabuf", length, dmabuf, offset)) or SimpleNamespace(lkey=1, rkey=2, close=lambda: None))
     monkeypatch.setattr(pv, "MR", lambda pd, length, access, address: made.append(
         ("address", length, address)) or SimpleNamespace(lkey=1, rkey=2, close=lambda: None))
-    link = verbs.PairLink.__new__(verbs.PairLink)
+    link = vlink.PairLink.__new__(vlink.PairLink)
     link.pd, link.device = None, "mlx5_0"
     link._gpu, link._iova, link._fds, link._mrs = [gpu], {}, [], []
     buf = _GpuArray(gpu.ptr, 4096)

@@ -36,6 +36,9 @@ from acceptance.engines.verbs.binding import e
 USABLE, WHY = verbs.available()
 pytestmark = pytest.mark.skipif(not USABLE, reason=f"no usable RDMA device: {WHY}")
 
+# The engine the tests drive: each test sets its config (monkeypatch), as configure() would.
+ENGINE = verbs.VerbsEngine()
+
 
 def active_port() -> tuple[str, int]:
     """(device, port) of the first ACTIVE port on this host."""
@@ -50,7 +53,7 @@ def active_port() -> tuple[str, int]:
 @pytest.fixture
 def configured(monkeypatch):
     name, port = active_port()
-    monkeypatch.setattr(vdev, "_config", vdev.Config(name, vdev.Settings(port=port, tx_depth=32, cq_mod=8)))
+    monkeypatch.setattr(ENGINE, "config", vdev.Config(name, vdev.Settings(port=port, tx_depth=32, cq_mod=8)))
     monkeypatch.delenv(memory.FLIP_ENV, raising=False)
     return name, port
 
@@ -87,14 +90,14 @@ def test_context_pd_mr_cq_qp_to_init(configured):
 
 def test_registration_on_the_device(configured):
     for how in ("allocate", "create"):
-        reg, dereg = verbs.register_times(1 << 20, 3, how)
+        reg, dereg = ENGINE.register_times(1 << 20, 3, how)
         assert len(reg) == len(dereg) == 3 and (reg > 0).all() and (dereg > 0).all()
-    assert verbs.registration_growth(1 << 20, 10) < 16 << 20
+    assert ENGINE.registration_growth(1 << 20, 10) < 16 << 20
 
 
 def test_loopback_pair_link(configured):
     def rank(comm):
-        link = verbs.PairLink(comm, 1 << 16)
+        link = ENGINE.PairLink(comm, 1 << 16)
         try:
             return {
                 "write": [link.put_bandwidth(size, 3, 1, 16, 0, (0, 1, size)) for size in (8, 4096, 1 << 16)],
@@ -138,7 +141,7 @@ def test_faulty_work_requests_fail_the_checks_on_the_device(configured, monkeypa
         return real(addr, length, lkey)
 
     def rank(comm):
-        link = verbs.PairLink(comm, 1 << 16)
+        link = ENGINE.PairLink(comm, 1 << 16)
         monkeypatch.setattr(vlink, "sge", faulty)  # after the link's own receive SGE
         try:
             return (link.put_bandwidth(4096, 3, 1, 8, 0, (0, 1, 1)), link.read_bandwidth(4096, 3, 1, 8, 1, (1, 0, 2)),

@@ -31,13 +31,57 @@ unit-tested where no RDMA hardware is.
 
 from __future__ import annotations
 
-from .device import available, configure, used_device
-from .link import PairLink
-from .memreg import gpu_register_times, memlock_effect, register_times, registration_growth
+from ..registry import register
+from . import memreg
+from .device import Config, Settings, available, configuration
+from .errors import VerbsError
+from .link import PairLink as Link
 
-NAME = "verbs"
-# What this engine can do (acceptance.engines.contract.OPERATIONS); collectives run on mpi or nccl.
-OFFERS = frozenset(("PairLink", "register_times", "registration_growth", "memlock_effect", "gpu_register_times"))
 
-__all__ = ["NAME", "OFFERS", "PairLink", "available", "configure", "gpu_register_times", "memlock_effect",
-           "register_times", "registration_growth", "used_device"]
+@register
+class VerbsEngine:
+    """The verbs engine of one process (acceptance.engines.registry): this rank's device and [verbs]
+    settings, set once by configure(), and every operation it offers on them."""
+
+    NAME = "verbs"
+    # What this engine can do (acceptance.engines.contract.OPERATIONS); collectives run on mpi or nccl.
+    OFFERS = frozenset(("PairLink", "register_times", "registration_growth", "memlock_effect", "gpu_register_times"))
+    available = staticmethod(available)
+
+    def __init__(self, config: Config | None = None):
+        self.config = config
+
+    def configure(self, topology, profile, log_dir=None) -> None:
+        """Pick this rank's device (by rail) and read [verbs]; once per rank before any measurement."""
+        self.config = configuration(topology, profile)
+
+    def use(self, device: str, settings: Settings | None = None, oversubscribed: bool = False) -> None:
+        """Measure through `device` with `settings` (configure() picks both from the topology and profile)."""
+        self.config = Config(device, settings or Settings(), oversubscribed)
+
+    def configured(self) -> Config:
+        if self.config is None:
+            raise VerbsError("the verbs engine is not configured: configure(topology, profile) must run first")
+        return self.config
+
+    def used_device(self) -> str | None:
+        """The RDMA device this rank measures through, once configured."""
+        return self.config.device if self.config is not None else None
+
+    def PairLink(self, comm, max_size: int, slot_bytes: int = 0, memory: str = "host") -> Link:  # noqa: N802 - the role's name
+        return Link(comm, max_size, slot_bytes, memory, config=self.configured())
+
+    def register_times(self, nbytes: int, repeats: int, how: str):
+        return memreg.register_times(self.configured(), nbytes, repeats, how)
+
+    def registration_growth(self, nbytes: int, cycles: int) -> int:
+        return memreg.registration_growth(self.configured(), nbytes, cycles)
+
+    def memlock_effect(self, nbytes: int) -> tuple[bool, str]:
+        return memreg.memlock_effect(self.configured(), nbytes)
+
+    def gpu_register_times(self, nbytes: int, repeats: int):
+        return memreg.gpu_register_times(self.configured(), nbytes, repeats)
+
+
+__all__ = ["Config", "Settings", "VerbsEngine", "available"]

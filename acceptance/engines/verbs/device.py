@@ -55,8 +55,11 @@ class Config:
     # hold it for a whole time slice: milliseconds per round trip, on some pairs and not others.
     oversubscribed: bool = False
 
+    @property
+    def relax(self) -> Callable[[], None] | None:
+        """What a polling loop does after an empty poll: nothing, or yield the CPU when oversubscribed."""
+        return os.sched_yield if self.oversubscribed else None
 
-_config: Config | None = None
 
 
 def no_devices_hint() -> str:
@@ -129,8 +132,8 @@ def pick_device(devices: Iterable[str], topology, nic_rails) -> str:
     return device
 
 
-def configure(topology, profile, log_dir=None) -> None:
-    """Pick this rank's device (by rail) and read [verbs]; called once per rank before any measurement."""
+def configuration(topology, profile) -> Config:
+    """This rank's device (by rail) and the [verbs] settings: what VerbsEngine.configure keeps."""
     settings = Settings.from_profile(profile)
     try:
         names = device_names()
@@ -138,30 +141,8 @@ def configure(topology, profile, log_dir=None) -> None:
         raise VerbsError(f"rail {topology.rail} (rank {topology.rank} on {topology.node}) "
                          f"has no RDMA device: {exc}") from exc
     on_host = sum(r.host == topology.me.host for r in topology.ranks)
-    use(pick_device(names, topology, profile.get("topology.nic_rails")), settings,
-        oversubscribed=on_host > len(os.sched_getaffinity(0)))
-
-
-def use(device: str, settings: Settings, oversubscribed: bool = False) -> None:
-    """Measure through `device` with `settings` (configure() picks both from the topology and profile)."""
-    global _config
-    _config = Config(device, settings, oversubscribed)
-
-
-def idle_hook() -> Callable[[], None] | None:
-    """What a polling loop does after an empty poll: nothing, or yield the CPU when oversubscribed."""
-    return os.sched_yield if _config is not None and _config.oversubscribed else None
-
-
-def used_device() -> str | None:
-    """The RDMA device this rank measures through, once configured."""
-    return _config.device if _config is not None else None
-
-
-def configured() -> Config:
-    if _config is None:
-        raise VerbsError("the verbs engine is not configured: configure(topology, profile) must run first")
-    return _config
+    return Config(pick_device(names, topology, profile.get("topology.nic_rails")), settings,
+                  oversubscribed=on_host > len(os.sched_getaffinity(0)))
 
 
 def open_context(name: str):

@@ -15,11 +15,12 @@ from .. import gpumem
 from ..memory import allocate, counter_tally, fetched_tally, fill_pattern, poison, slot_tally
 from ..contract import Transfer
 from . import binding as pv
-from .device import configured, link_layer_name, open_context, port_state_name
+from .device import Config, link_layer_name, open_context, port_state_name
 from .errors import VerbsError, check_completion, enum_name
 from .memreg import access_flags, check_keys, gc_off, register, register_gpu
 from .qp import Endpoint, RX_DEPTH, choose_gid_index, gid_is_zero, mtu_bytes, path_mtu, qp_init_attr, read_gid_rows, transition_attrs
-from .wr import INLINE_WRITE, POLL_BATCH, Window, atomic_faa_wr, read_wr, recv_wr, send_wr, sge, spin_until, wait_completion, write_imm_wr, write_wr
+from .wr import (INLINE_WRITE, POLL_BATCH, Window, atomic_faa_wr, read_wr, recv_wr, send_wr, sge, spin_until,
+                 wait_completion, write_imm_wr, write_wr)
 
 
 MAX_SLOTS = 1024            # distinct slots (prebuilt WRs) of one verified batch
@@ -41,14 +42,15 @@ class PairLink:
     naming it, so neither hangs in a collective the other left.
     """
 
-    def __init__(self, comm, max_size: int, slot_bytes: int = 0, memory: str = "host"):
+    def __init__(self, comm, max_size: int, slot_bytes: int = 0, memory: str = "host", *, config: Config):
         """slot_bytes: buffer memory for the distinct slots of windowed writes and reads, and of the
-        fetched values of atomics (at least max_size)."""
+        fetched values of atomics (at least max_size); config: the engine's (device, settings)."""
         if comm.Get_size() != 2:
             raise ValueError(f"a PairLink needs a communicator of 2 ranks, got {comm.Get_size()}")
         if memory not in ("host", "cuda"):
             raise ValueError(f"memory must be 'host' or 'cuda', got {memory!r}")
         self.memory = memory  # cuda: the written and read buffers are GPU memory (GPUDirect RDMA)
+        self.device, self.settings, self.relax = config.device, config.settings, config.relax
         self._gpu: list = []  # gpumem.GpuBuffer of cuda buffers, kept alive with the link
         self._iova: dict[int, int] = {}  # id(buffer) -> the address its MR knows it by
         self._fds: list[int] = []  # dma-buf fds, closed after their MRs
@@ -65,8 +67,6 @@ class PairLink:
         try:
             local, error = None, None
             try:
-                config = configured()
-                self.device, self.settings = config.device, config.settings
                 local = self._open()
             except Exception as exc:  # noqa: BLE001 - re-raised once the peer has heard of it
                 error = exc
@@ -250,7 +250,7 @@ class PairLink:
                 check_completion(wc, what)
             return [wc.wr_id for wc in wcs]
 
-        return lambda: win.run(post, poll)
+        return lambda: win.run(post, poll, relax=self.relax)
 
     @staticmethod
     def _timed(op, iters: int, warmup: int, budget_s: float | None) -> np.ndarray:
@@ -303,7 +303,7 @@ class PairLink:
                 wr = mine[index][0 if signaled else 1]
                 wr.wr_id = index
                 post_send(wr)
-            return lambda: win.run(post, poll)
+            return lambda: win.run(post, poll, relax=self.relax)
         return op_at
 
     def _capacity(self, size: int) -> int:
@@ -401,18 +401,18 @@ class PairLink:
             def send(value: int) -> None:
                 outgoing[last] = value
                 post(wr)
-                wait_completion(scq, "RDMA WRITE")
+                wait_completion(scq, "RDMA WRITE", relax=self.relax)
 
             def origin_op() -> None:
                 nonlocal count
                 count = (count + 1) & 0xFF
                 send(count)
-                spin_until(incoming, last, count)
+                spin_until(incoming, last, count, relax=self.relax)
 
             def target_op() -> None:
                 nonlocal count
                 count = (count + 1) & 0xFF
-                spin_until(incoming, last, count)
+                spin_until(incoming, last, count, relax=self.relax)
                 send(count)
 
             return self._pingpong(origin, iters, warmup, origin_op, target_op, halve=True)
@@ -427,7 +427,7 @@ class PairLink:
 
             def origin_op() -> None:
                 post(wr)
-                wait_completion(scq, "RDMA WRITE")
+                wait_completion(scq, "RDMA WRITE", relax=self.relax)
 
             return self._pingpong(origin, iters, warmup, origin_op, None, halve=False)
 
@@ -441,10 +441,10 @@ class PairLink:
 
             def send() -> None:
                 post(wr)
-                wait_completion(scq, "SEND")
+                wait_completion(scq, "SEND", relax=self.relax)
 
             def receive() -> None:
-                wc = wait_completion(rcq, "receive")
+                wc = wait_completion(rcq, "receive", relax=self.relax)
                 post_recv(recv)
                 if wc.byte_len != size:
                     raise VerbsError(f"received {wc.byte_len} B where the peer sends {size} B")
@@ -475,10 +475,10 @@ class PairLink:
             def send(value: int) -> None:
                 wr.imm_data = socket.htonl(value)
                 post(wr)
-                wait_completion(scq, "RDMA WRITE_WITH_IMM")
+                wait_completion(scq, "RDMA WRITE_WITH_IMM", relax=self.relax)
 
             def receive(value: int) -> None:
-                wc = wait_completion(rcq, "receive")
+                wc = wait_completion(rcq, "receive", relax=self.relax)
                 post_recv(recv)
                 if wc.opcode != with_imm or socket.ntohl(wc.imm_data) != value:
                     raise VerbsError(f"expected a WRITE_WITH_IMM carrying {value}, got "
@@ -522,7 +522,7 @@ class PairLink:
 
                     def op() -> None:
                         post(wr)
-                        wait_completion(scq, "RDMA READ")
+                        wait_completion(scq, "RDMA READ", relax=self.relax)
                     return op
 
                 def after(batch: int, written: int, last: bool) -> None:
@@ -560,7 +560,7 @@ class PairLink:
 
                     def op() -> None:
                         post(wr)
-                        wait_completion(scq, "ATOMIC_FETCH_AND_ADD")
+                        wait_completion(scq, "ATOMIC_FETCH_AND_ADD", relax=self.relax)
                     return op
 
                 ops = [op_at(t) for t in range(iters)]

@@ -16,7 +16,7 @@ from .. import gpumem
 from ..memory import allocate
 from ..mpi import resident_bytes
 from . import binding as pv
-from .device import configured, open_context
+from .device import Config, open_context
 from .errors import VerbsError
 
 
@@ -87,7 +87,7 @@ def gc_off():
             gc.enable()
 
 
-def register_times(nbytes: int, repeats: int, how: str) -> tuple[np.ndarray, np.ndarray]:
+def register_times(config: Config, nbytes: int, repeats: int, how: str) -> tuple[np.ndarray, np.ndarray]:
     """(ibv_reg_mr ns, ibv_dereg_mr ns) for `repeats` registrations of nbytes on this rank's device.
 
     how = "allocate": a fresh anonymous mapping each repeat, so registration faults in and
@@ -95,7 +95,6 @@ def register_times(nbytes: int, repeats: int, how: str) -> tuple[np.ndarray, np.
     """
     if how not in ("allocate", "create"):
         raise ValueError(f"how must be 'allocate' or 'create', got {how!r}")
-    config = configured()
     reg = np.empty(repeats, dtype=np.int64)
     dereg = np.empty(repeats, dtype=np.int64)
     access = access_flags(*REG_ACCESS_NAMES)
@@ -121,7 +120,7 @@ def register_times(nbytes: int, repeats: int, how: str) -> tuple[np.ndarray, np.
     return reg, dereg
 
 
-def memlock_effect(nbytes: int) -> tuple[bool, str]:
+def memlock_effect(config: Config, nbytes: int) -> tuple[bool, str]:
     """What a locked-memory limit below nbytes does to registering nbytes: (enforced, what happened).
 
     The soft RLIMIT_MEMLOCK is lowered to half of nbytes for one registration and restored.
@@ -134,7 +133,7 @@ def memlock_effect(nbytes: int) -> tuple[bool, str]:
     if hard != resource.RLIM_INFINITY:
         low = min(low, hard)
     buf = fresh_pages(nbytes)
-    with open_context(configured().device) as ctx, pv.PD(ctx) as pd:
+    with open_context(config.device) as ctx, pv.PD(ctx) as pd:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (low, hard))
         try:
             mr = register(pd, buf, access_flags(*REG_ACCESS_NAMES))
@@ -147,12 +146,11 @@ def memlock_effect(nbytes: int) -> tuple[bool, str]:
                    "to the limit (CAP_IPC_LOCK, e.g. root); job steps of ordinary users are")
 
 
-def registration_growth(nbytes: int, cycles: int) -> int:
+def registration_growth(config: Config, nbytes: int, cycles: int) -> int:
     """Resident memory growth over `cycles` map + register + deregister + unmap cycles: a leak check.
 
     One cycle first, so the library's one-time setup is not counted.
     """
-    config = configured()
     access = access_flags(*REG_ACCESS_NAMES)
     with open_context(config.device) as ctx, pv.PD(ctx) as pd:
         def cycle():
@@ -190,12 +188,11 @@ def register_gpu(pd, gpu: gpumem.GpuBuffer, flags: int, device: str):
                          f"by address (needs nvidia_peermem): {exc}") from exc
 
 
-def gpu_register_times(nbytes: int, repeats: int) -> tuple[np.ndarray, np.ndarray, str]:
+def gpu_register_times(config: Config, nbytes: int, repeats: int) -> tuple[np.ndarray, np.ndarray, str]:
     """(registration ns, deregistration ns, path) of GPU memory on this rank's device and current GPU.
 
     Registration includes the dma-buf export, as a GPUDirect user pays both.
     """
-    config = configured()
     gpu = gpumem.device_buffer(nbytes)
     reg = np.empty(repeats, dtype=np.int64)
     dereg = np.empty(repeats, dtype=np.int64)

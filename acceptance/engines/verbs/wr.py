@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Iterable
 
 from . import binding as pv
-from .device import idle_hook
 from .errors import VerbsError, check_completion
 
 
@@ -127,14 +126,14 @@ class Window:
         return self.completed == self.total
 
     def run(self, post: Callable[[int, bool], None], poll: Callable[[], Iterable[int]],
-            timeout_s: float = SPIN_TIMEOUT_S) -> None:
+            timeout_s: float = SPIN_TIMEOUT_S, relax: Callable[[], None] | None = None) -> None:
         """Post all `total` WRs with post(index, signaled) and wait until every one completed.
 
         poll() returns the wr_ids of the signaled completions it found (possibly none),
-        having checked their status.
+        having checked their status. relax() runs after an empty poll (Config.relax).
         """
         self.reset()
-        spins, deadline, relax = 0, None, idle_hook()
+        spins, deadline = 0, None
         while self.completed < self.total:
             while self.can_post():
                 post(*self.next())
@@ -163,10 +162,11 @@ def check_deadline(deadline: float | None, timeout_s: float, what: Callable[[], 
     return deadline
 
 
-def wait_completion(cq, what: str | None = None, timeout_s: float = SPIN_TIMEOUT_S):
-    """Spin until `cq` yields one completion, check it and return it."""
+def wait_completion(cq, what: str | None = None, timeout_s: float = SPIN_TIMEOUT_S,
+                    relax: Callable[[], None] | None = None):
+    """Spin until `cq` yields one completion, check it and return it; relax() after an empty poll."""
     poll = cq.poll
-    spins, deadline, relax = 0, None, idle_hook()
+    spins, deadline = 0, None
     while True:
         n, wcs = poll(1)
         if n:
@@ -181,9 +181,10 @@ def wait_completion(cq, what: str | None = None, timeout_s: float = SPIN_TIMEOUT
                 f"no completion for the {what or 'posted'} work request in {timeout_s:g} s"))
 
 
-def spin_until(mem: memoryview, index: int, value: int, timeout_s: float = SPIN_TIMEOUT_S) -> None:
+def spin_until(mem: memoryview, index: int, value: int, timeout_s: float = SPIN_TIMEOUT_S,
+               relax: Callable[[], None] | None = None) -> None:
     """Spin until byte `index` of mem equals `value` (the peer's RDMA WRITE arrived)."""
-    spins, deadline, relax = 0, None, idle_hook()
+    spins, deadline = 0, None
     while mem[index] != value:
         spins += 1
         if relax:
