@@ -242,46 +242,42 @@ def _event_times(cupy, op: Callable[[], None], iters: int, warmup: int, stream,
 # ---- collectives ----------------------------------------------------------------------
 
 
-def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int,
-              verified: frozenset[int] = frozenset(), gpu: Gpu | None = None) -> Collective:
-    """Sum of float64 vectors of `size` bytes on the GPU; inputs are small integers, so the sum is exact."""
+def _collective(spec, comm: MPI.Comm, size: int, iters: int, warmup: int, verified: frozenset[int],
+                gpu: Gpu | None, call: Callable) -> Collective:
+    """What both collectives share (nccl-tests' common.cu to their testColl): the inputs of `spec` on
+    the GPU, the communicator, CUDA-event timing and the check. call(nc, buffers, stream pointer,
+    ranks, elements) returns the timed operation."""
     cupy = _cupy()
-    from cupy.cuda import nccl
-
     rank, n = comm.Get_rank(), comm.Get_size()
-    count = ALLREDUCE.elements(size, n)
+    elements = spec.elements(size, n)
     gpu = gpu or Gpu()  # the engine's; a script's or test's call: the current device, a stream of its own
     stream = gpu.stream_of(cupy)
     with cupy.cuda.Device(gpu.device_id(cupy)):
         nc = communicator(comm)
-        b = Buffers(cupy, ALLREDUCE, count, rank, n)
+        b = Buffers(cupy, spec, elements, rank, n)
         cupy.cuda.Device().synchronize()  # inputs are built on the default stream
-        sp, rp, sptr, dtype, op_sum = b.send.data.ptr, b.recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64, nccl.NCCL_SUM
+        times = _event_times(cupy, call(nc, b, stream.ptr, n, elements), iters, warmup, stream, b, verified)
+    return checked(comm, spec.nbytes(elements, n), times, b.tally)
 
-        def op():
-            nc.allReduce(sp, rp, count, dtype, op_sum, sptr)
 
-        times = _event_times(cupy, op, iters, warmup, stream, b, verified)
-    return checked(comm, ALLREDUCE.nbytes(count, n), times, b.tally)
+def allreduce(comm: MPI.Comm, size: int, iters: int, warmup: int,
+              verified: frozenset[int] = frozenset(), gpu: Gpu | None = None) -> Collective:
+    """Sum of float64 vectors of `size` bytes on the GPU; inputs are small integers, so the sum is exact."""
+    def call(nc, b, sptr, n, count):
+        from cupy.cuda import nccl
+        sp, rp, dtype, op_sum = b.send.data.ptr, b.recv.data.ptr, nccl.NCCL_FLOAT64, nccl.NCCL_SUM
+        return lambda: nc.allReduce(sp, rp, count, dtype, op_sum, sptr)
+    return _collective(ALLREDUCE, comm, size, iters, warmup, verified, gpu, call)
 
 
 def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
              verified: frozenset[int] = frozenset(), gpu: Gpu | None = None) -> Collective:
     """Each rank sends `size` bytes in total (a block per rank, itself included), as nccl-tests
     alltoall: one ncclSend + ncclRecv per peer inside one ncclGroupStart/ncclGroupEnd."""
-    cupy = _cupy()
-    from cupy.cuda import nccl
-
-    rank, n = comm.Get_rank(), comm.Get_size()
-    block = ALLTOALL.elements(size, n)
-    gpu = gpu or Gpu()  # the engine's; a script's or test's call: the current device, a stream of its own
-    stream = gpu.stream_of(cupy)
-    with cupy.cuda.Device(gpu.device_id(cupy)):
-        nc = communicator(comm)
-        b = Buffers(cupy, ALLTOALL, block, rank, n)
-        cupy.cuda.Device().synchronize()
+    def call(nc, b, sptr, n, block):
+        from cupy.cuda import nccl
         step = block * 8
-        sp, rp, sptr, dtype = b.send.data.ptr, b.recv.data.ptr, stream.ptr, nccl.NCCL_FLOAT64
+        sp, rp, dtype = b.send.data.ptr, b.recv.data.ptr, nccl.NCCL_FLOAT64
         group_start, group_end, nsend, nrecv = nccl.groupStart, nccl.groupEnd, nc.send, nc.recv
 
         def op():
@@ -290,9 +286,8 @@ def alltoall(comm: MPI.Comm, size: int, iters: int, warmup: int,
                 nsend(sp + peer * step, block, dtype, peer, sptr)
                 nrecv(rp + peer * step, block, dtype, peer, sptr)
             group_end()
-
-        times = _event_times(cupy, op, iters, warmup, stream, b, verified)
-    return checked(comm, ALLTOALL.nbytes(block, n), times, b.tally)
+        return op
+    return _collective(ALLTOALL, comm, size, iters, warmup, verified, gpu, call)
 
 
 @register
