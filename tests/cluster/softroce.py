@@ -551,6 +551,7 @@ def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 1, log=p
         qemu = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=open(work / "qemu.err", "wb"), start_new_session=True,
                                 preexec_fn=_die_with_parent)
+        _session_nice(qemu.pid, os.getpriority(os.PRIO_PROCESS, 0))
         pos, ready = 0, False
         out = sys.stdout.buffer
         while qemu.poll() is None:
@@ -578,6 +579,17 @@ def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 1, log=p
         if qemu is not None:
             _stop(qemu)
         if not os.environ.get("SOFTROCE_KEEP"): shutil.rmtree(work, ignore_errors=True)
+
+
+def _session_nice(pid: int, nice: int) -> None:
+    """Give the guest's session the nice this rig runs at. Under autogroup scheduling (Linux's
+    default: /proc/sys/kernel/sched_autogroup_enabled) a process's nice counts only against the
+    processes of its own session, and each session (QEMU's, each `acceptance run` of the tests beside
+    it) gets an equal share of the CPU; the session's own nice (/proc/PID/autogroup) weighs it
+    against the others. Without autogroup, or without the right to lower it, nothing changes."""
+    if nice:
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{pid}/autogroup").write_text(f"{nice}\n")
 
 
 def _die_with_parent() -> None:

@@ -45,10 +45,12 @@ def guest_kernel():
         pytest.skip(f"no guest kernel: {exc}")
 
 
-# The guest's nice level beside the other tests (root only). Its links are judged against each other,
-# so what matters is that the guest runs at one speed from the first link to the last: at nice -5 the
-# unit workers' MPI ranks (16 busy ones in one test, at nice 5) still took most of the cores for a
-# minute now and then, and a healthy link measured in that minute stood at 0.17x its peers (CI).
+# The guest's nice beside the other tests (root only), for QEMU and its session (softroce.py: under
+# autogroup scheduling each session gets an equal share whatever its processes' nice, and every
+# `acceptance run` of the unit tests is a session of its own). Its links are judged against each
+# other, so what matters is that the guest runs at one speed from the first link to the last: as one
+# session among several it ran at half speed whenever two unit tests ran MPI jobs, and a healthy link
+# measured then stood at 0.17x its peers (CI).
 GUEST_NICE = -15
 
 

@@ -224,7 +224,7 @@ def test_busbw_bounds_convert_gbit_to_gbyte(tmp_path):
     verdicts = busbw.groupby(busbw["scope"].astype(str))["verdict"].unique().map(list).to_dict()
     assert verdicts == {"world": ["pass"], "rail": ["fail"], "node": ["pass"]}
     alltoall = ev[(ev["metric"] == "busbw") & (ev["op"] == "alltoall")]
-    assert alltoall.loc[alltoall["size"] == 1048576, "threshold"].to_numpy() == pytest.approx(0.005)
+    assert alltoall.loc[alltoall["size"] == 1048576, "threshold"].to_numpy() == pytest.approx(0.0002)
     assert set(alltoall["verdict"]) == {"pass"}
     findings = find(ev, profile)
     assert where(findings) == [("rail", None, 0, None), ("rail", None, 1, None)]
