@@ -22,6 +22,7 @@ from mpi4py import MPI
 
 from acceptance.host import nics
 from acceptance.host import sysfs
+from acceptance.spec import judge
 from acceptance.tools import perftest
 from acceptance.drivers.p2p import RailPairs
 from acceptance.measure.sweep import sweep_from_profile
@@ -125,16 +126,15 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
                             continue
                         if e.clock_only:
                             if not is_server:
-                                record(metric="bandwidth" if spec.kind == "bw" else "latency_p50", value=None,
-                                       unit="Gbit/s" if spec.kind == "bw" else "us", size=spec.size,
-                                       rail=rail, nodes=nodes, ranks=ranks, engine=perftest.ENGINE,
-                                       samples=0, verdict="info",
-                                       detail=f"not measured: {spec.tool_name} {e} in {CLOCK_TRIES} tries")
+                                judge.record(record, profile, perftest.SUITE,
+                                             "bandwidth" if spec.kind == "bw" else "latency_p50", None,
+                                             size=spec.size, rail=rail, nodes=nodes, ranks=ranks,
+                                             engine=perftest.ENGINE, samples=0,
+                                             detail=f"not measured: {spec.tool_name} {e} in {CLOCK_TRIES} tries")
                             break
                         problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}: {spec.tool_name}: {e}")
                 progress()
             if not is_server:
-                common = {"rail": rail, "nodes": nodes, "ranks": ranks}
-                for fields in perftest.records_for(results.get("bw"), results.get("lat"), common):
-                    record(**fields)
+                perftest.record_results(record, profile, results.get("bw"), results.get("lat"),
+                                        {"rail": rail, "nodes": nodes, "ranks": ranks})
     assert not problems, f"rail {rail}: perftest failed:\n" + "\n".join(problems)

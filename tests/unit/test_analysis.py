@@ -464,12 +464,12 @@ def test_write_outputs(tmp_path):
     assert (clean / "drain.txt").read_text() == ""
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(450)  # 125 s here beside the other tests; it must pass at half this machine's speed
 def test_real_run_has_no_findings(tmp_path):
     out = tmp_path / "reports"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
     subprocess.run([str(BIN / "acceptance"), "run", "--output", str(out)], check=False, cwd=ROOT, capture_output=True,
-                   text=True, timeout=280, env=env)
+                   text=True, timeout=420, env=env)
     (folder,) = [p for p in out.iterdir() if (p / "results.jsonl").is_file()]
     a = analyze(folder)
     assert a.findings == [], [f["message"] for f in a.findings]

@@ -30,7 +30,8 @@ from acceptance.tools.perftest import (
     parse_lat,
     records_for,
 )
-from acceptance.records.results import make_record
+from acceptance.records.results import Recorder, make_record
+from acceptance.spec.profile import load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perftest"
 FAKE = DATA / "fake_perftest.py"
@@ -276,8 +277,12 @@ def test_find_tools_searches_only_the_override_folder(tmp_path, monkeypatch):
 
 def test_records_pass_make_record_with_perftest_suite_and_engine():
     common = {"rail": 0, "nodes": ["node1", "node2"], "ranks": [0, 8]}
-    recs = records_for(BW_FIXTURES["ib_write_bw_ndr_legacy.json"], LAT_FIXTURES["ib_write_lat_ndr.json"], common)
-    made = [make_record(test="suites/test_perftest.py::test_perftest_crosscheck[rail0]", **kw) for kw in recs]
+    rec = Recorder(0, "node1", 0)
+    record = rec.bind("suites/test_perftest.py::test_perftest_crosscheck[rail0]", "perftest")
+    perftest.record_results(record, load_profile("local"), BW_FIXTURES["ib_write_bw_ndr_legacy.json"],
+                            LAT_FIXTURES["ib_write_lat_ndr.json"], common)
+    made = rec.take()
+    assert all(make_record(**{k: v for k, v in r.items() if k != "time"}) for r in made)
     assert [(r["metric"], r["value"], r["unit"], r["size"], r["samples"]) for r in made] == [
         ("bandwidth", 391.62, "Gbit/s", 8388608, 5000),
         ("latency_p50", 1.04, "us", 8, 99997),

@@ -36,10 +36,10 @@ from .command import DEFAULT_TCP_PORT, ENV_DIR, TOOLS, Spec, bw_command, find_to
 from .gid import ipv4_of_gid, netdev_ipv4, rail_address, roce_gid_index
 from .parse import CLOCK_PROBLEM, BwResult, LatResult, PerftestError, PerftestParseError, parse_bw, parse_lat
 from .process import PairOutcome, ToolRun, choose_port, port_free, port_listening, run_local_pair, run_pair
-from .records import ENGINE, SUITE, records_for
+from .records import ENGINE, SUITE, record_results, records_for
 
 __all__ = ["CLOCK_PROBLEM", "DEFAULT_TCP_PORT", "ENGINE", "ENV_DIR", "SUITE", "TOOLS", "BwResult", "LatResult",
            "PairOutcome", "PerftestError", "PerftestParseError", "Spec", "ToolRun", "bw_command", "choose_port",
            "find_tools", "ipv4_of_gid", "lat_command", "netdev_ipv4", "parse_bw", "parse_lat", "port_free",
-           "port_listening", "rail_address", "records_for", "roce_gid_index", "run_local_pair", "run_pair",
+           "port_listening", "rail_address", "record_results", "records_for", "roce_gid_index", "run_local_pair", "run_pair",
            "supports_json", "where_searched"]

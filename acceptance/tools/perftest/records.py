@@ -3,26 +3,27 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .parse import BwResult, LatResult
+from ...spec import judge
 
 SUITE = ENGINE = "perftest"
 
 
 def records_for(bw: BwResult | None, lat: LatResult | None, common: Mapping[str, Any]) -> list[dict]:
-    """Keyword arguments of record(...) / results.make_record(test=..., ...) for one direction.
+    """The fields of one direction's records (metric, value and what else each carries).
 
-    `common` gives rail, nodes ([client = writer, server]) and ranks. Every record is
-    informational (no threshold): the harness's own suites carry the verdicts.
+    `common` gives rail, nodes ([client = writer, server]) and ranks. The catalog gives unit and
+    bound (suite perftest: information, no bound): the harness's own suites carry the verdicts.
     """
-    base = {"suite": SUITE, "engine": ENGINE, "threshold": None, "verdict": "info", **common}
+    base = {"engine": ENGINE, **common}
     out = []
     if bw is not None:
         peak = (f"peak {bw.peak_gbps:.2f} Gbit/s" if bw.peak_gbps > 0
                 else "peak not measured (perftest skips it with -D or over 20000 iterations)")
-        out.append({**base, "metric": "bandwidth", "value": bw.avg_gbps, "unit": "Gbit/s", "size": bw.size,
+        out.append({**base, "metric": "bandwidth", "value": bw.avg_gbps, "size": bw.size,
                     "samples": bw.iterations,
                     "detail": f"ib_write_bw average; {peak}, {bw.iterations} iterations, "
                               f"{bw.msg_rate_mpps:.6f} Mpps"})
@@ -36,9 +37,16 @@ def records_for(bw: BwResult | None, lat: LatResult | None, common: Mapping[str,
                  f"ib_write_lat 99.9% percentile of {m} samples{_tail_note(m, 0.999)}"),
                 ("latency_avg", lat.t_avg_us, f"ib_write_lat t_avg of {m} samples"))
         for metric, value, detail in rows:
-            out.append({**base, "metric": metric, "value": value, "unit": "us", "size": lat.size,
+            out.append({**base, "metric": metric, "value": value, "size": lat.size,
                         "samples": m, "detail": detail})
     return out
+
+
+def record_results(record: Callable, profile, bw: BwResult | None, lat: LatResult | None,
+                   common: Mapping[str, Any]) -> None:
+    """Record one direction's numbers through the one judge (record: the suite's recorder)."""
+    for fields in records_for(bw, lat, common):
+        judge.record(record, profile, SUITE, fields.pop("metric"), fields.pop("value"), **fields)
 
 
 def _tail_note(m: int, p: float) -> str:
