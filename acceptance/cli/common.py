@@ -25,8 +25,6 @@ examples:
 """
 
 
-
-
 class UsageError(Exception):
     pass
 
@@ -47,7 +45,6 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
-
 
 
 def run_folder(path: str) -> Path:

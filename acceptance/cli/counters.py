@@ -11,7 +11,6 @@ from .common import EXIT_FAILED, EXIT_OK, UsageError
 from ..spec.profile import load_profile
 
 
-
 def add_parser(sub) -> None:
     counters = sub.add_parser(
         "counters", help="RDMA port counters before and after a job: snapshot, then diff",
@@ -61,9 +60,6 @@ def add_parser(sub) -> None:
     cdiff.add_argument("--profile", metavar="NAME|PATH",
                        help="profile whose [counters] bounds apply (default: local)")
     cdiff.set_defaults(func=cmd_counters_diff)
-
-
-
 
 
 def cmd_counters_snapshot(args) -> int:

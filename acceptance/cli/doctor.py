@@ -21,7 +21,6 @@ from .common import EXIT_OK
 from ..host.command import run_command
 
 
-
 @dataclass(frozen=True)
 class Availability:
     name: str     # "mpi", "launcher", "slurm", "verbs", "gpu", "nccl"
@@ -226,10 +225,6 @@ def add_parser(sub) -> None:
     doctor.set_defaults(func=cmd_doctor)
 
 
-
-
-
 def cmd_doctor(args) -> int:
-    from .doctor import format_report, probe_all
     print(format_report(probe_all()))
     return EXIT_OK

@@ -206,11 +206,7 @@ def add_parser(sub) -> None:
     plan.set_defaults(func=cmd_plan)
 
 
-
-
-
 def cmd_plan(args) -> int:
-    from .plan import choose_rate, plan_text, step_problem
     profile = load_profile(args.profile)
     try:
         print(plan_text(args.nodes, args.rails, args.pattern, profile, args.rate))

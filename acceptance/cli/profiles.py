@@ -6,7 +6,6 @@ from .common import EXIT_OK, UsageError
 from ..spec.profile import format_profile, format_profile_list, load_profile
 
 
-
 def add_parser(sub) -> None:
     profiles = sub.add_parser("profiles", help="list the built-in profiles, or show one resolved",
                               description="`acceptance profiles` lists the built-in profiles; "
@@ -16,8 +15,6 @@ def add_parser(sub) -> None:
     profiles.add_argument("name", nargs="?", metavar="NAME|PATH")
     profiles.add_argument("--names", action="store_true", help="only the built-in names, one per line")
     profiles.set_defaults(func=cmd_profiles)
-
-
 
 
 def cmd_profiles(args) -> int:

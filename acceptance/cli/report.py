@@ -9,7 +9,6 @@ from .common import EXIT_FAILED, EXIT_OK, UsageError, positive, run_folder
 from ..records.results import InputError
 
 
-
 def add_parser(sub) -> None:
     report = sub.add_parser(
         "report", help="(re)analyze a run folder: findings.json, drain.txt, report.html",
@@ -41,8 +40,6 @@ def add_parser(sub) -> None:
                          help="compare even runs judged by different profiles, engines or node/rail layouts "
                               "(otherwise exit 2 naming what differs); the differences are printed first")
     compare.set_defaults(func=cmd_compare)
-
-
 
 
 def cmd_report(args) -> int:

@@ -21,7 +21,6 @@ from ..runtime.watchdog import END_GRACE_S
 from ..spec.profile import load_profile
 
 
-
 def add_parser(sub) -> None:
     run = sub.add_parser(
         "run", help="run the acceptance suites and write a run folder",
@@ -73,7 +72,6 @@ def add_parser(sub) -> None:
 SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Exited with exit code \d+)")
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER_GRACE_S = 30.0  # beyond the ranks' own bound on their end, for the launcher to notice and exit
-
 
 
 def cmd_run(args) -> int:
