@@ -8,7 +8,7 @@ from ..records.results import VERDICTS as RECORD_VERDICTS
 
 VERDICTS = list(RECORD_VERDICTS)  # category order of the verdict column
 INFO = VERDICTS.index("info")
-SCOPE_ORDER = {"rail": 0, "node": 1, "nic": 2, "link": 3, "cluster": 4}
+SCOPE_ORDER = {"rail": 0, "switch": 1, "uplink": 2, "node": 3, "nic": 4, "link": 5, "cluster": 6}
 EVIDENCE_MAX = 10
 MIN_GROUP = 3          # fewest values a fleet-relative (outlier) comparison is made on
 MAD_SCALE = 0.6745     # modified z-score: 0.6745 (x - median) / MAD

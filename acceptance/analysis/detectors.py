@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..spec import catalog
+from ..spec.fabric import Fabric
 from ..spec.profile import Profile
 from .failures import counter_findings, failed_tests, other_failures
 from .fleet import too_few_findings
@@ -49,16 +50,18 @@ class Context:
     deltas: pd.DataFrame | None         # against a baseline, when one was given
     names: list[str]                    # node names; the views' s, d code into them
     views: list[PairwiseView] = field(default_factory=list)
+    fabric: Fabric | None = None        # the switch trees, when known
 
     @classmethod
-    def of(cls, ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> Context:
+    def of(cls, ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None,
+           fabric: Fabric | None = None) -> Context:
         names = node_names(ev)[0]
         views = []
         for suite in catalog.pairwise():
             p, _, rows = pairwise_view(ev, suite.name)
             if len(rows):
                 views.append(PairwiseView(suite, p, rows, measured_pairs(p)))
-        return cls(ev, profile, deltas, names, views)
+        return cls(ev, profile, deltas, names, views, fabric)
 
     @property
     def pairwise_rows(self) -> np.ndarray:
@@ -76,8 +79,8 @@ Detector = Callable[[Context], list]
 
 
 def pairwise(ctx: Context) -> list[dict]:
-    """Bounds and fleet outliers of every pairwise suite, localized to link, NIC, node or rail plane,
-    each suite against its own fleet."""
+    """Bounds and fleet outliers of every pairwise suite, localized to link, NIC, node or rail plane
+    (and, with the switch tree, leaf, uplink or spine), each suite against its own fleet."""
     out = []
     for view in ctx.views:
         name = view.suite.name
@@ -87,7 +90,7 @@ def pairwise(ctx: Context) -> list[dict]:
         bad = bad_pairs(view.pairs, outliers, ctx.profile, name)
         if planes is not None and len(planes):
             bad = against_rails(bad, pairs, planes, ctx.profile, name)
-        for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes):
+        for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes, ctx.fabric):
             f["suite"] = name
             f["message"] = view.suite.finding + f["message"]
             out.append(f)
@@ -112,13 +115,13 @@ def too_few(ctx: Context) -> list[dict]:
 
 
 def burnin(ctx: Context) -> list[dict]:
-    return burnin_findings(ctx.records, ctx.profile, ctx.host_pairs)
+    return burnin_findings(ctx.records, ctx.profile, ctx.host_pairs, ctx.fabric)
 
 
 def baseline(ctx: Context) -> list[dict]:
     if ctx.deltas is None:
         return []
-    return regression_findings(ctx.deltas, ctx.profile, ctx.host_pairs, ctx.names)
+    return regression_findings(ctx.deltas, ctx.profile, ctx.host_pairs, ctx.names, ctx.fabric)
 
 
 DETECTORS: tuple[Detector, ...] = (pairwise, bounds, tests, counters, too_few, burnin, baseline)

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..spec.fabric import Fabric
 from ..spec.profile import Profile
+from . import tree
 from .base import EVIDENCE_MAX
 from .evaluate import OUTLIER_METRICS, direction_of
 from .finding import make_finding
@@ -61,12 +63,85 @@ class _Owner:
 
 
 def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile, kind: str,
-              planes: pd.DataFrame | None = None) -> list[dict]:
-    """Bad pair evidence on the rails' graphs -> rail, node, NIC, link (or cluster) findings."""
+              planes: pd.DataFrame | None = None, fabric: Fabric | None = None) -> list[dict]:
+    """Bad pair evidence on the rails' graphs -> switch, uplink (given the tree), rail, node, NIC,
+    link (or cluster) findings."""
     planes = planes if planes is not None else pd.DataFrame(columns=["rail"])
     if bad.empty and planes.empty:
         return []
     n_nodes = max(len(names), 1)
+    network, claimed, explained, nic_alts = _tree_step(bad, measured, names, profile, fabric, n_nodes)
+    rest = np.flatnonzero(~claimed)
+    owners, owner = _endpoint_owners(bad.iloc[rest].reset_index(drop=True), measured[~explained], names,
+                                     profile, planes, n_nodes, nic_alts, offset=len(network))
+    all_owner = np.full(len(bad), -1, dtype=np.int64)
+    for i, c in enumerate(network):
+        all_owner[c.rows] = i
+    all_owner[rest] = owner
+    planes = planes[planes["rail"].isin([o.rail for o in owners if o.scope == "rail"])]
+    return _findings_from(bad, all_owner, [c.owner for c in network] + owners, names, profile, kind, planes)
+
+
+@dataclass
+class _Network:
+    owner: _Owner
+    rows: np.ndarray        # the bad rows it explains
+
+
+def _tree_step(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile,
+               fabric: Fabric | None, n_nodes: int):
+    """Switch, uplink and spine explanations on the rails whose tree is known (analysis.tree).
+
+    Returns (network owners, bad rows they claim, measured pairs they explain, NIC alternatives).
+    """
+    claimed, explained = np.zeros(len(bad), bool), np.zeros(len(measured), bool)
+    network: list[_Network] = []
+    nic_alts: dict[tuple[int, int], list[dict]] = {}
+    if fabric is None or measured.empty:
+        return network, claimed, explained, nic_alts
+    m_rail, m_u, m_v = (measured[c].to_numpy() for c in ("rail", "u", "v"))
+    b_rail = bad["rail"].to_numpy()
+    b_u = np.minimum(bad["s"].to_numpy(), bad["d"].to_numpy())
+    b_v = np.maximum(bad["s"].to_numpy(), bad["d"].to_numpy())
+    bkey = (b_rail * n_nodes + b_u) * n_nodes + b_v
+    for rail in np.unique(m_rail):
+        t = fabric.tree(int(rail))
+        if t is None or not t.leaves:
+            continue
+        leaf, leaf_names = tree.leaf_codes(t, names)
+        sel = np.flatnonzero(m_rail == rail)
+        u, v = m_u[sel], m_v[sel]
+        mkey = (int(rail) * n_nodes + u) * n_nodes + v
+        is_bad = np.isin(mkey, bkey)
+        if not is_bad.any():
+            continue
+        spine = tree.single_spine(t, leaf_names)
+        for c in tree.explain_rail(u, v, is_bad, leaf, leaf_names, spine, int(rail),
+                                   profile.get("analysis.switch_fraction"), profile.get("analysis.nic_fraction"),
+                                   n_nodes):
+            alts = [a.ref(names) for a in c.alternatives]
+            if c.scope == "nic":
+                if alts:
+                    nic_alts[(int(rail), c.node)] = alts
+                continue
+            if c.scope == "rail":
+                continue
+            rows = np.flatnonzero(np.isin(bkey, mkey[c.pair_mask]) & ~claimed)
+            if not len(rows):
+                continue
+            claimed[rows] = True
+            explained[sel[c.pair_mask]] = True
+            network.append(_Network(_Owner(c.scope if c.scope != "spine" else "switch", rail=int(rail), info={
+                "name": c.name, "tier": "spine" if c.scope == "spine" else "leaf", "parts": c.parts,
+                "bad": c.bad, "pairs": c.pairs, "alternatives": alts,
+                "uplinks": [up.to_json() for up in t.uplinks_of(c.name)] if c.scope == "uplink" else [],
+                }), rows))
+    return network, claimed, explained, nic_alts
+
+
+def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile,
+                     planes: pd.DataFrame, n_nodes: int, nic_alts: dict, offset: int):
+    """Rail, node, NIC and link owners of the bad rows (owner codes from `offset` on)."""
     rails_measured = np.unique(measured["rail"].to_numpy()) if len(measured) else np.zeros(0, np.int64)
     rails_all = np.union1d(rails_measured, np.unique(bad["rail"].to_numpy()))
     n_rails = int(rails_all.max(initial=-1)) + 1
@@ -105,7 +180,6 @@ def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profil
         if (remaining and sel_b.sum() / remaining >= rail_fraction) or (
                 k >= 2 and k >= rail_fraction * nodes_on[rail]):
             bad_rails[rail] = {"how": "relative"}
-    planes = planes[planes["rail"].isin(list(bad_rails))]
     other_cnt = nic.sum(axis=0)[None, :] - nic
     other_tot = has.sum(axis=0)[None, :] - has
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -148,7 +222,8 @@ def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profil
             if rail_bad[rail] or node_bad[node]:
                 continue  # explained by its rail plane or its node
             nic_id[rail, node] = len(owners)
-            owners.append(_Owner("nic", node=node, rail=rail, info={"k": badc, "tot": deg}))
+            owners.append(_Owner("nic", node=node, rail=rail, info={"k": badc, "tot": deg,
+                                                                    "alternatives": nic_alts.get((rail, node), [])}))
         if len(bad):
             o = np.where(nic_id[r, s] >= 0, nic_id[r, s], nic_id[r, d])
             owner = np.where(owner < 0, o, owner)
@@ -162,7 +237,7 @@ def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profil
                     owners.append(_Owner("link", node=u, rail=rail, peer=v,
                                          info={"tiny": bool(rail < len(nodes_on) and nodes_on[rail] == 2)}))
                 owner[rest] = base + inv
-    return _findings_from(bad, owner, owners, names, profile, kind, planes)
+    return owners, np.where(owner >= 0, owner + offset, owner)
 
 
 def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], names: list[str],
@@ -256,12 +331,71 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             if who.info.get("tiny"):
                 lines.insert(0, f"only 2 nodes on rail {who.rail}: a bad link cannot be told from a bad NIC "
                                 f"on either end")
+        elif who.scope in ("switch", "uplink"):
+            msg = _network_message(who, phrase, detail)
+            lines = _network_evidence(who, names) + lines
         else:
             msg = f"every rail plane {phrase} ({detail}): a fabric-wide problem, or bounds that do not fit this fabric"
+        alternatives = who.info.get("alternatives") or []
+        if who.scope == "nic" and alternatives:
+            lines.insert(0, f"{node} is alone on its leaf on rail {who.rail}: its NIC, its cable, the leaf and the "
+                            f"leaf's uplink touch the same pairs ({_alt_text(alternatives)})")
         if severity == "fail" and who.scope in ("nic", "node"):
             msg += f": drain {node}"
         out.append(make_finding(severity=severity, scope=who.scope, node=node, rail=who.rail, peer=peer, metric=metric,
                                 value=value, expected=expected, evidence=lines, message=msg,
                                 kind=kind if kind != "fleet" else ("bound" if not median_known else "outlier"),
-                                unit=unit, size=size, bound=how, basis=basis))
+                                unit=unit, size=size, bound=how, basis=basis, switch=who.info.get("name"),
+                                uplinks=who.info.get("uplinks") or (), alternatives=alternatives))
     return out
+
+
+def _alt_text(alternatives: list[dict]) -> str:
+    return "cannot be told from " + ", ".join(_component(a) for a in alternatives)
+
+
+def _component(a: dict) -> str:
+    if a["scope"] == "uplink":
+        return f"{a['switch']}'s uplink"
+    if a["scope"] == "switch":
+        return f"switch {a['switch']}"
+    if a["scope"] == "nic":
+        return f"{a['node']}'s NIC"
+    return f"rail {a['rail']} plane"
+
+
+def _network_message(who: _Owner, phrase: str, detail: str) -> str:
+    """A switch or uplink finding's message: a ticket for the network team, never a drain."""
+    name, rail, info = who.info["name"], who.rail, who.info
+    if who.scope == "uplink":
+        spines = sorted({u["spine"] for u in info["uplinks"]})
+        to = f" to {', '.join(spines)}" if spines else ""
+        what = f"leaf {name}'s uplink{to} on rail {rail}"
+        check = f"check the cables and ports between {name} and {', '.join(spines) or 'the spines'}"
+    elif info["tier"] == "spine":
+        what, check = f"spine {name} on rail {rail}", f"check spine {name} and its ports"
+    else:
+        what, check = f"leaf switch {name} on rail {rail}", f"check switch {name}"
+    also = f"; {_alt_text(info['alternatives'])}" if info["alternatives"] else ""
+    return f"{what} {phrase} ({detail}){also}: {check} (a network ticket: no node is at fault)"
+
+
+def _network_evidence(who: _Owner, names: list[str]) -> list[str]:
+    """The counts that tell this component from the pairs it does not touch."""
+    info, name, rail = who.info, who.info["name"], who.rail
+    (in_bad, in_tot), (x_bad, x_tot) = info["parts"]["inside"], info["parts"]["crossing"]
+    o_bad, o_tot = info["parts"].get("other", (0, 0))
+    where = "leaves" if info["tier"] == "spine" else name
+    crossing = "crossing between leaves" if info["tier"] == "spine" else f"crossing {name}"
+    lines = [f"{x_bad} of {x_tot} pairs {crossing} on rail {rail} are bad"]
+    inside = f"{in_bad} of {in_tot} pairs inside {where} are bad" if in_tot else f"no pair inside {where} measured"
+    if who.scope == "uplink" or info["tier"] == "spine":
+        inside = (f"{in_tot - in_bad} of {in_tot} pairs inside {where} are normal" if in_tot
+                  else f"no pair inside {where} was measured")
+    lines.append(inside)
+    if o_tot and info["tier"] != "spine":
+        lines.append(f"{o_tot - o_bad} of {o_tot} pairs on rail {rail} not touching {name} are normal")
+    if info["alternatives"]:
+        lines.append(f"the measured pairs {_alt_text(info['alternatives'])}: they touch the same pairs "
+                     "(acceptance plan --topology lists pairs that would decide, where any can)")
+    return lines

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..spec.fabric import Fabric
 from ..spec.profile import Profile
 from .finding import Finding
 from .fleet import summary
@@ -24,6 +25,7 @@ class Analysis:
     deltas: pd.DataFrame | None = None  # baseline comparison, when a baseline was given
     baseline_id: str | None = None
     extra: dict = field(default_factory=dict)
+    fabric: Fabric | None = None      # the switch trees findings were localized on, when known
 
     @property
     def burnin(self) -> list[dict]:

@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..records.results import InputError
+from ..spec.fabric import Fabric
+from ..spec.switches import fabric_for
 from ..spec.profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
 from .model import Analysis
@@ -15,6 +17,7 @@ from .evaluate import evaluate
 from .detectors import DETECTORS, Context
 from .load import load_records
 from .output import drain_lines
+from .outliers import node_names
 from .trends import compare
 from .validate import check_record_nodes, topology_nodes
 
@@ -36,19 +39,38 @@ def _evaluated(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     return evaluate(df, profile)
 
 
-def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None) -> list[dict]:
+def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None,
+          fabric: Fabric | None = None) -> list[dict]:
     if ev.empty:
         return []
-    ctx = Context.of(ev, profile, deltas)
+    ctx = Context.of(ev, profile, deltas, fabric)
     return _sort([f for detect in DETECTORS for f in detect(ctx)])
 
 
-def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = None) -> list[dict]:
+def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = None,
+         fabric: Fabric | None = None) -> list[dict]:
     """Findings of a run's records (evaluated here unless evaluate() was run with this profile);
-    with `baseline` records, regressions against them too."""
+    with `baseline` records, regressions against them too; with `fabric`, switch and uplink findings."""
     ev = _evaluated(df, profile)
     deltas = compare(ev, baseline, profile) if baseline is not None else None
-    return _find(ev, profile, deltas)
+    return _find(ev, profile, deltas, fabric)
+
+
+def resolve_fabric(run: dict, profile: Profile, topology=None, run_json: Path | None = None) -> Fabric | None:
+    """The switch trees to localize on: `topology` (a Fabric or a path: --topology), else the one
+    run.json keeps, else the profile's topology.switches."""
+    if isinstance(topology, Fabric):
+        return topology
+    if topology is not None:
+        return fabric_for(profile, topology)
+    kept = run.get("fabric")
+    if isinstance(kept, dict):
+        try:
+            return Fabric.from_json(kept)
+        except (KeyError, TypeError, ValueError) as e:
+            raise InputError(f"{run_json or 'run.json'}: fabric: not a switch tree ({e})") from None
+    named = profile.get("topology.switches")
+    return fabric_for(profile, "") if named else None
 
 
 def _read_run(run_dir: Path, required: bool) -> dict:
@@ -111,9 +133,10 @@ def _checked(df: pd.DataFrame, known, run_dir: Path) -> pd.DataFrame:
     return df
 
 
-def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None) -> Analysis:
+def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None, topology=None) -> Analysis:
     """Analyze a run folder: records judged against the profile, findings, drain lines,
-    and the comparison with a baseline run folder when one is given.
+    and the comparison with a baseline run folder when one is given. `topology` (a Fabric or a
+    path) overrides the switch trees run.json keeps (resolve_fabric).
 
     The profile is, in order: the argument; the resolved profile run.json keeps (what the run
     was judged with, missing keys at their defaults); the file or name run.json names.
@@ -134,8 +157,11 @@ def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None) ->
         baseline_id = base_run.get("run_id")
         base_known = topology_nodes(base_run, baseline_dir / "run.json")
         deltas = compare(records, _checked(load_records(baseline_dir), base_known, baseline_dir), prof)
-    findings = _find(records, prof, deltas)
+    fabric = resolve_fabric(run, prof, topology, run_dir / "run.json")
+    findings = _find(records, prof, deltas, fabric)
     extra = {"seconds": {"load": round(t1 - t0, 3), "analyze": round(time.perf_counter() - t1, 3)},
              "skipped_lines": records.attrs.get("skipped_lines", 0)}
+    if fabric is not None:
+        extra["fabric_unknown"] = fabric.unknown(node_names(records)[0]) if len(records) else []
     return Analysis(run=run, profile=prof, records=records, findings=findings, drains=drain_lines(findings, known),
-                    deltas=deltas, baseline_id=baseline_id, extra=extra)
+                    deltas=deltas, baseline_id=baseline_id, extra=extra, fabric=fabric)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from ..spec import catalog
+from ..spec.fabric import Fabric
 from ..spec.profile import Profile, format_size
 from .load import with_fields
 from .base import codes_of, floats_of
@@ -79,7 +80,7 @@ def _burnin(ev: pd.DataFrame, profile: Profile) -> pd.DataFrame:
 
 
 def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: list[str], profile: Profile,
-                     severity_of=None) -> list[dict]:
+                     severity_of=None, fabric: Fabric | None = None) -> list[dict]:
     """Findings from per-series rows (drift, instability, regression): p2p rows are localized,
     collective rows are placed by their communicator."""
     if t is None or t.empty:
@@ -94,7 +95,7 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
                             "median": x["median"].to_numpy(), "bound": np.nan, "worse": x["worse"].to_numpy(),
                             "grade": x["grade"].to_numpy(), "unit": x["unit"].to_numpy(), "how": None,
                             "basis": None})
-        out += localize(bad, measured, names, profile, kind)
+        out += localize(bad, measured, names, profile, kind, fabric=fabric)
     for row in t[~p2p].itertuples():
         node = names[row.s] if row.s >= 0 else None
         scope_name = row.scope or ""
@@ -118,7 +119,8 @@ def _series_findings(t: pd.DataFrame, kind: str, measured: pd.DataFrame, names: 
     return out
 
 
-def burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame) -> list[dict]:
+def burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame,
+                    fabric: Fabric | None = None) -> list[dict]:
     t = _burnin(ev, profile)
     if t.empty:
         return []
@@ -126,11 +128,11 @@ def burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame) 
     out = []
     drift = t[t["drift"]]
     out += _series_findings(drift.assign(value=drift["last"], expected=drift["first"], median=drift["mean"],
-                                         grade=False), "drift", measured, names, profile)
+                                         grade=False), "drift", measured, names, profile, fabric=fabric)
     unstable = t[t["unstable"]]
     out += _series_findings(unstable.assign(value=unstable["cv"], expected=profile.get("analysis.cv_max"),
                                             median=unstable["mean"], grade=False, worse=unstable["cv"]),
-                            "instability", measured, names, profile)
+                            "instability", measured, names, profile, fabric=fabric)
     return out
 
 
@@ -174,7 +176,7 @@ def compare(df: pd.DataFrame, baseline_df: pd.DataFrame, profile: Profile) -> pd
 
 
 def regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.DataFrame,
-                         names: list[str]) -> list[dict]:
+                         names: list[str], fabric: Fabric | None = None) -> list[dict]:
     if deltas is None or deltas.empty or not deltas["regression"].any():
         return []
     r = deltas[deltas["regression"]].copy()
@@ -186,7 +188,7 @@ def regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.Dat
     r["scope"] = r["scope"].fillna("")
     tol = profile.get("analysis.regression_tolerance")
     r = r.assign(expected=r["baseline"], worse=-r["change"], median=r["baseline"], grade=r["change"] < -2 * tol)
-    return _series_findings(r, "regression", measured, names, profile)
+    return _series_findings(r, "regression", measured, names, profile, fabric=fabric)
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,10 +9,17 @@ from __future__ import annotations
 import argparse
 import math
 
+from pathlib import Path
+
 from .common import EXIT_OK, UsageError
+from ..analysis.deciding import deciding_pairs, pattern_gaps
+from ..records.naming import natural_key
+from ..records.results import InputError, read_json
+from ..spec.fabric import Fabric
+from ..spec.switches import fabric_for
 from ..spec import catalog
 from ..spec.profile import Profile, format_size, load_profile, parse_rate
-from ..runtime.schedule import pair_count, parse_pattern, round_count
+from ..runtime.schedule import pair_count, parse_pattern, round_count, schedule
 
 ITER_OVERHEAD_S = 5e-6   # assumed per-iteration cost beyond the wire time (post, poll, flush)
 LATENCY_SAMPLE_S = 5e-6  # assumed time of one latency sample
@@ -193,9 +200,12 @@ def add_parser(sub) -> None:
                "             partners at varied distances; for very large clusters\n\n"
                "examples:\n"
                "  acceptance plan --nodes 2048 --rails 8\n"
-               "  acceptance plan --nodes 2048 --rails 8 --pattern sample:16 --rate 400Gbit/s\n")
-    plan.add_argument("--nodes", type=int, required=True, metavar="N", help="nodes in the cluster (>= 2)")
-    plan.add_argument("--rails", type=int, required=True, metavar="R", help="rails (NICs) per node (>= 1)")
+               "  acceptance plan --nodes 2048 --rails 8 --pattern sample:16 --rate 400Gbit/s\n"
+               "  acceptance plan --rails 8 --pattern sample:16 --topology /etc/slurm/topology.conf\n"
+               "  acceptance plan --run reports/RUN_ID   (pairs that would decide its ambiguous findings)\n")
+    plan.add_argument("--nodes", type=int, metavar="N",
+                      help="nodes in the cluster (>= 2; default with --topology: the tree's nodes)")
+    plan.add_argument("--rails", type=int, metavar="R", help="rails (NICs) per node (>= 1; required)")
     plan.add_argument("--pattern", metavar="all-pairs|sample:K",
                       help="node pairs per rail (default: the profile's rdma_write.pattern, all-pairs)")
     plan.add_argument("--profile", metavar="NAME|PATH",
@@ -203,16 +213,115 @@ def add_parser(sub) -> None:
     plan.add_argument("--rate", metavar="RATE",
                       help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
                            "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
+    plan.add_argument("--topology", metavar="PATH",
+                      help="the cluster's switch tree (Slurm topology.conf or topology.yaml, ibnetdiscover "
+                           "output, or a folder of rail<N>* ibnetdiscover outputs): also say which switch and "
+                           "uplink faults the pattern cannot tell apart, and the extra pairs that would decide")
+    plan.add_argument("--run", metavar="RUN_DIR",
+                      help="with --topology (or the tree run.json keeps): for each finding of RUN_DIR whose "
+                           "measured pairs cannot tell two explanations apart, the pairs that would decide")
     plan.set_defaults(func=cmd_plan)
 
 
 def cmd_plan(args) -> int:
     profile = load_profile(args.profile)
+    fabric = None
+    if args.topology or args.run:
+        fabric = _fabric(profile, args.topology, args.run)
+    if args.run:
+        print(run_deciding_text(args.run, fabric))
+        return EXIT_OK
+    nodes = args.nodes
+    tree_nodes = sorted(fabric.nodes, key=natural_key) if fabric is not None else None
+    if nodes is None:
+        if tree_nodes is None:
+            raise UsageError("--nodes is required (or --topology, whose nodes are then planned)")
+        nodes = len(tree_nodes)
+    if args.rails is None:
+        raise UsageError("--rails is required")
     try:
-        print(plan_text(args.nodes, args.rails, args.pattern, profile, args.rate))
+        print(plan_text(nodes, args.rails, args.pattern, profile, args.rate))
         problem = step_problem(profile, choose_rate(profile, args.rate)[0])
     except ValueError as e:
         raise UsageError(str(e)) from None
+    if fabric is not None:
+        print(tree_text(fabric, tree_nodes[:nodes], args.rails, args.pattern or profile.get("rdma_write.pattern")))
     if problem:
         raise UsageError(problem)
     return EXIT_OK
+
+
+def _fabric(profile: Profile, topology: str | None, run_dir: str | None):
+    try:
+        if topology:
+            return fabric_for(profile, topology)
+        kept = read_json(Path(run_dir) / "run.json").get("fabric")
+        if not isinstance(kept, dict):
+            raise UsageError(f"{run_dir}/run.json keeps no switch tree: give --topology PATH")
+        return Fabric.from_json(kept)
+    except (InputError, ValueError) as e:
+        raise UsageError(f"--topology: {e}" if topology else str(e)) from None
+
+
+def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str:
+    """Per rail's tree: what the pattern's pairs cannot tell apart, and the pairs that would."""
+    pairs = {(nodes[a], nodes[b]) for rnd in schedule(len(nodes), pattern) for a, b in rnd}
+    lines = [f"switch tree: {fabric.format} {fabric.source}"]
+    shown = set()
+    for rail in range(rails):
+        tree = fabric.tree(rail)
+        if tree is None:
+            lines.append(f"  rail {rail}: not in the tree")
+            continue
+        key = id(tree)
+        if key in shown:
+            continue
+        shown.add(key)
+        which = f"rail {rail}" if None not in fabric.trees else "every rail"
+        sizes = ", ".join(f"{leaf} ({len(ns)})" for leaf, ns in list(tree.leaves.items())[:12])
+        more = f", +{len(tree.leaves) - 12} more" if len(tree.leaves) > 12 else ""
+        lines.append(f"  {which}: {len(tree.leaves)} leaves: {sizes}{more}; spines {', '.join(tree.spines) or 'none'}")
+        gaps = pattern_gaps(tree, nodes, pairs)
+        if not gaps:
+            lines.append(f"    {pattern} tells every leaf, uplink and spine apart from each other and from the NICs")
+        for g in gaps:
+            decide = (f"measuring {', '.join(f'{a}-{b}' for a, b in g['pairs'])} decides" if g["pairs"]
+                      else "no pair can decide: read the switch's port counters")
+            lines.append(f"    {pattern} cannot tell {g['what']}: {decide}")
+    return "\n".join(lines)
+
+
+def run_deciding_text(run_dir: str, fabric: Fabric) -> str:
+    """For each finding of a run whose alternatives the measured pairs could not tell apart: the
+    pairs that would decide (findings.json, the run's nodes)."""
+    try:
+        findings = read_json(Path(run_dir) / "findings.json")
+        run = read_json(Path(run_dir) / "run.json")
+    except (InputError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    nodes = sorted(((run.get("topology") or {}).get("nodes") or {}), key=natural_key) or sorted(fabric.nodes,
+                                                                                               key=natural_key)
+    lines = []
+    for f in findings if isinstance(findings, list) else []:
+        alts = f.get("alternatives") or []
+        if not alts:
+            continue
+        me = {"scope": f["scope"], "switch": f.get("switch"), "node": f.get("node"), "rail": f.get("rail")}
+        tree = fabric.tree(f.get("rail") or 0)
+        lines.append(f"{f['message']}")
+        for alt in alts:
+            pairs = deciding_pairs(me, alt, tree, nodes) if tree is not None else []
+            what = _name(alt)
+            lines.append(f"  vs {what}: " + (f"measure {', '.join(f'{a}-{b}' for a, b in pairs)} on rail {f['rail']}"
+                                            if pairs else "no pair can decide: read the switches' port counters"))
+    return "\n".join(lines) or f"{run_dir}: no finding is ambiguous; nothing to add"
+
+
+def _name(c: dict) -> str:
+    if c.get("scope") == "uplink":
+        return f"{c['switch']}'s uplink"
+    if c.get("scope") == "nic":
+        return f"{c['node']}'s NIC"
+    if c.get("scope") == "switch":
+        return f"switch {c['switch']}"
+    return f"rail {c.get('rail')} plane"

@@ -16,14 +16,17 @@ SHOWN_FINDINGS = 10
 
 
 def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
-                       out: str | Path | None = None, report: bool = True) -> tuple[Analysis, Path | None]:
+                       out: str | Path | None = None, report: bool = True,
+                       topology=None) -> tuple[Analysis, Path | None]:
     """(Re)write findings.json, drain.txt, report.html, and the run's verdict and exit code in run.json
     (one analysis says all of them, so they always agree). Without `report`, no report.html (and
     None for its path): `acceptance report` writes it later from the same files."""
-    analysis = analyze(run_dir, baseline_dir=baseline)
+    analysis = analyze(run_dir, baseline_dir=baseline, topology=topology)
     write_outputs(run_dir, analysis)
     outcome = dict(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet,
                    suites_exit_code=suites_exit_code(analysis.run or {}))
+    if topology is not None and analysis.fabric is not None:  # the tree the findings name, kept with them
+        outcome.update(fabric=analysis.fabric.to_json())
     RunFolder(run_dir).update_run(**outcome)
     analysis.run.update(outcome)
     if not report:
@@ -47,6 +50,11 @@ def summary(analysis: Analysis, report: Path | None, run_dir: str | Path | None 
     fleet = fleet_line(analysis.fleet)
     if fleet:
         lines.append(f"  {fleet}")
+    unknown = analysis.extra.get("fabric_unknown")
+    if unknown:
+        lines.append(f"  switch tree {analysis.fabric.source} does not place {len(unknown)} node(s) of the run "
+                     f"on a leaf (their pairs count toward no switch or uplink): {', '.join(unknown[:20])}"
+                     + (" ..." if len(unknown) > 20 else ""))
     overridden = (analysis.run or {}).get("overrides")
     if isinstance(overridden, dict) and overridden:
         lines.append(f"  note: measured with data sources overridden ({', '.join(overridden)}; run.json \"overrides\")")

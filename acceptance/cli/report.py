@@ -22,6 +22,10 @@ def add_parser(sub) -> None:
                         help="with --baseline: compare even when the runs' profiles, engines or layouts differ")
     report.add_argument("-o", "--output", metavar="FILE", help="where to write the HTML (default: RUN_DIR/report.html)")
     report.add_argument("--drain", action="store_true", help="execute the scontrol drain lines (default: print them)")
+    report.add_argument("--topology", metavar="PATH",
+                        help="the cluster's switch tree to localize on, instead of the one run.json keeps "
+                             "(Slurm topology.conf or topology.yaml, ibnetdiscover output, or a folder of "
+                             "rail<N>* ibnetdiscover outputs): findings can then name a leaf switch or uplink")
     report.add_argument("--prometheus", metavar="FILE",
                         help="also write the verdict, findings and per-NIC / per-rail / collective medians in "
                              "node_exporter's textfile format (replaced atomically); point node_exporter's "
@@ -57,7 +61,7 @@ def cmd_report(args) -> int:
             print(f"acceptance: note: node_exporter's textfile collector reads only *.prom files, "
                   f"not {Path(args.prometheus).name}", file=sys.stderr)
     try:
-        analysis, report = analyze_and_report(folder, baseline, args.output)
+        analysis, report = analyze_and_report(folder, baseline, args.output, topology=args.topology)
     except InputError as e:
         raise UsageError(str(e)) from None
     print(summary(analysis, report))

@@ -18,6 +18,7 @@ from . import launch
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
 from ..records.results import ENV_ITERATION, InputError, RunFolder
 from ..runtime.watchdog import END_GRACE_S
+from ..spec import switches
 from ..spec.profile import load_profile
 
 
@@ -46,6 +47,11 @@ def add_parser(sub) -> None:
                      help="ranks per node = rails per node (one rank per GPU and NIC)")
     run.add_argument("--output", metavar="DIR", default=None,
                      help="folder that receives the run folder (default: ./reports)")
+    run.add_argument("--topology", metavar="PATH",
+                     help="the cluster's switch tree, so findings can name a leaf switch or an uplink: Slurm's "
+                          "topology.conf or topology.yaml, an ibnetdiscover output, or a folder of per-rail "
+                          "rail<N>* ibnetdiscover outputs (default: $ACCEPTANCE_TOPOLOGY, else the profile's "
+                          "topology.switches); kept in run.json")
     run.add_argument("--hang-timeout", type=seconds, metavar="SECONDS",
                      help="how long the job may go without progress on any rank before the ranks that did not "
                           "reach the sync point are reported as HANG; it bounds one step of a test (a round of "
@@ -90,6 +96,7 @@ def cmd_run(args) -> int:
         raise UsageError(str(e)) from None
     nodes = args.nodes or profile.get("run.nodes")
     per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
+    tree = _switch_tree(profile, args.topology)
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
     try:
@@ -100,6 +107,8 @@ def cmd_run(args) -> int:
             "--run-dir", str(folder.path), "--profile", profile.source]
     if args.hang_timeout:
         cmd += ["--hang-timeout", str(args.hang_timeout)]
+    if tree is not None:
+        cmd += ["--topology", str(tree)]
     if not any(_is_path(a) for a in pytest_args):
         cmd.append(str(_suites_path(args.suites)))
     cmd += pytest_args
@@ -184,6 +193,22 @@ def post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
     if drain:
         execute_drains(analysis.drains)
     return analysis.exit_code
+
+
+def _switch_tree(profile, topology: str | None) -> Path | None:
+    """The switch tree's path for the ranks, read here first so a bad file stops the run before it
+    starts (exit 2: file, line, why)."""
+    path = switches.switches_path(profile, topology)
+    if path is None:
+        return None
+    try:
+        fabric = switches.fabric_for(profile, path)
+    except InputError as e:
+        raise UsageError(f"--topology: {e}") from None
+    leaves = {leaf for t in fabric.trees.values() for leaf in t.leaves}
+    print(f"acceptance: switch tree {path} ({fabric.format}: {len(fabric.nodes)} nodes on {len(leaves)} leaves)",
+          flush=True)
+    return path.resolve()
 
 
 def format_duration(seconds: float) -> str:

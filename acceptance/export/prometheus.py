@@ -57,7 +57,7 @@ from ..spec import catalog
 PREFIX = "acceptance_"
 FINDINGS_MAX = 1000     # findings are few; a run with more is broken everywhere, and the counts say so
 SEVERITIES = ("fail", "warn")
-SCOPES = ("link", "nic", "node", "rail", "cluster")
+SCOPES = ("link", "nic", "node", "rail", "switch", "uplink", "cluster")
 
 # Record units -> the family's base unit.
 BANDWIDTH_BYTES = {"Gbit/s": 1e9 / 8, "Mbit/s": 1e6 / 8, "bit/s": 1 / 8, "GB/s": 1e9, "MB/s": 1e6,
@@ -350,7 +350,8 @@ def render(analysis) -> str:
     for f in analysis.findings[:FINDINGS_MAX]:
         labels = (("severity", f.get("severity")), ("scope", f.get("scope")), ("kind", f.get("kind")),
                   ("node", f.get("node")), ("rail", None if f.get("rail") is None else int(f["rail"])),
-                  ("peer", f.get("peer")), ("metric", f.get("metric")), ("size_bytes", _size_label(f.get("size"))))
+                  ("peer", f.get("peer")), ("switch", f.get("switch")), ("metric", f.get("metric")),
+                  ("size_bytes", _size_label(f.get("size"))))
         shown[labels] = shown.get(labels, 0) + 1   # same labels twice would be a duplicate series
     for labels, n in shown.items():
         fams["finding"].add(dict(labels), n)

@@ -6,9 +6,9 @@ time, so a 1,024-node x 8-rail run (millions of records) is summarized in second
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable
 
+import hostlist
 import numpy as np
 import pandas as pd
 
@@ -84,38 +84,9 @@ def natural_sorted(names: Iterable) -> list[str]:
 
 
 def compress_hosts(names: Iterable[str], limit: int = 160) -> str:
-    """node1, node2, node3, node7 -> "node[1-3,7]" (Slurm hostlist style), cut at `limit` characters."""
-    groups: dict[tuple[str, int, str], list[int]] = {}
-    plain: list[str] = []
-    parsed = []
-    for name in natural_sorted(names):
-        m = re.fullmatch(r"(.*?)(\d+)([^\d]*)", name)
-        if m:
-            parsed.append(m.groups())
-        else:
-            plain.append(name)
-    # zero-padded widths per prefix: gpu0999 and gpu1000 are one 4-digit group
-    padded = {(p, len(d), x) for p, d, x in parsed if d.startswith("0") and len(d) > 1}
-    for prefix, digits, suffix in parsed:
-        width = len(digits) if (prefix, len(digits), suffix) in padded else 0
-        groups.setdefault((prefix, width, suffix), []).append(int(digits))
-    parts = list(plain)
-    for (prefix, width, suffix), numbers in groups.items():
-        numbers = sorted(set(numbers))
-        ranges, start, prev = [], numbers[0], numbers[0]
-        for k in numbers[1:] + [None]:
-            if k is not None and k == prev + 1:
-                prev = k
-                continue
-            a, b = f"{start:0{width}d}", f"{prev:0{width}d}"
-            ranges.append(a if start == prev else f"{a}-{b}")
-            if k is not None:
-                start = prev = k
-        if len(numbers) == 1:
-            parts.append(f"{prefix}{ranges[0]}{suffix}")
-        else:
-            parts.append(f"{prefix}[{','.join(ranges)}]{suffix}")
-    text = ",".join(parts)
+    """node1, node2, node3, node7 -> "node[1-3,7]" (Slurm hostlist style: python-hostlist, the
+    library the topology readers expand with), cut at `limit` characters."""
+    text = hostlist.collect_hostlist(natural_sorted(names))
     if len(text) > limit:
         count = len(set(map(str, names)))
         text = text[:limit].rsplit(",", 1)[0] + f",… ({count} in all)"

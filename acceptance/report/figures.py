@@ -267,3 +267,269 @@ def burnin(panels: list[dict], *, alt: str) -> dict:
     for idx in range(len(panels), rows * cols):
         axes[idx // cols][idx % cols].set_axis_off()
     return _figure(fig, alt)
+
+
+# --- the switch tree of a rail -----------------------------------------------------
+
+MAX_LEAVES = 32        # leaves drawn at most; the rest as "+N leaves" (a shaded leaf is always drawn)
+MAX_SPINES = 32        # the same for spines
+NODES_LISTED = 16      # nodes drawn one by one when no drawn leaf has more
+WARN_COLOR = "#f2a900"
+# How a component is shaded: a finding names it (fail, warn), or names it only among the explanations
+# the measured pairs cannot tell apart (fail-alt, warn-alt: lighter, hatched or dashed).
+MARKS = {
+    "fail": {"face": THRESHOLD_COLOR, "edge": "#7f1414", "text": "white", "hatch": None, "line": THRESHOLD_COLOR,
+             "style": "-", "label": "fail"},
+    "warn": {"face": WARN_COLOR, "edge": "#8a5300", "text": "black", "hatch": None, "line": WARN_COLOR,
+             "style": "-", "label": "warn"},
+    "fail-alt": {"face": "#f6b8b8", "edge": THRESHOLD_COLOR, "text": "black", "hatch": "////", "line": "#e57373",
+                 "style": (0, (4, 2)), "label": "fail, cannot be told apart"},
+    "warn-alt": {"face": "#ffe3a3", "edge": "#b07a00", "text": "black", "hatch": "////", "line": "#f5c451",
+                 "style": (0, (4, 2)), "label": "warn, cannot be told apart"},
+}
+MARK_RANK = {"warn-alt": 1, "fail-alt": 2, "warn": 3, "fail": 4}
+_PLAIN = {"face": "#e8eef7", "edge": "#5f6670", "text": "#1d2127", "hatch": None}
+_UPLINK_COLOR = "#a3a9b1"
+
+
+def worse_mark(a: str | None, b: str | None) -> str | None:
+    """The stronger of two marks (a finding over an alternative, fail over warn)."""
+    return max((m for m in (a, b) if m), key=MARK_RANK.get, default=None)
+
+
+def collapse(names: list[str], keep, limit: int) -> tuple[list[str], int]:
+    """At most `limit` names in their order, every one in `keep` among them: (drawn, how many left out)."""
+    names = list(names)
+    if len(names) <= limit:
+        return names, 0
+    keep = set(keep) & set(names)
+    room = max(0, limit - len(keep))
+    chosen = set(keep)
+    for n in names:
+        if room <= 0:
+            break
+        if n not in chosen:
+            chosen.add(n)
+            room -= 1
+    drawn = [n for n in names if n in chosen]
+    return drawn, len(names) - len(drawn)
+
+
+def _fit(text: str, width_in: float, font: float) -> str:
+    """`text` cut in the middle ("ib-l…r0-17") to about what fits in width_in inches at `font` points."""
+    chars = max(4, int(width_in * 72 / (0.6 * font)))
+    if len(text) <= chars:
+        return text
+    head = (chars - 1) // 2
+    return text[:head] + "…" + text[len(text) - (chars - 1 - head):]
+
+
+def _hosts(summarize, nodes, chars: int) -> str:
+    """A hostlist of `nodes` in about `chars` characters: whole ranges, then "…" for the rest."""
+    text = summarize(nodes, 100_000)
+    if len(text) <= chars:
+        return text
+    cut = text[:max(1, chars - 3)]
+    if "," in cut[1:]:
+        cut = cut[:cut.rindex(",")]  # end at a range or a name
+    return cut + (",…]" if cut.count("[") > cut.count("]") else ",…")
+
+
+def _box(ax, x, y_top, w, h, label, mark, *, font, rotate, dashed=False, zorder=3):
+    from matplotlib.patches import FancyBboxPatch
+
+    style = MARKS[mark] if mark else _PLAIN
+    patch = FancyBboxPatch((x - w / 2, y_top - h), w, h, boxstyle="round,pad=0,rounding_size=0.04",
+                           facecolor=style["face"], edgecolor=style["edge"], hatch=style["hatch"],
+                           linewidth=1.6 if mark else 0.8,
+                           linestyle="--" if dashed or (mark or "").endswith("-alt") else "-", zorder=zorder)
+    ax.add_patch(patch)
+    if label:
+        text = _fit(label, (h if rotate else w) - 0.06, font)
+        ax.text(x, y_top - h / 2, text, ha="center", va="center", fontsize=font, rotation=90 if rotate else 0,
+                color=style["text"], zorder=zorder + 1, clip_on=False,
+                fontweight="bold" if mark in ("fail", "warn") else "normal",
+                bbox=dict(facecolor="white", alpha=0.75, edgecolor="none", pad=0.6) if mark and mark.endswith("-alt")
+                else None)
+
+
+def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
+    """One rail's switch tree: spines on top, leaves below, uplinks as lines, each leaf's nodes under it.
+
+    tree: spec.fabric.Tree. marks: {"leaves": {leaf: mark}, "spines": {spine: mark}, "uplinks":
+    {(leaf, spine): mark}, "nodes": {node: mark}, "plane": mark | None}, a mark one of MARKS.
+    summarize(nodes, limit) -> a short hostlist (default data.compress_hosts). Above MAX_LEAVES
+    leaves the unshaded ones past the first are one "+N leaves" box; nodes are drawn one by one only
+    when no drawn leaf has more than NODES_LISTED, else a count and a compressed hostlist, the marked
+    ones named under it.
+    """
+    from matplotlib.collections import LineCollection
+    from matplotlib.patches import Patch, Rectangle
+
+    if summarize is None:
+        from .data import compress_hosts as summarize
+
+    leaf_marks, spine_marks = marks.get("leaves") or {}, marks.get("spines") or {}
+    link_marks, node_marks = marks.get("uplinks") or {}, marks.get("nodes") or {}
+    plane = marks.get("plane")
+    all_leaves = list(tree.leaves)
+    marked_leaves = set(leaf_marks) | {leaf for leaf, _ in link_marks} | \
+        {leaf for leaf, ns in tree.leaves.items() if any(n in node_marks for n in ns)}
+    leaves, hidden_leaves = collapse(all_leaves, marked_leaves, MAX_LEAVES)
+    all_spines = sorted({u.spine for u in tree.uplinks})
+    spines, hidden_spines = collapse(all_spines, set(spine_marks) | {s for _, s in link_marks}, MAX_SPINES)
+    leaf_slots = len(leaves) + (1 if hidden_leaves else 0)
+    spine_slots = len(spines) + (1 if hidden_spines else 0)
+
+    margin = 0.3
+    width = min(12.0, max(6.5, 2 * margin + 1.15 * max(leaf_slots, spine_slots, 1)))
+    usable = width - 2 * margin
+    slot = usable / max(1, leaf_slots)
+    spine_slot = usable / max(1, spine_slots)
+    wide = slot >= 0.8
+    spine_wide = spine_slot >= 0.8
+    leaf_w, spine_w = min(1.1, slot * 0.86), min(1.2, spine_slot * 0.86)
+    leaf_h = 0.34 if wide else 0.95
+    spine_h = (0.34 if spine_wide else 0.95) if spine_slots else 0.0
+    gap = (1.0 if leaf_slots <= 16 else 1.3) if spine_slots else 0.0
+    per_leaf = max((len(tree.leaves[leaf]) for leaf in leaves), default=0)
+    listed = wide and per_leaf <= NODES_LISTED
+    row = 0.19
+    hosts_lines: dict[str, list[str]] = {}
+    if listed:
+        nodes_h = 0.1 + row * max(1, per_leaf)
+    elif wide:
+        import textwrap
+        chars = max(8, int((slot - 0.08) * 72 / (0.6 * 7)))
+        for leaf in leaves:
+            text = _hosts(summarize, tree.leaves[leaf], 3 * chars)
+            hosts_lines[leaf] = textwrap.wrap(text.replace(",", ", "), chars, break_long_words=True)[:3]
+        marked_rows = max((min(5, sum(n in node_marks for n in tree.leaves[leaf])) for leaf in leaves), default=0)
+        nodes_h = 0.1 + 0.16 * (1 + max((len(v) for v in hosts_lines.values()), default=1) + marked_rows)
+    else:  # narrow: text turned upright under each leaf, the marked nodes in a second column
+        narrow_chars = 34
+        for leaf in leaves:
+            members = tree.leaves[leaf]
+            marked = [n for n in members if n in node_marks]
+            hosts_lines[leaf] = [f"{len(members):,}: " + _hosts(summarize, members, narrow_chars - 6)]
+            if marked:
+                hosts_lines[leaf].append(_hosts(summarize, marked, narrow_chars))
+        longest = max((len(t) for v in hosts_lines.values() for t in v), default=8)
+        nodes_h = 0.2 + longest * 0.6 * 6.5 / 72
+    top_band = 0.55
+    height = top_band + spine_h + gap + leaf_h + 0.1 + nodes_h + 0.2
+
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, height)
+    ax.set_axis_off()
+
+    used = {m for m in [plane, *leaf_marks.values(), *spine_marks.values(), *link_marks.values(),
+                        *node_marks.values()] if m}
+    ax.text(margin, height - 0.27, title + (" — rail plane flagged" if plane else ""), ha="left", va="center",
+            fontsize=10, fontweight="bold", color="#1d2127")
+    if used:
+        handles = [Patch(facecolor=MARKS[m]["face"], edgecolor=MARKS[m]["edge"], hatch=MARKS[m]["hatch"],
+                         linestyle="--" if m.endswith("-alt") else "-", label=MARKS[m]["label"])
+                   for m in sorted(used, key=lambda m: -MARK_RANK[m])]
+        ax.legend(handles=handles, loc="center right", bbox_to_anchor=(width - 0.15, height - 0.27),
+                  bbox_transform=ax.transData, ncols=len(handles), frameon=False, fontsize=7.5,
+                  handlelength=1.4, columnspacing=1.0)
+
+    spine_top = height - top_band
+    leaf_top = spine_top - spine_h - gap
+    leaf_x = {leaf: margin + (i + 0.5) * slot for i, leaf in enumerate(leaves)}
+    spine_x = {s: margin + (i + 0.5) * spine_slot for i, s in enumerate(spines)}
+
+    # uplinks: one line per leaf-spine pair (parallel cables counted), fanned across both boxes
+    cables: dict[tuple[str, str], int] = {}
+    for u in tree.uplinks:
+        if u.leaf in leaf_x and u.spine in spine_x:
+            cables[(u.leaf, u.spine)] = cables.get((u.leaf, u.spine), 0) + 1
+    plain, shaded = [], []
+    n_leaf, n_spine = max(1, len(leaves) - 1), max(1, len(spines) - 1)
+    for (leaf, spine), count in cables.items():
+        li, si = leaves.index(leaf), spines.index(spine)
+        x0 = leaf_x[leaf] + leaf_w * 0.7 * ((si / n_spine) - 0.5 if len(spines) > 1 else 0)
+        x1 = spine_x[spine] + spine_w * 0.7 * ((li / n_leaf) - 0.5 if len(leaves) > 1 else 0)
+        seg = ((x0, leaf_top), (x1, spine_top - spine_h))
+        mark = link_marks.get((leaf, spine))
+        (shaded if mark else plain).append((seg, mark, count))
+    if plain:
+        ax.add_collection(LineCollection([s for s, _, _ in plain], colors=_UPLINK_COLOR,
+                                         linewidths=0.9 if len(plain) <= 64 else 0.5, zorder=1))
+    for seg, mark, _count in sorted(shaded, key=lambda t: MARK_RANK[t[1]]):
+        style = MARKS[mark]
+        ax.plot(*zip(*seg), color=style["line"], linewidth=3.0 if mark in ("fail", "warn") else 2.4,
+                linestyle=style["style"], zorder=2, solid_capstyle="round")
+    counts = set(cables.values())
+    if len(counts) > 1 and len(cables) <= 24:  # parallel cables, where the count differs between lines
+        for seg, mark, count in plain + shaded:
+            if count > 1:
+                (x0, y0), (x1, y1) = seg
+                ax.text(x0 + 0.3 * (x1 - x0), y0 + 0.3 * (y1 - y0), f"×{count}", fontsize=6.5, ha="center",
+                        va="center", color="#3c4043", zorder=4,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=0.3, alpha=0.85))
+
+    for s in spines:
+        _box(ax, spine_x[s], spine_top, spine_w, spine_h, s, spine_marks.get(s), font=7.5 if spine_wide else 7,
+             rotate=not spine_wide)
+    if hidden_spines:
+        _box(ax, margin + (len(spines) + 0.5) * spine_slot, spine_top, spine_w, spine_h,
+             f"+{hidden_spines} spines", None, font=7, rotate=not spine_wide, dashed=True)
+
+    node_top = leaf_top - leaf_h - 0.1
+    for leaf in leaves:
+        x, members = leaf_x[leaf], tree.leaves[leaf]
+        _box(ax, x, leaf_top, leaf_w, leaf_h, leaf, leaf_marks.get(leaf), font=7.5 if wide else 7, rotate=not wide)
+        marked = [n for n in members if n in node_marks]
+        if listed:
+            for j, n in enumerate(members):
+                mark = node_marks.get(n)
+                _box(ax, x, node_top - j * row, leaf_w * 0.9, row * 0.82, n, mark, font=6.5, rotate=False,
+                     zorder=3)
+            continue
+        if wide:
+            y = node_top - 0.02
+            ax.text(x, y, f"{len(members):,} node{'' if len(members) == 1 else 's'}", ha="center", va="top",
+                    fontsize=7.5, fontweight="bold", color="#1d2127")
+            for line in hosts_lines.get(leaf, []):
+                y -= 0.16
+                ax.text(x, y, line, ha="center", va="top", fontsize=7, color="#5f6670")
+            shown_marked = marked if len(marked) <= 5 else marked[:4]
+            for n in shown_marked:
+                y -= 0.16
+                ax.text(x, y, _fit(n, slot - 0.1, 7), ha="center", va="top", fontsize=7, fontweight="bold",
+                        color=MARKS[node_marks[n]]["edge"] if node_marks[n] != "fail" else THRESHOLD_COLOR)
+            if len(marked) > len(shown_marked):
+                y -= 0.16
+                ax.text(x, y, f"+{len(marked) - len(shown_marked)} more marked", ha="center", va="top",
+                        fontsize=7, color=THRESHOLD_COLOR)
+            continue
+        # narrow: upright text hanging from the leaf; the marked nodes in a second column
+        lines = hosts_lines.get(leaf, [])
+        if lines:
+            ax.text(x - (0.07 if marked else 0), node_top, lines[0], rotation=90, ha="right", va="center",
+                    rotation_mode="anchor", fontsize=6.5, color="#3c4043")
+        if marked and len(lines) > 1:
+            worst = None
+            for n in marked:
+                worst = worse_mark(worst, node_marks[n])
+            ax.text(x + 0.08, node_top, lines[1], rotation=90, ha="right", va="center", rotation_mode="anchor",
+                    fontsize=6.5, fontweight="bold",
+                    color=THRESHOLD_COLOR if worst.startswith("fail") else MARKS["warn"]["edge"])
+    if hidden_leaves:
+        hidden_nodes = sum(len(tree.leaves[leaf]) for leaf in all_leaves if leaf not in leaf_x)
+        _box(ax, margin + (len(leaves) + 0.5) * slot, leaf_top, leaf_w, leaf_h,
+             f"+{hidden_leaves} leaves ({hidden_nodes:,} nodes)" if wide else f"+{hidden_leaves} leaves",
+             None, font=7, rotate=not wide, dashed=True)
+    if len(counts) == 1 and counts != {1}:
+        ax.text(margin, 0.12, f"each line: {next(iter(counts))} cables", fontsize=7, color="#5f6670",
+                ha="left", va="bottom")
+    if plane:
+        style = MARKS[plane]
+        ax.add_patch(Rectangle((0.06, 0.06), width - 0.12, height - 0.55, fill=False, edgecolor=style["line"],
+                               linewidth=2.2, linestyle="--" if plane.endswith("-alt") else "-", zorder=0))
+    return _figure(fig, alt)

@@ -40,6 +40,7 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
             "failing": sections.failing_records(recs),
             "fleet": sections.fleet(analysis),
             "heatmaps": sections.heatmaps(recs, run),
+            "trees": sections.fabric_trees(analysis, recs, run),
             "sweeps": sections.sweeps(recs),
             "collectives": sections.collectives(recs),
             "burnin": sections.burnin(analysis),

@@ -33,11 +33,14 @@ from mpi4py import MPI
 from . import outcomes, pulse
 from . import overrides
 from ..host.preflight import software_versions
+from ..spec import switches
+from ..spec.fabric import Fabric
 from ..spec.profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from ..records.naming import natural_key
 from ..records.results import (
     ENV_ITERATION,
     FAILED_METRIC,
+    InputError,
     SCHEMA_VERSION,
     Recorder,
     RunFolder,
@@ -87,6 +90,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--profile", metavar="NAME|PATH", default=os.environ.get("ACCEPTANCE_PROFILE"),
                     help="thresholds profile: a built-in name (see `acceptance profiles`) "
                          "or a TOML file (default: local)")
+    group.addoption("--topology", metavar="PATH", default=os.environ.get(switches.ENV),
+                    help="the cluster's switch tree (Slurm topology.conf or topology.yaml, ibnetdiscover output, "
+                         "or a folder of rail<N> ibnetdiscover outputs), kept in run.json so findings can name a "
+                         "leaf switch or uplink (default: $ACCEPTANCE_TOPOLOGY, else the profile's "
+                         "topology.switches)")
     group.addoption("--hang-timeout", metavar="SECONDS", type=positive_seconds, default=None,
                     help="how long the job may go without progress on any rank (progress() or a rank "
                          "arriving at the sync point): then the ranks that did not reach the sync point "
@@ -192,6 +200,7 @@ class CollectivePlugin:
         self.labels: dict[int, str] = {r: str(r) for r in range(self.size)}
         self.topology: Topology | None = None
         self.profile: Profile | None = None
+        self.fabric: Fabric | None = None
         self.folder: RunFolder | None = None
         self.recorder: Recorder | None = None
         self.watchdog: Watchdog | None = None
@@ -215,6 +224,10 @@ class CollectivePlugin:
             self.profile = load_profile(self.config.getoption("profile"))
         except ProfileError as e:
             self._exit(EXIT_USAGE, f"profile error: {e}")
+        try:
+            self.fabric = switches.fabric_for(self.profile, self.config.getoption("topology") or "")
+        except InputError as e:
+            self._exit(EXIT_USAGE, f"topology error: {e}")
         self.default_timeout = self.config.getoption("hang_timeout") or self.profile.get("run.hang_timeout")
         census_timeout = max(self.default_timeout, CENSUS_MIN_S)
         self.watchdog = self._make_watchdog()
@@ -272,6 +285,8 @@ class CollectivePlugin:
             "launcher": _launcher(),
             "profile": self.profile.to_json(),
             "topology": self.topology.to_json(),
+            **({"fabric": self.fabric.to_json(),
+                "fabric_unknown": self.fabric.unknown(self.topology.nodes)} if self.fabric else {}),
             "software": software,
             "complete": False,
             "exit_code": None,
@@ -295,7 +310,15 @@ class CollectivePlugin:
         t = self.topology
         return [f"acceptance: {self.size} ranks on {len(t.nodes)} nodes, rails {t.rails}, "
                 f"profile {self.profile.name}, hang timeout {self.default_timeout:g} s",
-                f"run folder: {self.folder.path}"]
+                f"run folder: {self.folder.path}", *self._fabric_header()]
+
+    def _fabric_header(self) -> list[str]:
+        if self.fabric is None:
+            return []
+        unknown = self.fabric.unknown(self.topology.nodes)
+        line = f"switch tree: {self.fabric.format} {self.fabric.source}"
+        return [line + (f"; not in it (no switch finding can name their leaf): {', '.join(unknown)}"
+                        if unknown else "")]
 
     # ---- collection ------------------------------------------------------
     def pytest_collectreport(self, report) -> None:

@@ -447,6 +447,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "topology": {
         "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),
         "nic_rails": StrIntMap({}, help="NIC name -> rail, e.g. mlx5_0 = 0"),
+        "switches": Str(None, help="the cluster's switch tree, for switch and uplink findings: Slurm's topology.conf "
+                                   "or topology.yaml, an ibnetdiscover output, or a folder of rail<N> ibnetdiscover "
+                                   "outputs (relative to the profile's folder); --topology overrides it"),
     },
     "detect": {
         "gpu_model": Str(None, help='what nvidia-smi calls this profile\'s GPUs (a part of the name, e.g. "H100"); '
@@ -556,6 +559,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "outlier_min_deviation": Float(0.10, help="an outlier must also be this far from the median (fraction)"),
         "nic_fraction": Float(0.5, help="a node's NIC on a rail is bad when its links to this fraction of partners are"),
         "node_fraction": Float(0.5, help="a node is bad when its NICs on this fraction of rails are"),
+        "switch_fraction": Float(0.8, help="with the switch tree known: a leaf, its uplink or a spine is bad when "
+                                           "this fraction of the pairs through it are (inside and crossing a leaf "
+                                           "both, for the leaf)"),
         "rail_fraction": Float(0.5, help="a rail plane is bad when it is slow against the other rails, or this fraction of its nodes are"),
         "drift_tolerance": Float(0.10, help="burn-in: last-quarter median worse than first-quarter median by this fraction"),
         "cv_max": Float(0.10, help="burn-in: coefficient of variation across iterations above this is unstable"),

@@ -91,7 +91,7 @@ def test_findings_counts_and_drain(slow_nic):
                                                       "verdict": "fail"}
     counts = {(lab["severity"], lab["scope"]): v for lab, v in series(s, "acceptance_findings")}
     assert counts == {(sev, scope): float(sev == "fail" and scope == "nic")
-                      for sev in ("fail", "warn") for scope in ("link", "nic", "node", "rail", "cluster")}
+                      for sev in ("fail", "warn") for scope in ("link", "nic", "node", "rail", "switch", "uplink", "cluster")}
     [(lab, v)] = series(s, "acceptance_finding")
     assert v == 1
     assert lab == {"run_id": "synthetic-0", "profile": "synthetic", "severity": "fail", "scope": "nic",

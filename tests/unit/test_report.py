@@ -373,3 +373,94 @@ def test_renders_the_frame_load_records_returns(tmp_path):
     coll = _section(html, "collectives")
     assert "rail 0" in coll and "rail 1" in coll
     assert "<img" in _section(html, "burnin")
+
+
+# --- the switch tree per rail -----------------------------------------------------------
+
+def _fabric(nodes: list[str], leaves: int, spines=("spine1", "spine2"), shared: bool = True):
+    from acceptance.spec.fabric import Fabric, Tree, Uplink
+
+    per = -(-len(nodes) // leaves)
+    lv = {f"leaf{i + 1}": nodes[i * per:(i + 1) * per] for i in range(leaves)}
+    tree = Tree(lv, [Uplink(leaf, s, f"{j + 1}", f"{i + 1}") for i, leaf in enumerate(lv)
+                     for j, s in enumerate(spines)])
+    return Fabric(source="/etc/slurm/topology.conf", format="topology.conf", trees={None: tree} if shared
+                  else {0: tree, 1: Tree(dict(lv), list(tree.uplinks))})
+
+
+def _network_finding(scope, switch, rail, severity="fail", uplinks=(), alternatives=()):
+    return {"severity": severity, "scope": scope, "node": None, "rail": rail, "peer": None,
+            "metric": "bandwidth", "value": 20.0, "expected": 45.0, "evidence": [], "kind": "bound",
+            "message": f"{scope} {switch} on rail {rail} slow", "switch": switch, "uplinks": list(uplinks),
+            "alternatives": list(alternatives)}
+
+
+def _alts(html: str) -> list[str]:
+    return [a.replace("&amp;", "&") for a in re.findall(r'<img src="data:image/png;base64,[^"]+" alt="([^"]*)"', html)]
+
+
+def test_switch_tree_shades_the_named_leaf_and_uplink(tmp_path):
+    nodes = [f"node{i:02d}" for i in range(1, 33)]
+    analysis = Analysis(run=make_run(nodes, 2), profile=load_profile("local"),
+                        records=make_records(nodes[:4], 2), findings=[], drains=[])
+    analysis.fabric = _fabric(nodes, 4)
+    analysis.findings = [
+        _network_finding("switch", "leaf2", 0),
+        _network_finding("uplink", "leaf3", 1, severity="warn",
+                         uplinks=[{"leaf": "leaf3", "spine": "spine2", "leaf_port": "2", "spine_port": "3"}],
+                         alternatives=[{"scope": "switch", "switch": "spine2", "node": None, "rail": 1}]),
+        dict(FINDINGS[0], scope="node", node="node05", rail=None),
+    ]
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    assert '<a href="#fabric">' in html
+    heat, section = html.index('<section id="heatmaps">'), html.index('<section id="fabric">')
+    assert heat < section < html.index('<section id="sweeps">')
+    trees = _section(html, "fabric")
+    assert "topology.conf" in trees and "<h3>rail 0</h3>" in trees and "<h3>rail 1</h3>" in trees
+    alts = _alts(trees)
+    assert len(alts) == 2  # one figure per rail: the shading differs
+    rail0, rail1 = alts
+    assert rail0.startswith("rail 0: switch tree (2 spines, 4 leaves, 8 uplinks, 32 nodes)")
+    assert "Shaded red (fail): leaf leaf2 (fail switch finding)" in rail0 and "uplink leaf" not in rail0
+    assert "node node05" in rail0 and "node node05" in rail1  # rail None: every rail
+    assert "Shaded amber (warn): uplink leaf3 → spine2 (ports 2–3)" in rail1 and "leaf2" not in rail1
+    assert "cannot tell" in rail1 and "spine spine2 (cannot be told from a warn uplink finding)" in rail1
+    assert "leaf leaf2" in trees[trees.index("<h3>rail 0</h3>"):trees.index("<h3>rail 1</h3>")]
+    for png in _pngs(trees):
+        assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_switch_tree_rails_drawn_alike_share_a_figure(tmp_path):
+    nodes = [f"node{i:02d}" for i in range(1, 9)]
+    analysis = Analysis(run=make_run(nodes, 4), profile=load_profile("local"), records=pd.DataFrame(),
+                        findings=[_network_finding("switch", "leaf1", 2)], drains=[])
+    analysis.fabric = _fabric(nodes, 2, spines=("spine1",))
+    trees = _section(render(analysis, tmp_path).read_text(encoding="utf-8"), "fabric")
+    assert [h for h in re.findall(r"<h3>([^<]*)</h3>", trees)] == ["rails 0-1,3", "rail 2"]
+    same, shaded = _alts(trees)
+    assert "Nothing shaded" in same and "same tree and the same shading" in same
+    assert "leaf leaf1" in shaded
+
+
+def test_switch_tree_of_a_large_fabric_collapses_unshaded_leaves(tmp_path):
+    nodes = [f"gpu{i:04d}" for i in range(1, 1025)]
+    analysis = Analysis(run=make_run(nodes[:8], 1), profile=load_profile("local"), records=pd.DataFrame(),
+                        findings=[_network_finding("switch", "leaf60", 0)], drains=[])
+    analysis.fabric = _fabric(nodes, 64, spines=tuple(f"spine{i}" for i in range(1, 9)), shared=False)
+    analysis.fabric.trees.pop(1)
+    started = time.perf_counter()
+    trees = _section(render(analysis, tmp_path).read_text(encoding="utf-8"), "fabric")
+    assert time.perf_counter() - started < 30
+    (alt,) = _alts(trees)
+    assert "64 leaves" in alt and "leaf leaf60" in alt and "32 unshaded leaves drawn as one box" in alt
+    (png,) = _pngs(trees)
+    assert len(png) < 600_000
+
+
+def test_no_switch_tree_without_a_fabric(tmp_path):
+    analysis = small_analysis()
+    analysis.findings.append(_network_finding("switch", "leaf2", 0))
+    assert analysis.fabric is None
+    html = render(analysis, tmp_path).read_text(encoding="utf-8")
+    assert 'id="fabric"' not in html and "#fabric" not in html and "Switch tree" not in html
+    assert len(re.findall(r"<img ", _section(html, "heatmaps"))) == 4

@@ -1,0 +1,501 @@
+"""Readers of a cluster's switch tree: Slurm's topology.conf and topology.yaml, and ibnetdiscover output.
+
+Each gives the model of spec.fabric. Slurm's files hold one node grouping that every rail shares
+(``Fabric.trees[None]``); ibnetdiscover output is one rail's subnet, so a folder of ``rail<N>...``
+files gives each rail its own tree, with the ports of every leaf-spine cable.
+
+Every error is a TopologyFileError "PATH:LINE: why" (just "PATH: why" where no line applies), so a
+user can go straight to the line to fix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import hostlist
+import yaml
+
+from ..records.results import InputError
+from .fabric import Fabric, Tree, Uplink
+
+_FORMATS = ("Slurm topology.conf (SwitchName= lines), Slurm topology.yaml (a list of topologies with a tree), "
+           "ibnetdiscover output (a file, or a folder of rail<N> files)")
+
+
+class TopologyFileError(InputError):
+    """A switch-tree file that cannot be used: "PATH:LINE: why"."""
+
+    @classmethod
+    def at(cls, source: str, line: int | None, why: str) -> TopologyFileError:
+        return cls(f"{source}:{line}: {why}" if line else f"{source}: {why}")
+
+
+# --- loading: which format, which rail ------------------------------------------------------------------
+
+_RAIL_NAME = re.compile(r"rail(\d+)(?!\d)", re.IGNORECASE)
+
+
+def load_fabric(path) -> Fabric:
+    """The switch tree in `path`: a topology.conf, topology.yaml or ibnetdiscover file, or a folder of
+    per-rail ibnetdiscover files (rail0.txt, rail1.ibnetdiscover, ...)."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return _load_folder(p)
+    if not p.exists():
+        raise TopologyFileError.at(str(p), None, "no such file or folder")
+    source, text = str(p), _read(p)
+    kind = _detect(text, source, p.name)
+    if kind == "topology.conf":
+        return parse_topology_conf(text, source)
+    if kind == "topology.yaml":
+        return parse_topology_yaml(text, source)
+    rail = _rail_of(p.name)
+    return Fabric(source, "ibnetdiscover", {0 if rail is None else rail: parse_ibnetdiscover(text, source, rail or 0)})
+
+
+def _rail_of(name: str) -> int | None:
+    m = _RAIL_NAME.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _load_folder(folder: Path) -> Fabric:
+    files: dict[int, Path] = {}
+    for f in sorted(folder.iterdir()):
+        rail = _rail_of(f.name)
+        if rail is None or not f.is_file():
+            continue
+        if rail in files:
+            raise TopologyFileError.at(str(folder), None, f"two files for rail {rail}: {files[rail].name} and {f.name}")
+        files[rail] = f
+    if not files:
+        raise TopologyFileError.at(str(folder), None, "no rail<N> files (a folder holds one ibnetdiscover output "
+                                                      "per rail, named rail0.txt, rail1.txt, ...)")
+    trees = {}
+    for rail, f in sorted(files.items()):
+        text = _read(f)
+        kind = _detect(text, str(f), f.name)
+        if kind != "ibnetdiscover":
+            # One Slurm file already covers every rail: a per-rail folder of them is a mix-up.
+            raise TopologyFileError.at(str(f), None, f"a rail file in a folder must be ibnetdiscover output, "
+                                                     f"this is a {kind}")
+        trees[rail] = parse_ibnetdiscover(text, str(f), rail)
+    return Fabric(str(folder), "ibnetdiscover", trees)
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyFileError.at(str(p), None, "no such file") from None
+    except UnicodeDecodeError:
+        raise TopologyFileError.at(str(p), None, f"not a text file; understood: {_FORMATS}") from None
+    except OSError as e:
+        raise TopologyFileError.at(str(p), None, f"cannot read: {e.strerror or e}") from None
+
+
+_CONF_FIRST = re.compile(r"(switchname|blockname|blocksizes|ringname)\s*=", re.IGNORECASE)
+_YAML_FIRST = re.compile(r"-\s*topology\s*:")
+_IBNET_FIRST = re.compile(r"((vendid|devid|sysimgguid|switchguid|caguid|rtguid)=|(Switch|Ca|Rt)\s+\d|Non-Chassis Nodes"
+                          r"|Chassis \d)")
+
+
+def _detect(text: str, source: str, name: str = "") -> str:
+    """The format, "topology.conf", "topology.yaml" or "ibnetdiscover", from the file's first content
+    (or a .yaml name); TopologyFileError naming the formats understood otherwise."""
+    if name.lower().endswith((".yaml", ".yml")):
+        return "topology.yaml"
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith("#"):
+            if re.match(r"#\s*Topology file", line):  # the header ibnetdiscover prints
+                return "ibnetdiscover"
+            continue
+        if not line or line == "---" or line.startswith("%YAML"):
+            continue
+        if _CONF_FIRST.match(line):
+            return "topology.conf"
+        if _YAML_FIRST.match(line):
+            return "topology.yaml"
+        if _IBNET_FIRST.match(line):
+            return "ibnetdiscover"
+        raise TopologyFileError.at(source, number, f"not a switch-tree file; understood: {_FORMATS}")
+    raise TopologyFileError.at(source, None, f"empty: no switch; understood: {_FORMATS}")
+
+
+# --- the tree both Slurm formats describe -------------------------------------------------------------
+
+
+@dataclass
+class _Switch:
+    """One switch as a Slurm file declares it: its nodes (a leaf) or its child switches."""
+
+    name: str
+    line: int
+    nodes: list[str] | None = None
+    children: list[str] | None = None
+
+
+def _slurm_tree(switches: list[_Switch], source: str, nodes_key: str, children_key: str) -> Tree:
+    """The tree of Slurm's switch lines, checked: unique switches, a node on one leaf, declared
+    children, no cycle. Every parent-child link is an uplink (a leaf's are the ones that matter)."""
+    if not switches:
+        raise TopologyFileError.at(source, None, "no switch at all")
+    declared: dict[str, _Switch] = {}
+    for s in switches:
+        if s.name in declared:
+            raise TopologyFileError.at(source, s.line, f"switch {s.name} declared twice (first at line "
+                                                       f"{declared[s.name].line})")
+        if s.nodes is not None and s.children is not None:
+            raise TopologyFileError.at(source, s.line, f"switch {s.name} has both {nodes_key} and {children_key}: "
+                                                       f"a switch holds nodes (a leaf) or switches, not both")
+        declared[s.name] = s
+    leaves = _slurm_leaves(switches, source)
+    _check_children(switches, declared, source, children_key)
+    uplinks = [Uplink(child, s.name) for s in switches for child in s.children or ()]
+    return Tree(leaves=leaves, uplinks=uplinks)
+
+
+def _slurm_leaves(switches: list[_Switch], source: str) -> dict[str, list[str]]:
+    leaves: dict[str, list[str]] = {}
+    where: dict[str, _Switch] = {}
+    for s in switches:
+        if s.nodes is None:
+            continue
+        for node in s.nodes:
+            if node in where:
+                raise TopologyFileError.at(source, s.line, f"node {node} is on two leaves: {where[node].name} "
+                                                           f"(line {where[node].line}) and {s.name}")
+            where[node] = s
+        leaves[s.name] = list(s.nodes)
+    return leaves
+
+
+def _check_children(switches: list[_Switch], declared: dict[str, _Switch], source: str, key: str) -> None:
+    for s in switches:
+        for child in s.children or ():
+            if child not in declared:
+                raise TopologyFileError.at(source, s.line, f"switch {s.name}: {key} names {child}, a switch "
+                                                           f"never declared")
+    cycle = _cycle({s.name: s.children or [] for s in switches})
+    if cycle:
+        closer = declared[cycle[-2]]  # the switch whose list closes the loop
+        raise TopologyFileError.at(source, closer.line, "switches form a cycle: " + " > ".join(cycle))
+
+
+def _cycle(children: dict[str, list[str]]) -> list[str] | None:
+    """A loop parent > child > ... > parent, or None (iterative depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in children:
+        if start in state:
+            continue
+        path, stack = [start], [iter(children[start])]
+        state[start] = 1
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(child) == 1:
+                return path[path.index(child):] + [child]
+            elif child not in state:
+                state[child] = 1
+                path.append(child)
+                stack.append(iter(children.get(child, ())))
+    return None
+
+
+def _hostlist(expr: str, source: str, line: int, key: str) -> list[str]:
+    try:
+        return hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist as e:
+        raise TopologyFileError.at(source, line, f"{key}={expr}: not a hostlist ({e})") from None
+
+
+# --- topology.conf -------------------------------------------------------------------------------------
+
+_CONF_KEYS = {"switchname": "SwitchName", "switches": "Switches", "nodes": "Nodes", "linkspeed": "LinkSpeed"}
+_OTHER_PLUGINS = {"blockname": "topology/block", "blocksizes": "topology/block", "ringname": "topology/ring"}
+_PAIR = re.compile(r'([^\s=]+)=(?:"([^"]*)"|([^\s"]*))')
+
+
+def parse_topology_conf(text: str, source: str) -> Fabric:
+    """Slurm's topology.conf for topology/tree: SwitchName= lines with Nodes= (a leaf) or Switches=."""
+    switches = [_conf_switch(pairs, source, line) for line, pairs in _conf_lines(text, source)]
+    return Fabric(source, "topology.conf", {None: _slurm_tree(switches, source, "Nodes=", "Switches=")})
+
+
+def _conf_lines(text: str, source: str):
+    """(line number, {lower-cased key: (key as written, value)}) per logical line: comments dropped,
+    a trailing backslash continuing the line (as Slurm's parser does)."""
+    pending, first = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        body = raw.split("#", 1)[0].rstrip()
+        if not pending:
+            first = number
+        if body.endswith("\\"):
+            pending += body[:-1] + " "
+            continue
+        body, pending = pending + body, ""
+        if body.strip():
+            yield first, _conf_pairs(body, source, first)
+    if pending.strip():
+        yield first, _conf_pairs(pending, source, first)
+
+
+def _conf_pairs(body: str, source: str, line: int) -> dict[str, tuple[str, str]]:
+    pairs: dict[str, tuple[str, str]] = {}
+    pos = 0
+    while True:
+        while pos < len(body) and body[pos].isspace():
+            pos += 1
+        if pos == len(body):
+            return pairs
+        m = _PAIR.match(body, pos)
+        if not m or (m.end() < len(body) and not body[m.end()].isspace()):
+            token = body[pos:].split(None, 1)[0]
+            raise TopologyFileError.at(source, line, f"not KEY=VALUE: {token!r}")
+        key = m.group(1)
+        if key.lower() in pairs:
+            raise TopologyFileError.at(source, line, f"{key}= given twice")
+        pairs[key.lower()] = (key, m.group(2) if m.group(2) is not None else m.group(3))
+        pos = m.end()
+
+
+def _conf_switch(pairs: dict[str, tuple[str, str]], source: str, line: int) -> _Switch:
+    for low, (key, _) in pairs.items():
+        if low in _OTHER_PLUGINS:
+            raise TopologyFileError.at(source, line, f"{key}= is {_OTHER_PLUGINS[low]}'s: this reads the switch "
+                                                     f"tree of topology/tree (SwitchName= lines)")
+        if low not in _CONF_KEYS:
+            raise TopologyFileError.at(source, line, f"unknown key {key}= (a switch line has "
+                                                     f"{', '.join(k + '=' for k in _CONF_KEYS.values())})")
+    if "switchname" not in pairs:
+        raise TopologyFileError.at(source, line, "a line without SwitchName=")
+    name = pairs["switchname"][1]
+    if not name:
+        raise TopologyFileError.at(source, line, "SwitchName= is empty")
+    s = _Switch(name, line)
+    if "nodes" in pairs:
+        s.nodes = _hostlist(pairs["nodes"][1], source, line, pairs["nodes"][0])
+    if "switches" in pairs:
+        s.children = _hostlist(pairs["switches"][1], source, line, pairs["switches"][0])
+    return s
+
+
+# --- topology.yaml -------------------------------------------------------------------------------------
+
+_YAML_SWITCH_KEYS = ("switch", "children", "nodes")
+
+
+def parse_topology_yaml(text: str, source: str) -> Fabric:
+    """Slurm's topology.yaml (24.05+): the tree topology marked cluster_default, else the first tree."""
+    root = _compose(text, source)
+    if root is None:
+        raise TopologyFileError.at(source, None, "empty: no topology")
+    if not isinstance(root, yaml.SequenceNode):
+        raise TopologyFileError.at(source, _line(root), "not a list of topologies (- topology: NAME ...)")
+    topologies = [_yaml_mapping(item, source, "a topology") for item in root.value]
+    for item, keys in zip(root.value, topologies):
+        if "topology" not in keys:
+            raise TopologyFileError.at(source, _line(item), "a topology without its name (topology: NAME)")
+    trees = [keys for keys in topologies if "tree" in keys]
+    if not trees:
+        found = ", ".join(_yaml_kind(keys) for keys in topologies) or "none"
+        raise TopologyFileError.at(source, None, f"no tree topology (found: {found})")
+    chosen = next((keys for keys in trees if "cluster_default" in keys and _value(keys["cluster_default"][1]) is True),
+                  trees[0])
+    switches = _yaml_switches(chosen["tree"][1], source)
+    return Fabric(source, "topology.yaml", {None: _slurm_tree(switches, source, "nodes", "children")})
+
+
+def _yaml_kind(keys: dict) -> str:
+    kinds = [k for k in keys if k in ("block", "flat", "torus3d")] or ["no type"]
+    return f"{_value(keys['topology'][1])} ({'/'.join(kinds)})"
+
+
+def _compose(text: str, source: str):
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        why = " ".join(str(x) for x in (e.context, e.problem) if x)
+        raise TopologyFileError.at(source, mark.line + 1 if mark else None, f"not YAML: {why}") from None
+    except yaml.YAMLError as e:
+        raise TopologyFileError.at(source, None, f"not YAML: {e}") from None
+
+
+def _line(node) -> int:
+    return node.start_mark.line + 1
+
+
+def _value(node):
+    """A node's Python value (a bool for `true`, a list for a sequence...)."""
+    return yaml.constructor.SafeConstructor().construct_object(node, deep=True)
+
+
+def _yaml_mapping(node, source: str, what: str) -> dict:
+    """key -> (key node, value node) of a mapping node; a duplicate key is an error (YAML allows it)."""
+    if not isinstance(node, yaml.MappingNode):
+        raise TopologyFileError.at(source, _line(node), f"{what} must be a mapping (key: value)")
+    keys: dict = {}
+    for k, v in node.value:
+        key = str(_value(k))
+        if key in keys:
+            raise TopologyFileError.at(source, _line(k), f"{key}: given twice")
+        keys[key] = (k, v)
+    return keys
+
+
+def _yaml_switches(tree, source: str) -> list[_Switch]:
+    keys = _yaml_mapping(tree, source, "tree")
+    if "switches" not in keys or not isinstance(keys["switches"][1], yaml.SequenceNode):
+        raise TopologyFileError.at(source, _line(tree), "tree: needs switches: (a list of - switch: NAME)")
+    return [_yaml_switch(entry, source) for entry in keys["switches"][1].value]
+
+
+def _yaml_switch(entry, source: str) -> _Switch:
+    keys = _yaml_mapping(entry, source, "a switch")
+    for key, (k, _) in keys.items():
+        if key not in _YAML_SWITCH_KEYS:
+            raise TopologyFileError.at(source, _line(k), f"unknown key {key}: (a switch has "
+                                                         f"{', '.join(_YAML_SWITCH_KEYS)})")
+    if "switch" not in keys or _value(keys["switch"][1]) in (None, ""):
+        raise TopologyFileError.at(source, _line(entry), "a switch without its name (switch: NAME)")
+    s = _Switch(str(_value(keys["switch"][1])), _line(entry))
+    if "nodes" in keys:
+        s.nodes = _yaml_hostlist(keys["nodes"][1], source, "nodes")
+    if "children" in keys:
+        s.children = _yaml_hostlist(keys["children"][1], source, "children")
+    return s
+
+
+def _yaml_hostlist(node, source: str, key: str) -> list[str]:
+    """A hostlist string, or a list of them (both read the same)."""
+    value = _value(node)
+    if value is None:
+        return []
+    parts = value if isinstance(value, list) else [value]
+    if not all(isinstance(p, (str, int)) for p in parts):
+        raise TopologyFileError.at(source, _line(node), f"{key}: must be a hostlist such as node[01-04]")
+    out: list[str] = []
+    for p in parts:
+        out += [n for n in _hostlist(str(p), source, _line(node), key) if n not in out]
+    return out
+
+
+# --- ibnetdiscover -------------------------------------------------------------------------------------
+
+_GUID = r"([0-9a-fA-F]+)"
+_IDS = re.compile(r"(vendid|devid|sysimgguid|switchguid|caguid|rtguid)=0x[0-9a-fA-F]+(\([0-9a-fA-F]+\))?\s*(#.*)?$")
+_NODE = re.compile(r'(Switch|Ca|Rt)\s+\d+\s+"([SHR])-' + _GUID + r'"\s*(?:#\s*"(.*)".*)?$')
+_PORT = re.compile(r"\[(\d+)\](?:\[ext \d+\])?(?:\(" + _GUID + r"\))?\s*"
+                   r'"([SHR])-' + _GUID + r'"\[(\d+)\](?:\[ext \d+\])?\s*(?:\(' + _GUID + r"\))?\s*(?:#(.*))?$")
+_PEER_DESC = re.compile(r'"(.*)"\s+lid\s+\d+')
+_GROUPING = re.compile(r"(Non-Chassis Nodes|Chassis \d+(\s+\(guid 0x[0-9a-fA-F]+\))?|Hostname: .*)$")
+_SWITCH_DESC = re.compile(r"[^;]*;([^:]+):")  # Mellanox/NVIDIA "MF0;leaf01:MQM8700/U1"
+
+
+@dataclass
+class _IbNode:
+    kind: str                  # "S" switch, "H" CA (a host's NIC), "R" router
+    desc: str | None = None
+    declared: int = 0          # the line of its Switch/Ca block, 0 when only a peer names it
+
+
+def parse_ibnetdiscover(text: str, source: str, rail: int = 0) -> Tree:
+    """One rail's tree from `ibnetdiscover` output: leaves are the switches with a CA port, spines the
+    switches linked only to switches, and every leaf-spine cable an Uplink with both ports. `rail` is
+    the rail this subnet is (named in errors)."""
+    nodes, links = _ib_scan(text, source)
+    switches = [g for g, n in nodes.items() if n.kind == "S"]
+    if not any(nodes[g].declared for g in switches):
+        raise TopologyFileError.at(source, None, f"no Switch in this ibnetdiscover output (rail {rail})")
+    names = _switch_names(nodes, switches)
+    hosts = {g: _host_name(g, n) for g, n in nodes.items() if n.kind == "H"}
+    ports = _ports_by_switch(links, switches)
+    on_leaf = {g: _leaf_hosts(ports[g], hosts) for g in switches}
+    leaves = [g for g in switches if on_leaf[g]]
+    spines = {g for g in switches if not on_leaf[g] and any(nodes[r].kind == "S" for _, (r, _) in ports[g])}
+    uplinks = [Uplink(names[g], names[r], str(p), str(rp)) for g in leaves for p, (r, rp) in ports[g] if r in spines]
+    return Tree(leaves={names[g]: on_leaf[g] for g in leaves}, uplinks=uplinks)
+
+
+def _ports_by_switch(links: dict, switches: list[int]) -> dict[int, list[tuple[int, tuple[int, int]]]]:
+    """Each switch's cabled ports in port order: [(port, (peer guid, peer port))]."""
+    ports: dict[int, list] = {g: [] for g in switches}
+    for (g, p), peer in links.items():
+        if g in ports:
+            ports[g].append((p, peer))
+    return {g: sorted(v) for g, v in ports.items()}
+
+
+def _ib_scan(text: str, source: str) -> tuple[dict[int, _IbNode], dict[tuple[int, int], tuple[int, int]]]:
+    """The nodes (by GUID, in the order the file names them, blocks first) and the cables, each seen
+    from both ends: (guid, port) -> (peer guid, peer port)."""
+    nodes: dict[int, _IbNode] = {}
+    links: dict[tuple[int, int], tuple[int, int]] = {}
+    current: int | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#") or _GROUPING.match(line):
+            continue
+        if _IDS.match(line):
+            current = None  # a new block's ids: its ports follow its Switch/Ca line
+            continue
+        m = _NODE.match(line)
+        if m:
+            current = int(m.group(3), 16)
+            node = nodes.setdefault(current, _IbNode(m.group(2)))
+            node.kind, node.desc, node.declared = m.group(2), m.group(4), number
+            continue
+        m = _PORT.match(line)
+        if not m:
+            raise TopologyFileError.at(source, number, f"not an ibnetdiscover line: {line[:80]!r}")
+        if current is None:
+            raise TopologyFileError.at(source, number, "a port line outside a Switch or Ca block")
+        peer, peer_port = int(m.group(4), 16), int(m.group(5))
+        desc = _PEER_DESC.search(m.group(7) or "")
+        known = nodes.setdefault(peer, _IbNode(m.group(3)))
+        if not known.declared and known.desc is None and desc:
+            known.desc = desc.group(1)  # its own block may be missing: its peer's comment names it
+        links.setdefault((current, int(m.group(1))), (peer, peer_port))
+        links.setdefault((peer, peer_port), (current, int(m.group(1))))
+    return _blocks_first(nodes), links
+
+
+def _blocks_first(nodes: dict[int, _IbNode]) -> dict[int, _IbNode]:
+    """Declared nodes in file order, then those only a peer names: leaves keep the file's order."""
+    order = sorted(nodes, key=lambda g: (nodes[g].declared == 0, nodes[g].declared))
+    return {g: nodes[g] for g in order}
+
+
+def _switch_names(nodes: dict[int, _IbNode], switches: list[int]) -> dict[int, str]:
+    """Each switch's name from its description ("MF0;leaf01:MQM8700/U1" -> leaf01), else its GUID; a
+    name two switches share (a factory default such as "Quantum Mellanox Technologies") is no name."""
+    named = {g: _switch_name(nodes[g].desc) for g in switches}
+    shared = {n for n in named.values() if n and list(named.values()).count(n) > 1}
+    return {g: n if n and n not in shared else f"0x{g:016x}" for g, n in named.items()}
+
+
+def _switch_name(desc: str | None) -> str | None:
+    if not desc or not desc.strip():
+        return None
+    m = _SWITCH_DESC.match(desc)
+    return m.group(1).strip() if m and m.group(1).strip() else desc.strip()
+
+
+def _host_name(guid: int, node: _IbNode) -> str:
+    """A CA's host: the first word of its description ("gpu001 mlx5_0"), else its GUID."""
+    words = (node.desc or "").split()
+    return words[0] if words else f"0x{guid:016x}"
+
+
+def _leaf_hosts(ports: list[tuple[int, tuple[int, int]]], hosts: dict[int, str]) -> list[str]:
+    """The hosts cabled to a switch, in port order, each once (a host's two ports on one leaf)."""
+    out: list[str] = []
+    for _, (peer, _) in ports:
+        if peer in hosts and hosts[peer] not in out:
+            out.append(hosts[peer])
+    return out
