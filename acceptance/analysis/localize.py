@@ -376,8 +376,10 @@ def _network_message(who: _Owner, phrase: str, detail: str) -> str:
         what, check = f"spine {name} on rail {rail}", f"check spine {name} and its ports"
     else:
         what, check = f"leaf switch {name} on rail {rail}", f"check switch {name}"
-    also = f"; {_alt_text(info['alternatives'])}" if info["alternatives"] else ""
-    return f"{what} {phrase} ({detail}){also}: {check} (a network ticket: no node is at fault)"
+    if info["alternatives"]:  # equals, not a favourite: the measured pairs cannot tell which of them it is
+        what += "".join(f", or {_component(a)}" for a in info["alternatives"]) + " (no measured pair tells which)"
+        check += ", then the others named"
+    return f"{what} {phrase} ({detail}): {check} (a network ticket: no node is at fault)"
 
 
 def _network_evidence(who: _Owner, names: list[str]) -> list[str]:

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """An emulated multi-node, multi-rail Slurm cluster on one machine (root only).
 
-    python tests/cluster/emucluster.py up --nodes N --rails R
+    python tests/cluster/emucluster.py up --nodes N --rails R [--leaves K]
     python tests/cluster/emucluster.py status
     python tests/cluster/emucluster.py throttle node3 1 20mbit
+    python tests/cluster/emucluster.py throttle-uplink leaf2 1 20mbit
     python tests/cluster/emucluster.py restore
     python tests/cluster/emucluster.py down
 
@@ -17,6 +18,14 @@ Network (all addresses from 198.18.0.0/15, nothing leaves the machine):
   value is restored on down); in each namespace 198.18.0.0/15 goes via the rail0
   gateway, and traffic sourced from rail r's address goes out rail r (policy rules),
   so cross-rail traffic works.
+- ``up --leaves K``: every rail is a switch tree instead of one bridge. The rail's bridge
+  ``acc-rail<r>`` (still the gateway) is its spine; K leaf bridges ``acc-r<r>l<L>`` each join it
+  through an uplink veth, ``acc-r<r>u<L>`` on the leaf -- ``acc-r<r>s<L>`` on the spine; node K's
+  rail port is on its leaf. Nodes go to the leaves in contiguous blocks (tests/cluster/emutree.py:
+  6 nodes on 2 leaves are node1..3 on leaf1, node4..6 on leaf2), so a pair on one leaf never
+  leaves it and a pair on two leaves crosses both leaves' uplinks and the spine. The tree is
+  written as Slurm's ``topology.conf`` (``leaf1``..``leafK``, ``spine``) into the state folder,
+  and site.env's ``ACCEPTANCE_TOPOLOGY`` names it, so the sbatch jobs localize over it.
 
 Slurm: munged (own key, own socket), slurmctld on 198.18.0.254:16817 and one
 ``slurmd -N node<K>`` per namespace (started with ``nsenter --net=/run/netns/acc-node<K>``,
@@ -46,7 +55,8 @@ rail link and a throttle has no effect (measured: ~20 Gbit/s with node2 rail0 at
 
 ``throttle NODE RAIL RATE`` puts a tbf qdisc on both ends of that node's rail link
 (namespace side ``rail<r>`` egress and root side ``acc-n<K>r<r>`` egress); ``restore``
-removes every qdisc we put on any link.
+removes every qdisc we put on any link. ``throttle-uplink LEAF RAIL RATE`` does the same on both
+ends of a leaf's uplink on that rail: every pair crossing the leaf slows, the pairs inside it do not.
 """
 
 from __future__ import annotations
@@ -65,6 +75,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, also when run as a script
 from localslurm import slurm_conf  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emutree  # noqa: E402
 
 STATE = Path("/run/acceptance-emucluster")
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -211,6 +224,16 @@ class EmuCluster:
     def rails(self) -> int:
         return (self.meta() or {}).get("rails", 0)
 
+    @property
+    def leaves(self) -> int:
+        """Leaf switches per rail; 0 when every rail is one bridge."""
+        return (self.meta() or {}).get("leaves", 0)
+
+    @property
+    def topology_conf(self) -> Path | None:
+        """The tree's topology.conf while up with --leaves."""
+        return self.dir / "topology.conf" if self.leaves else None
+
     @staticmethod
     def namespaces() -> list[str]:
         p = _ip("netns", "list", check=False)
@@ -254,12 +277,16 @@ class EmuCluster:
         return (want_ns <= set(st["namespaces"]) and want_d <= names and all(st["daemons"].values())
                 and len(st["nodes"]) == m["nodes"] and all(s == "idle" for s in st["nodes"].values()))
 
-    def up(self, nodes: int = 2, rails: int = 2, timeout: float = 60) -> EmuCluster:
+    def up(self, nodes: int = 2, rails: int = 2, timeout: float = 60, leaves: int = 0) -> EmuCluster:
         if not 1 <= nodes <= 250 or not 1 <= rails <= 200:
             raise ValueError("need 1..250 nodes and 1..200 rails")
+        if leaves:
+            emutree.leaf_blocks(nodes, leaves)  # ValueError for a bad count, before anything is built
+        shape = f"{nodes} nodes x {rails} rails" + (f", {leaves} leaves per rail" if leaves else "")
         m = self.meta()
-        if m and m.get("nodes") == nodes and m.get("rails") == rails and self.healthy():
-            print(f"emucluster already up and healthy: {nodes} nodes x {rails} rails")
+        if (m and m.get("nodes") == nodes and m.get("rails") == rails and m.get("leaves", 0) == leaves
+                and self.healthy()):
+            print(f"emucluster already up and healthy: {shape}")
             return self
         if m or self.namespaces() or self.links() or self.dir.exists():
             print("emucluster partially up or of another size: cleaning up first")
@@ -267,10 +294,15 @@ class EmuCluster:
         try:
             self.dir.mkdir(parents=True)
             (self.dir / "log").mkdir()
-            self.meta_file.write_text(json.dumps({"nodes": nodes, "rails": rails, "host": self.host}))
-            self._net_up(nodes, rails)
+            self.meta_file.write_text(json.dumps({"nodes": nodes, "rails": rails, "leaves": leaves,
+                                                  "host": self.host}))
+            self._net_up(nodes, rails, leaves)
             self._write_conf(nodes, rails)
-            self._write_site_env()
+            extra = {}
+            if leaves:
+                self.topology_conf.write_text(emutree.topology_conf(nodes, leaves))
+                extra["ACCEPTANCE_TOPOLOGY"] = str(self.topology_conf)
+            self._write_site_env(extra)
             self._start_munge()
             self._start_slurm(nodes)
             self._wait_idle(nodes, timeout)
@@ -284,11 +316,11 @@ class EmuCluster:
                 pass
             self.down()
             raise
-        print(f"emucluster up: {nodes} nodes x {rails} rails, slurmctld {CTLD_ADDR}:{CTLD_PORT}, "
-              f"state {self.dir}")
+        print(f"emucluster up: {shape}, slurmctld {CTLD_ADDR}:{CTLD_PORT}, state {self.dir}"
+              + (f", topology {self.topology_conf}" if leaves else ""))
         return self
 
-    def _net_up(self, nodes: int, rails: int) -> None:
+    def _net_up(self, nodes: int, rails: int, leaves: int = 0) -> None:
         fwd = Path("/proc/sys/net/ipv4/ip_forward")
         (self.dir / "ip_forward.orig").write_text(fwd.read_text().strip())
         # bridges: management + one per rail
@@ -298,6 +330,20 @@ class EmuCluster:
             _ip("addr", "add", addr, "dev", br)
             _ip("link", "set", br, "up")
         fwd.write_text("1")
+        port_bridge = {(k, r): f"acc-rail{r}" for k in range(1, nodes + 1) for r in range(rails)}
+        if leaves:
+            for r in range(rails):
+                for name, members in emutree.leaf_blocks(nodes, leaves).items():
+                    leaf = int(name[4:])
+                    bridge, up, down = self._uplink(leaf, r)
+                    _ip("link", "add", bridge, "type", "bridge")
+                    _ip("link", "set", bridge, "up")
+                    _ip("link", "add", up, "type", "veth", "peer", "name", down)
+                    _ip("link", "set", up, "master", bridge)
+                    _ip("link", "set", down, "master", f"acc-rail{r}")
+                    _ip("link", "set", up, "up")
+                    _ip("link", "set", down, "up")
+                    port_bridge.update({(k, r): bridge for k in members})
         for k in range(1, nodes + 1):
             ns = f"{NS_PREFIX}{k}"
             _ip("netns", "add", ns)
@@ -309,7 +355,8 @@ class EmuCluster:
             for key in ("all", "default"):
                 self.run_in(k, ["sysctl", "-qw", f"net.ipv4.conf.{key}.rp_filter=2"])
             links = [("mgmt", f"acc-n{k}m", MGMT_BR, f"198.18.0.{k}/24")]
-            links += [(f"rail{r}", f"acc-n{k}r{r}", f"acc-rail{r}", f"198.18.{r + 1}.{k}/24") for r in range(rails)]
+            links += [(f"rail{r}", f"acc-n{k}r{r}", port_bridge[k, r], f"198.18.{r + 1}.{k}/24")
+                      for r in range(rails)]
             for inner, outer, br, addr in links:
                 _ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns)
                 _ip("link", "set", outer, "master", br)
@@ -345,13 +392,13 @@ class EmuCluster:
         tmp.write_text(text)
         tmp.replace(SLURM_CONF)
 
-    def _write_site_env(self) -> None:
+    def _write_site_env(self, extra: dict | None = None) -> None:
         if SITE_ENV.exists() and not SITE_ENV.read_text(errors="replace").startswith(MARK):
             shutil.copy2(SITE_ENV, self.dir / "site.env.orig")
         SITE_ENV.parent.mkdir(parents=True, exist_ok=True)
         tmp = SITE_ENV.with_name(".site.env.emucluster")
         tmp.write_text(f"{MARK} ({self.dir}); restored on `emucluster.py down`\n"
-                       + "".join(f"{k}={v}\n" for k, v in SITE_DEFAULTS.items()))
+                       + "".join(f"{k}={v}\n" for k, v in {**SITE_DEFAULTS, **(extra or {})}.items()))
         tmp.replace(SITE_ENV)
 
     def _restore_site_env(self) -> None:
@@ -470,14 +517,32 @@ class EmuCluster:
             raise ValueError(f"no such node/rail: {_node_name(node)} rail {rail}")
         return ns, inner, outer
 
+    @staticmethod
+    def _uplink(leaf: int, rail: int) -> tuple[str, str, str]:
+        """A leaf's bridge and its uplink veth's two ends (leaf side, spine side) on a rail."""
+        return f"acc-r{rail}l{leaf}", f"acc-r{rail}u{leaf}", f"acc-r{rail}s{leaf}"
+
+    @staticmethod
+    def _tbf(rate: str) -> list[str]:
+        return ["root", "tbf", "rate", str(rate), "burst", "32kbit", "latency", "400ms"]
+
     def throttle(self, node, rail: int, rate: str) -> None:
         ns, inner, outer = self._rail_link(node, rail)
-        tbf = ["root", "tbf", "rate", str(rate), "burst", "32kbit", "latency", "400ms"]
-        _run([_exe("tc"), "qdisc", "replace", "dev", outer, *tbf])
-        _run([_exe("tc"), "-n", ns, "qdisc", "replace", "dev", inner, *tbf])
+        _run([_exe("tc"), "qdisc", "replace", "dev", outer, *self._tbf(rate)])
+        _run([_exe("tc"), "-n", ns, "qdisc", "replace", "dev", inner, *self._tbf(rate)])
+
+    def throttle_uplink(self, leaf, rail: int, rate: str) -> None:
+        """tbf on both ends of a leaf's uplink on a rail (up and down the tree)."""
+        index = emutree.leaf_index(leaf, self.leaves)
+        if not 0 <= int(rail) < self.rails:
+            raise ValueError(f"no rail {rail}: the cluster has rails 0..{self.rails - 1}")
+        _, up, down = self._uplink(index, int(rail))
+        for dev in (up, down):
+            _run([_exe("tc"), "qdisc", "replace", "dev", dev, *self._tbf(rate)])
 
     def _all_rail_links(self) -> list[tuple[str | None, str]]:
-        out: list[tuple[str | None, str]] = [(None, n) for n in self.links() if re.fullmatch(r"acc-n\d+[rm]\d*", n)]
+        out: list[tuple[str | None, str]] = [(None, n) for n in self.links()
+                                             if re.fullmatch(r"acc-n\d+[rm]\d*|acc-r\d+[us]\d+", n)]
         for ns in self.namespaces():
             p = _ip("-n", ns, "-o", "link", "show", check=False)
             for name in re.findall(r"^\d+: ([^:@]+)", p.stdout, re.MULTILINE):
@@ -539,12 +604,19 @@ def main(argv: list[str] | None = None) -> int:
     p_up = sub.add_parser("up", help="create namespaces, bridges and start munged/slurmctld/slurmds")
     p_up.add_argument("--nodes", type=int, default=2)
     p_up.add_argument("--rails", type=int, default=2)
+    p_up.add_argument("--leaves", type=int, default=0, metavar="K",
+                      help="a switch tree per rail: K leaf bridges (node blocks) under one spine, "
+                           "and a topology.conf naming them (default 0: one bridge per rail)")
     p_up.add_argument("--timeout", type=float, default=60, help="seconds to wait for all nodes idle")
     sub.add_parser("down", help="stop everything and restore the machine")
     p_th = sub.add_parser("throttle", help="tbf on both ends of one node's rail link")
     p_th.add_argument("node")
     p_th.add_argument("rail", type=int)
     p_th.add_argument("rate", help="tc rate, e.g. 20mbit")
+    p_tu = sub.add_parser("throttle-uplink", help="tbf on both ends of a leaf's uplink on a rail (up --leaves)")
+    p_tu.add_argument("leaf", help="leaf2 or 2")
+    p_tu.add_argument("rail", type=int)
+    p_tu.add_argument("rate", help="tc rate, e.g. 20mbit")
     sub.add_parser("restore", help="remove all throttles")
     p_st = sub.add_parser("status", help="namespaces, bridges, daemons, sinfo, throttles")
     p_st.add_argument("--json", action="store_true")
@@ -558,13 +630,17 @@ def main(argv: list[str] | None = None) -> int:
     c = EmuCluster()
     try:
         if args.cmd == "up":
-            c.up(args.nodes, args.rails, timeout=args.timeout)
+            c.up(args.nodes, args.rails, timeout=args.timeout, leaves=args.leaves)
         elif args.cmd == "down":
             c.down()
             print("emucluster down: machine clean")
         elif args.cmd == "throttle":
             c.throttle(args.node, args.rail, args.rate)
             print(f"throttled {_node_name(args.node)} rail{args.rail} to {args.rate} (both ends)")
+        elif args.cmd == "throttle-uplink":
+            c.throttle_uplink(args.leaf, args.rail, args.rate)
+            print(f"throttled leaf{emutree.leaf_index(args.leaf, c.leaves)}'s uplink on rail{args.rail} "
+                  f"to {args.rate} (both ends)")
         elif args.cmd == "restore":
             c.restore()
             print("all throttles removed")

@@ -2,9 +2,11 @@
 """Real RDMA devices without an RDMA NIC: Soft-RoCE (rdma_rxe) in a QEMU guest (root only).
 
     python tests/cluster/softroce.py check
-    python tests/cluster/softroce.py run [--nodes N] [--rails R] [--throttle NODE:RAIL:RATE]...
-        [--loss NODE:RAIL:PERCENT]... [--delay NODE:RAIL:TIME]... [--timeout S] [--cpus N] -- COMMAND...
+    python tests/cluster/softroce.py run [--nodes N] [--rails R] [--leaves K] [--throttle NODE:RAIL:RATE]...
+        [--loss NODE:RAIL:PERCENT]... [--delay NODE:RAIL:TIME]... [--throttle-uplink LEAF:RAIL:RATE]...
+        [--timeout S] [--cpus N] -- COMMAND...
     python tests/cluster/softroce.py fault [--clear] [--throttle|--loss|--delay NODE:RAIL:VALUE]...
+        [--throttle-uplink LEAF:RAIL:RATE]...
         (inside the guest, from COMMAND: change the links' faults between two runs)
 
 `run` boots Debian's kernel (the package linux-image-amd64 depends on, fetched with
@@ -24,6 +26,12 @@ Inside, for every emulated node n (1..N) and rail r (0..R-1):
   deliver local addresses through ``lo``.
 - ``--throttle``, ``--loss`` and ``--delay`` put a tbf / netem qdisc on both ends of one
   node's rail link, so only that link is affected.
+- ``--leaves K``: each rail is a switch tree instead of one bridge: bridge ``rail<r>`` is the
+  spine, K leaf bridges ``r<r>l<L>`` join it through uplink veths ``r<r>u<L>`` (leaf side) --
+  ``r<r>s<L>`` (spine side), and each node's port is on its leaf, the nodes in contiguous blocks
+  (tests/cluster/emutree.py). The tree's ``topology.conf`` (``leaf1``..``leafK``, ``spine``) is
+  written for COMMAND, and ``ACCEPTANCE_TOPOLOGY`` names it unless the caller set it.
+  ``--throttle-uplink LEAF:RAIL:RATE`` puts a tbf on both ends of that leaf's uplink.
 
 COMMAND runs in the current directory with ``ulimit -l unlimited`` and
 ``ACCEPTANCE_DEVICE_MAP`` naming a JSON file ``{"node1": ["rxe_n1r0", "rxe_n1r1"], ...}``
@@ -58,12 +66,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emutree  # noqa: E402
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("ACCEPTANCE_SOFTROCE_CACHE", "/var/cache/acceptance-softroce"))
 GUEST_TMPFS = ("/tmp", "/run", "/var/tmp")  # the guest's own, empty (INIT below)
 META_PACKAGE = "linux-image-amd64"
 DEVICE_MAP_ENV = "ACCEPTANCE_DEVICE_MAP"
 PLAN_ENV = "SOFTROCE_PLAN"  # inside the guest: the plan, for `softroce.py fault`
+TOPOLOGY_ENV = "ACCEPTANCE_TOPOLOGY"  # with --leaves: the tree's topology.conf, for `acceptance run`
 # Debian packages the rig needs on the host (the guest uses the host's root file system).
 PACKAGES = {
     "qemu-system-x86": "qemu-system-x86_64",
@@ -274,12 +286,24 @@ def build_initrd(kernel: Kernel, target: Path) -> None:
 
 @dataclass(frozen=True)
 class LinkFault:
-    """A qdisc on both ends of node's rail link: tbf (rate), or netem (loss / delay)."""
+    """A qdisc on both ends of node's rail link (or, with leaf, of that leaf's uplink on the rail):
+    tbf (rate), or netem (loss / delay)."""
 
-    node: int
+    node: int             # 0 for an uplink
     rail: int
     kind: str             # throttle | loss | delay
     value: str            # 20mbit | 5% | 10ms
+    leaf: int = 0         # an uplink's leaf
+
+    def ends(self) -> tuple[str, str]:
+        if self.leaf:
+            return uplink_ends(self.leaf, self.rail)
+        link = node_link(self.node, self.rail)
+        return link, f"{link}p"
+
+    def __str__(self) -> str:
+        where = f"leaf{self.leaf}'s uplink on rail {self.rail}" if self.leaf else f"node{self.node}:{self.rail}"
+        return f"{self.kind} {where}:{self.value}"
 
     def qdisc(self) -> list[str]:
         if self.kind == "throttle":
@@ -308,6 +332,30 @@ def parse_fault(kind: str, text: str, nodes: int, rails: int) -> LinkFault:
     return LinkFault(node, rail, kind, value)
 
 
+def parse_uplink_fault(text: str, leaves: int, rails: int) -> LinkFault:
+    """--throttle-uplink LEAF:RAIL:RATE"""
+    m = re.fullmatch(r"(leaf\d+|\d+):(\d+):(\S+)", text)
+    if not m:
+        raise RigError(f"--throttle-uplink {text!r}: expected LEAF:RAIL:RATE, e.g. leaf2:1:20mbit")
+    try:
+        leaf = emutree.leaf_index(m[1], leaves)
+    except ValueError as exc:
+        raise RigError(f"--throttle-uplink {text!r}: {exc}") from None
+    rail, value = int(m[2]), m[3]
+    if not 0 <= rail < rails:
+        raise RigError(f"--throttle-uplink {text!r}: rail {rail} is not one of 0..{rails - 1}")
+    if not re.fullmatch(UNITS["throttle"], value):
+        raise RigError(f"--throttle-uplink {text!r}: {value!r} is not a rate like 20mbit")
+    return LinkFault(0, rail, "throttle", value, leaf=leaf)
+
+
+def parse_faults(args, nodes: int, rails: int, leaves: int) -> list[LinkFault]:
+    """Every fault option of `run` or `fault`, parsed and checked against the plan's shape."""
+    return ([parse_fault(kind, text, nodes, rails) for kind in ("throttle", "loss", "delay")
+             for text in getattr(args, kind)]
+            + [parse_uplink_fault(text, leaves, rails) for text in args.throttle_uplink])
+
+
 @dataclass
 class Plan:
     """What the guest sets up and runs; written as JSON into the run folder for the guest."""
@@ -319,6 +367,7 @@ class Plan:
     env: dict[str, str]
     faults: list[LinkFault] = field(default_factory=list)
     work: str = ""
+    leaves: int = 0       # leaf switches per rail; 0: one bridge per rail
 
     @staticmethod
     def load(path: str) -> Plan:
@@ -337,6 +386,11 @@ def device_name(node: int, rail: int) -> str:
 
 def address(node: int, rail: int) -> str:
     return f"198.18.{rail + 1}.{node}"
+
+
+def uplink_ends(leaf: int, rail: int) -> tuple[str, str]:
+    """A leaf's uplink veth on a rail: the leaf's end, the spine's end."""
+    return f"r{rail}u{leaf}", f"r{rail}s{leaf}"
 
 
 def device_map(nodes: int, rails: int) -> dict[str, list[str]]:
@@ -371,15 +425,29 @@ def _guest_network(plan: Plan, modroot: str) -> None:
         # answers ARP for every other node's address too, and traffic goes to the wrong device.
         _sysctl(f"net.ipv4.conf.{key}.arp_ignore", "1")
         _sysctl(f"net.ipv4.conf.{key}.arp_announce", "2")
+    port_bridge = {}
     for r in range(plan.rails):
         _sh("ip", "link", "add", f"rail{r}", "type", "bridge")
         _sh("ip", "link", "set", f"rail{r}", "up")
+        port_bridge.update({(n, r): f"rail{r}" for n in range(1, plan.nodes + 1)})
+        for name, members in (emutree.leaf_blocks(plan.nodes, plan.leaves).items() if plan.leaves else ()):
+            leaf = int(name[4:])
+            bridge, (up, down) = f"r{r}l{leaf}", uplink_ends(leaf, r)
+            _sh("ip", "link", "add", bridge, "type", "bridge")
+            _sh("ip", "link", "set", bridge, "up")
+            _sh("ip", "link", "add", up, "type", "veth", "peer", "name", down)
+            _sh("ip", "link", "set", up, "master", bridge)
+            _sh("ip", "link", "set", down, "master", f"rail{r}")
+            for end in (up, down):  # the rail's CPU, as for its nodes' ends below
+                Path(f"/sys/class/net/{end}/queues/rx-0/rps_cpus").write_text(f"{1 << (r % os.cpu_count()):x}")
+                _sh("ip", "link", "set", end, "up")
+            port_bridge.update({(n, r): bridge for n in members})
     table = 100
     for n in range(1, plan.nodes + 1):
         for r in range(plan.rails):
             link, addr = node_link(n, r), address(n, r)
             _sh("ip", "link", "add", link, "type", "veth", "peer", "name", f"{link}p")
-            _sh("ip", "link", "set", f"{link}p", "master", f"rail{r}")
+            _sh("ip", "link", "set", f"{link}p", "master", port_bridge[n, r])
             _sysctl(f"net.ipv4.conf.{link}.rp_filter", "0")
             _sysctl(f"net.ipv4.conf.{link}.accept_local", "1")
             _sh("ip", "addr", "add", f"{addr}/24", "dev", link)
@@ -407,18 +475,17 @@ def _guest_network(plan: Plan, modroot: str) -> None:
 
 def apply_fault(fault: LinkFault) -> None:
     """The fault's qdisc on both ends of its link (replacing any earlier one there)."""
-    link = node_link(fault.node, fault.rail)
-    for end in (link, f"{link}p"):
+    for end in fault.ends():
         _sh("tc", "qdisc", "replace", "dev", end, "root", *fault.qdisc())
 
 
 def clear_faults(plan: Plan) -> None:
     """Every link back to its plain qdisc."""
-    for n in range(1, plan.nodes + 1):
-        for r in range(plan.rails):
-            link = node_link(n, r)
-            for end in (link, f"{link}p"):
-                subprocess.run(["tc", "qdisc", "del", "dev", end, "root"], capture_output=True)
+    ends = [(node_link(n, r), f"{node_link(n, r)}p") for n in range(1, plan.nodes + 1) for r in range(plan.rails)]
+    ends += [uplink_ends(leaf, r) for leaf in range(1, plan.leaves + 1) for r in range(plan.rails)]
+    for pair in ends:
+        for end in pair:
+            subprocess.run(["tc", "qdisc", "del", "dev", end, "root"], capture_output=True)
 
 
 def guest_fault(args) -> int:
@@ -429,8 +496,7 @@ def guest_fault(args) -> int:
         return 2
     plan = Plan.load(path)
     try:
-        faults = [parse_fault(kind, text, plan.nodes, plan.rails)
-                  for kind in ("throttle", "loss", "delay") for text in getattr(args, kind)]
+        faults = parse_faults(args, plan.nodes, plan.rails, plan.leaves)
         if args.clear:
             clear_faults(plan)
         for fault in faults:
@@ -438,7 +504,7 @@ def guest_fault(args) -> int:
     except RigError as exc:
         print(f"softroce: {exc}", file=sys.stderr)
         return 2
-    said = ", ".join(f"{f.kind} node{f.node}:{f.rail}:{f.value}" for f in faults)
+    said = ", ".join(map(str, faults))
     print(f"softroce: links {'cleared' if args.clear else ''}{'; ' if args.clear and said else ''}{said}", flush=True)
     return 0
 
@@ -483,6 +549,10 @@ def guest_main(plan_path: str) -> None:
         devices = Path("/run/softroce-devices.json")
         devices.write_text(json.dumps(device_map(plan.nodes, plan.rails)))
         env = {**os.environ, **plan.env, DEVICE_MAP_ENV: str(devices), PLAN_ENV: plan_path}
+        if plan.leaves:  # the tree the command localizes over, unless the caller named another
+            topology = work / "topology.conf"
+            topology.write_text(emutree.topology_conf(plan.nodes, plan.leaves))
+            env.setdefault(TOPOLOGY_ENV, str(topology))
         (work / "ready").touch()
         proc = subprocess.Popen(plan.command, cwd=plan.cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
@@ -558,7 +628,8 @@ def run(plan: Plan, timeout: float, memory_mib: int = 3072, cpus: int = 1, log=p
             if not ready and (work / "ready").exists():
                 ready = True
                 log(f"softroce: guest ready in {time.monotonic() - started:.0f} s "
-                    f"({plan.nodes} node(s) x {plan.rails} rail(s), kernel {kernel.version})")
+                    f"({plan.nodes} node(s) x {plan.rails} rail(s)"
+                    f"{f', {plan.leaves} leaves per rail' if plan.leaves else ''}, kernel {kernel.version})")
             pos = _stream(work / "output", pos, out)
             if time.monotonic() - started > timeout:
                 _stop(qemu)
@@ -631,18 +702,25 @@ def main(argv: list[str] | None = None) -> int:
     for kind, what in (("throttle", "tc tbf"), ("loss", "netem packet loss"), ("delay", "netem delay")):
         f.add_argument(f"--{kind}", action="append", default=[], metavar=f"NODE:RAIL:{kind.upper()}",
                        help=f"{what} on both ends of that node's rail link")
+    f.add_argument("--throttle-uplink", action="append", default=[], metavar="LEAF:RAIL:RATE",
+                   help="tc tbf on both ends of that leaf's uplink (run --leaves)")
     p = sub.add_parser("run", help="boot the guest and run COMMAND on its rxe devices",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="example: softroce.py run --nodes 2 --rails 2 --throttle node2:1:20mbit -- "
                               ".venv/bin/acceptance run --nodes 2 --ranks-per-node 2 --profile softroce")
     p.add_argument("--nodes", type=int, default=2, help="emulated nodes (default 2)")
     p.add_argument("--rails", type=int, default=2, help="rails per node: rxe devices per node (default 2)")
+    p.add_argument("--leaves", type=int, default=0, metavar="K",
+                   help="a switch tree per rail: K leaf bridges under one spine, with its topology.conf "
+                        "(default 0: one bridge per rail)")
     p.add_argument("--throttle", action="append", default=[], metavar="NODE:RAIL:RATE",
                    help="tc tbf on both ends of that node's rail link, e.g. node2:1:20mbit")
     p.add_argument("--loss", action="append", default=[], metavar="NODE:RAIL:PERCENT",
                    help="netem packet loss on both ends of that node's rail link, e.g. node2:1:5%%")
     p.add_argument("--delay", action="append", default=[], metavar="NODE:RAIL:TIME",
                    help="netem delay on both ends of that node's rail link, e.g. node2:1:10ms")
+    p.add_argument("--throttle-uplink", action="append", default=[], metavar="LEAF:RAIL:RATE",
+                   help="tc tbf on both ends of that leaf's uplink on that rail (with --leaves), e.g. leaf2:1:20mbit")
     p.add_argument("--timeout", type=float, default=900, help="seconds before the guest is stopped (exit 124)")
     p.add_argument("--memory", type=int, default=3072, help="guest memory in MiB (default 3072)")
     p.add_argument("--cpus", type=int, default=1, help="guest vCPUs (default 1: see the module docstring)")
@@ -660,12 +738,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("run needs a COMMAND after --")
     if args.nodes < 1 or args.rails < 1 or args.nodes > 250:
         ap.error("--nodes must be 1..250 and --rails at least 1")
+    if not 0 <= args.leaves <= args.nodes:
+        ap.error(f"--leaves must be 0..{args.nodes} (the number of nodes)")
     signal.signal(signal.SIGTERM, _on_signal)
     try:
-        faults = [parse_fault(kind, text, args.nodes, args.rails)
-                  for kind in ("throttle", "loss", "delay") for text in getattr(args, kind)]
+        faults = parse_faults(args, args.nodes, args.rails, args.leaves)
         env = {k: v for k, v in os.environ.items() if k in PASSED_ENV or k.startswith(("ACCEPTANCE_", "UCX_"))}
-        plan = Plan(args.nodes, args.rails, command, os.getcwd(), {**GUEST_ENV, **env}, faults)
+        plan = Plan(args.nodes, args.rails, command, os.getcwd(), {**GUEST_ENV, **env}, faults, leaves=args.leaves)
         return run(plan, args.timeout, args.memory, args.cpus,
                    log=lambda m: print(m, file=sys.stderr, flush=True))
     except RigError as exc:

@@ -1,9 +1,6 @@
 """End to end: sbatch jobs on an emulated 4-node x 2-rail Slurm cluster (network namespaces, veth rails,
 one slurmd per node), with a real degraded link and a real lost node. Root only."""
 import json
-import os
-import re
-import subprocess
 import sys
 import threading
 import time
@@ -13,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from cluster.emucluster import EmuCluster, client_env, unavailable_reason  # noqa: E402
+from cluster.emucluster import EmuCluster, unavailable_reason  # noqa: E402
+from e2e.jobs import WRITES_ONLY, run_folder, sbatch  # noqa: E402
 
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(REASON is not None, reason=REASON or "")]
@@ -35,40 +33,11 @@ def clean(cluster):
     cluster.restore()
 
 
-def _env(**extra) -> dict:
-    env = client_env({k: v for k, v in os.environ.items()
-                      if not k.startswith(("ACCEPTANCE_", "PMI", "PYTEST_", "SLURM_", "HANG_"))})
-    # Nothing about the cluster: emucluster's /etc/acceptance/site.env gives the jobs their profile,
-    # srun MPI plugin and rail interfaces, as a site's would.
-    env.update(extra)
-    return env
-
-
-# The fault tests localize with write bandwidth and latency; read, atomic and incast
-# rounds over TCP on two shared cores would add minutes and nothing to what is tested here
-# (the healthy run covers every suite; tests/integration runs them on local MPI).
-WRITES_ONLY = "-ktest_write_"
-
-
-def _sbatch(script: str, tmp_path: Path, timeout: float = 600, **env) -> tuple[int, str]:
-    out = tmp_path / f"{Path(script).stem}-{time.monotonic_ns()}.out"
-    # The README's one line (with the output file named): ranks per node come from the profile.
-    p = subprocess.run(["sbatch", "--wait", "-N", "4", "-o", str(out), f"slurm/{script}"],
-                       cwd=ROOT, env=_env(ACCEPTANCE_OUTPUT=str(tmp_path / "reports"), **env),
-                       capture_output=True, text=True, timeout=timeout)
-    log = out.read_text() if out.exists() else ""
-    return p.returncode, p.stdout + p.stderr + log
-
-
-def _folder(log: str) -> Path:
-    return Path(re.findall(r"^run folder: (\S+)$", log, re.M)[-1])
-
-
 def test_healthy_cluster_passes(clean, tmp_path):
-    rc, log = _sbatch("acceptance.sbatch", tmp_path)
+    rc, log = sbatch("acceptance.sbatch", tmp_path)
     assert rc == 0, log
     assert "acceptance: site defaults from /etc/acceptance/site.env" in log
-    folder = _folder(log)
+    folder = run_folder(log)
     run = json.loads((folder / "run.json").read_text())
     assert run["profile"]["name"] == "emulated" and len(run["topology"]["ranks"]) == 8
     assert (folder / "report.html").exists()
@@ -83,9 +52,9 @@ def test_degraded_rail_is_localized(clean, tmp_path):
     # 0.02x of its healthy peers or less from 64 KiB: fails the profile's fleet bound (0.05 of the median
     # of the other links) also on a machine three times slower, and still quick to measure.
     clean.throttle("node3", 1, "30mbit")
-    rc, log = _sbatch("acceptance.sbatch", tmp_path, ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS=WRITES_ONLY)
+    rc, log = sbatch("acceptance.sbatch", tmp_path, ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS=WRITES_ONLY)
     assert rc == 1, log
-    findings = json.loads((_folder(log) / "findings.json").read_text())
+    findings = json.loads((run_folder(log) / "findings.json").read_text())
     failing = [f for f in findings if f["severity"] == "fail"]
     assert failing, log
     # Every failure points at node3's rail 1; a warning elsewhere is noise of TCP over veth on
@@ -99,7 +68,7 @@ def test_lost_node_ends_the_job_with_exit_3(clean, tmp_path):
     result = {}
 
     def submit():
-        result["rc"], result["log"] = _sbatch("acceptance.sbatch", tmp_path)
+        result["rc"], result["log"] = sbatch("acceptance.sbatch", tmp_path)
 
     job = threading.Thread(target=submit)
     job.start()
@@ -116,7 +85,7 @@ def test_lost_node_ends_the_job_with_exit_3(clean, tmp_path):
     job.join(timeout=300)
     assert not job.is_alive(), "the job hung after losing a node"
     assert result["rc"] == 3, result["log"]
-    folder = _folder(result["log"])
+    folder = run_folder(result["log"])
     meta = json.loads((folder / "run.json").read_text())
     assert meta["complete"] is False and "node4" in meta.get("lost_nodes", []) + [
         meta["topology"]["ranks"][r]["node"] for r in meta["missing_ranks"]], meta
@@ -127,14 +96,14 @@ def test_lost_node_ends_the_job_with_exit_3(clean, tmp_path):
 def test_nightly_reports_the_regression(clean, tmp_path):
     nightly = dict(ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS=WRITES_ONLY, ACCEPTANCE_DURATION="1s",
                    ACCEPTANCE_HISTORY=str(tmp_path / "history"))
-    rc, log = _sbatch("nightly.sbatch", tmp_path, **nightly)
+    rc, log = sbatch("nightly.sbatch", tmp_path, **nightly)
     assert rc == 0, log
     good = (tmp_path / "history" / "last-good").read_text().strip()
     clean.throttle("node2", 0, "30mbit")
-    rc, log = _sbatch("nightly.sbatch", tmp_path, **nightly)
+    rc, log = sbatch("nightly.sbatch", tmp_path, **nightly)
     assert rc == 1, log
     assert f"comparing with the last good run {good}" in log
-    findings = json.loads((_folder(log) / "findings.json").read_text())
+    findings = json.loads((run_folder(log) / "findings.json").read_text())
     # The regression against the last good run is reported, and node2's rail-0 link is named. (On
     # this emulation a link's bandwidth is bimodal, 2 or 12 Gbit/s depending on how two cores are
     # shared, so a rail's median can also move between runs: that regression may be reported too.)

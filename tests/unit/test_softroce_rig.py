@@ -52,3 +52,26 @@ def test_run_refuses_a_missing_command(capsys):
     with pytest.raises(SystemExit) as info:
         softroce.main(["run", "--nodes", "2"])
     assert info.value.code == 2 and "run needs a COMMAND after --" in capsys.readouterr().err
+
+
+def test_uplink_faults_name_a_leaf_of_the_tree():
+    fault = softroce.parse_uplink_fault("leaf2:1:20mbit", leaves=2, rails=2)
+    assert fault.ends() == ("r1u2", "r1s2") and fault.qdisc()[:3] == ["tbf", "rate", "20mbit"]
+    assert str(fault) == "throttle leaf2's uplink on rail 1:20mbit"
+    assert softroce.parse_uplink_fault("1:0:5mbit", leaves=2, rails=2).leaf == 1
+    for text, why in (("leaf3:0:20mbit", "the tree has leaf1..leaf2"), ("leaf1:2:20mbit", "rail 2 is not one of 0..1"),
+                      ("leaf1:0:fast", "'fast' is not a rate"), ("leaf1-0", "expected LEAF:RAIL:RATE")):
+        with pytest.raises(softroce.RigError, match=f"^--throttle-uplink {text!r}: ") as info:
+            softroce.parse_uplink_fault(text, leaves=2, rails=2)
+        assert why in str(info.value)
+    with pytest.raises(softroce.RigError, match="no switch tree"):
+        softroce.parse_uplink_fault("leaf1:0:20mbit", leaves=0, rails=2)
+
+
+def test_a_plan_with_leaves_travels_as_json(tmp_path):
+    plan = softroce.Plan(6, 2, ["true"], "/work", {}, [softroce.parse_uplink_fault("leaf2:1:20mbit", 2, 2)],
+                         work=str(tmp_path), leaves=2)
+    import dataclasses
+    import json
+    (tmp_path / "plan.json").write_text(json.dumps(dataclasses.asdict(plan)))
+    assert softroce.Plan.load(str(tmp_path / "plan.json")) == plan

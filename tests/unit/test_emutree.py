@@ -1,0 +1,38 @@
+"""The emulated switch tree's layout and the topology.conf both emulations write for it, read back by
+the harness's own topology.conf parser."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+import emutree  # noqa: E402
+
+from acceptance.spec.topofiles import parse_topology_conf
+
+
+def test_nodes_go_to_the_leaves_in_contiguous_blocks():
+    assert emutree.leaf_blocks(6, 2) == {"leaf1": [1, 2, 3], "leaf2": [4, 5, 6]}
+    assert emutree.leaf_blocks(5, 2) == {"leaf1": [1, 2, 3], "leaf2": [4, 5]}
+    assert emutree.leaf_blocks(3, 3) == {"leaf1": [1], "leaf2": [2], "leaf3": [3]}
+    assert [emutree.leaf_of(n, 6, 2) for n in range(1, 7)] == [1, 1, 1, 2, 2, 2]
+    for bad in (0, 7):
+        with pytest.raises(ValueError, match="--leaves must be 1..6"):
+            emutree.leaf_blocks(6, bad)
+
+
+@pytest.mark.parametrize("nodes, leaves", [(6, 2), (5, 2), (3, 3), (4, 1), (250, 16)])
+def test_the_topology_conf_says_what_was_built(nodes, leaves):
+    fabric = parse_topology_conf(emutree.topology_conf(nodes, leaves), "topology.conf")
+    tree = fabric.tree(0)
+    blocks = emutree.leaf_blocks(nodes, leaves)
+    assert {leaf: sorted(members) for leaf, members in tree.leaves.items()} == {
+        leaf: sorted(f"node{k}" for k in ks) for leaf, ks in blocks.items()}
+    assert tree.spines == ["spine"] and fabric.tree(1) == tree  # every rail alike
+
+
+def test_a_leaf_is_named_or_numbered():
+    assert emutree.leaf_index("leaf2", 2) == 2 and emutree.leaf_index("1", 2) == 1
+    with pytest.raises(ValueError, match="the tree has leaf1..leaf2"):
+        emutree.leaf_index("leaf3", 2)
