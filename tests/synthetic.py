@@ -15,13 +15,23 @@ make_run_fast(dir, ...)  a very large run for the benchmark: one rdma_write band
 
 Noise is uniform (value x (1 + U(-a, a))), so a healthy value is never more than a
 (1% bandwidth, 3% latency) from its nominal figure, and a test that expects "no
-findings" on clean data can never fail by chance.
+findings" on clean data can never fail by chance. make_run's bw_noise widens (or
+narrows) the point-to-point bandwidth's a; the random draws stay the same ones.
 
 Faults multiply bandwidth by a factor (and divide latencies by it):
   slow_link=("node03", "node09", 2[, 0.5])  that pair, both directions, on rail 2
   slow_nic=("node05", 4[, 0.6])             every link of node05 on rail 4
   slow_node="node11" or ("node11", 0.6)     every link of node11 on every rail
   slow_rail=6 or (6, 0.6)                   every link on rail 6
+A switch tree (make_run's leaves=K: the nodes in contiguous blocks on leaf1..leafK, the
+first ones a node longer when K does not divide them, like np.array_split; every leaf
+uplinked to one spine; topology_conf writes it as Slurm's topology.conf) adds:
+  slow_leaf=("leaf2", 1[, 0.6])             every pair with an end on leaf2 on rail 1 (inside pairs too)
+  slow_uplink=("leaf3", 2[, 0.6])           the pairs with exactly one end on leaf3, on rail 2
+  slow_spine=3 or (3, 0.6)                  every pair across two leaves on rail 3
+Any fault may be given several times as a list of specs, e.g.
+slow_nic=[("node05", 4), ("node12", 1, 0.7)] (a list whose items are all tuples or lists;
+one spec is a tuple, or a bare value). Faults that meet on a pair multiply.
 Burn-in (iterations > 1):
   drift=("node03", "node09", 2[, 0.7])      that link degrades linearly to 0.7 by the last iteration
   noisy=("node02", "node07", 1[, 0.4])      that link's values jump by up to +-40% between iterations
@@ -33,6 +43,7 @@ import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import hostlist
 import numpy as np
 
 from acceptance.spec.profile import load_profile
@@ -75,6 +86,28 @@ def _fault(spec, arity: int, default: float):
     return spec if len(spec) > arity else (*spec, default)
 
 
+def _faults(spec, arity: int, default: float) -> list[tuple]:
+    """Every fault of a kind: a list of specs (its items all tuples or lists), else the one spec."""
+    if spec is None:
+        return []
+    if isinstance(spec, list) and spec and all(isinstance(x, (tuple, list)) for x in spec):
+        return [_fault(x, arity, default) for x in spec]
+    return [_fault(spec, arity, default)]
+
+
+def leaf_nodes(names: list[str], leaves: int) -> dict[str, list[str]]:
+    """leaf1..leafK -> their nodes: contiguous blocks, the first ones a node longer (np.array_split)."""
+    return {f"leaf{i + 1}": [str(n) for n in block] for i, block in enumerate(np.array_split(np.array(names), leaves))}
+
+
+def topology_conf(names: list[str], leaves: int) -> str:
+    """Slurm's tree-plugin topology.conf for make_run's leaves=K: one line per leaf, then the spine."""
+    lines = [f"SwitchName={leaf} Nodes={hostlist.collect_hostlist(nodes)}"
+             for leaf, nodes in leaf_nodes(names, leaves).items()]
+    lines.append(f"SwitchName=spine Switches={hostlist.collect_hostlist(list(leaf_nodes(names, leaves)))}")
+    return "\n".join(lines) + "\n"
+
+
 def _time(iteration: int, seconds: float = 0.0) -> str:
     t = BASE_TIME + timedelta(hours=iteration, seconds=seconds)
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -94,34 +127,46 @@ def _record(test, suite, metric, value, unit, *, nodes, ranks, size=None, rail=N
     return rec
 
 
-def _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail, drift, noisy, rng):
+def _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail, drift, noisy, rng,
+             leaves=None, slow_leaf=None, slow_uplink=None, slow_spine=None):
     """factor[iteration, rail, src, dst]: 1.0 healthy, < 1 slower."""
     n = len(names)
     index = {name: i for i, name in enumerate(names)}
     f = np.ones((iterations, rails, n, n))
-    if slow_link:
-        a, b, rail, k = _fault(slow_link, 3, 0.5)
+    for a, b, rail, k in _faults(slow_link, 3, 0.5):
         f[:, rail, index[a], index[b]] *= k
         f[:, rail, index[b], index[a]] *= k
-    if slow_nic:
-        node, rail, k = _fault(slow_nic, 2, 0.6)
+    for node, rail, k in _faults(slow_nic, 2, 0.6):
         f[:, rail, index[node], :] *= k
         f[:, rail, :, index[node]] *= k
         f[:, rail, index[node], index[node]] /= k  # the diagonal is unused; keep it 1
-    if slow_node:
-        node, k = _fault(slow_node, 1, 0.6)
+    for node, k in _faults(slow_node, 1, 0.6):
         f[:, :, index[node], :] *= k
         f[:, :, :, index[node]] *= k
-    if slow_rail is not None:
-        rail, k = _fault(slow_rail, 1, 0.6)
+    for rail, k in _faults(slow_rail, 1, 0.6):
         f[:, rail] *= k
-    if drift:
-        a, b, rail, k = _fault(drift, 3, 0.7)
+    tree_faults = (_faults(slow_leaf, 2, 0.6), _faults(slow_uplink, 2, 0.6), _faults(slow_spine, 1, 0.6))
+    if any(tree_faults):
+        if not leaves:
+            raise ValueError("slow_leaf, slow_uplink and slow_spine need leaves=K")
+        placed = leaf_nodes(names, leaves)
+        code = np.zeros(n, dtype=np.int64)
+        for i, nodes in enumerate(placed.values()):
+            code[[index[x] for x in nodes]] = i
+        leaf_index = {leaf: i for i, leaf in enumerate(placed)}
+        cross = code[:, None] != code[None, :]
+        for kind, faults in zip(("leaf", "uplink"), tree_faults[:2]):
+            for leaf, rail, k in faults:
+                on = code == leaf_index[leaf]
+                hit = (on[:, None] | on[None, :]) if kind == "leaf" else (on[:, None] != on[None, :])
+                f[:, rail][:, hit] *= k
+        for rail, k in tree_faults[2]:
+            f[:, rail][:, cross] *= k
+    for a, b, rail, k in _faults(drift, 3, 0.7):
         ramp = np.linspace(1.0, k, iterations) if iterations > 1 else np.array([k])
         f[:, rail, index[a], index[b]] *= ramp
         f[:, rail, index[b], index[a]] *= ramp
-    if noisy:
-        a, b, rail, amp = _fault(noisy, 3, 0.4)
+    for a, b, rail, amp in _faults(noisy, 3, 0.4):
         jumps = 1 + rng.uniform(-amp, amp, size=iterations)
         f[:, rail, index[a], index[b]] *= jumps
         f[:, rail, index[b], index[a]] *= jumps
@@ -136,8 +181,13 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
              slow_node=None, slow_rail=None, iterations: int = 1, drift=None, noisy=None, seed: int = 0,
              profile: str = SYNTHETIC_PROFILE, collectives: bool = True, memreg: bool = True, preflight: bool = True,
              latency: bool = True, run_id: str | None = None, read: bool = False, gpudirect: bool = False,
-             slow_gpu_nic=None) -> Path:
+             slow_gpu_nic=None, leaves: int | None = None, slow_leaf=None, slow_uplink=None, slow_spine=None,
+             bw_noise: float = BW_NOISE) -> Path:
     """Write run.json and results.jsonl into `directory` (created if needed); return it.
+
+    leaves=K places the nodes on a switch tree (leaf_nodes; the tree faults need it; write its
+    topology.conf with topology_conf: the run folder does not name it). bw_noise: the pairwise
+    bandwidths' uniform noise (default 1%).
 
     read: RDMA READ bandwidth beside the writes (the same links' factors); gpudirect: GPU-to-GPU write
     bandwidth (suite gpudirect, memory cuda), slow_gpu_nic = (node, rail, factor) slows one node's GPU
@@ -149,7 +199,8 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
     names = node_names(nodes)
     prof = load_profile(profile)
     run_id = run_id or f"synthetic-{seed}"
-    factors = _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail, drift, noisy, rng)
+    factors = _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail, drift, noisy, rng,
+                       leaves, slow_leaf, slow_uplink, slow_spine)
 
     def rank(node_i, rail):
         return node_i * rails + rail
@@ -164,7 +215,7 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
     for it in range(iterations):
         # Noise is drawn before faults are applied, for every value, so the same seed gives the
         # same healthy numbers whatever is injected (a baseline and a faulty run differ only there).
-        bw_noise = 1 + rng.uniform(-BW_NOISE, BW_NOISE, size=(rails, len(pairs), len(sizes)))
+        noise_bw = 1 + rng.uniform(-bw_noise, bw_noise, size=(rails, len(pairs), len(sizes)))
         lat_noise = 1 + rng.uniform(-LAT_NOISE, LAT_NOISE, size=(rails, len(pairs), 6))
         max_noise = 1 + rng.uniform(-MAX_NOISE, MAX_NOISE, size=(rails, len(pairs), 2))
         for rail in range(rails):
@@ -173,18 +224,18 @@ def make_run(directory, nodes: int = 16, rails: int = 8, sizes=DEFAULT_SIZES, sl
                 common = {"nodes": [names[i], names[j]], "ranks": [rank(i, rail), rank(j, rail)], "rail": rail,
                               "iteration": it, "time": _time(it, rail * 10 + p * 0.01)}
                 for s, size in enumerate(sizes):
-                    bw = healthy_bandwidth(size) * bw_noise[rail, p, s] * f
+                    bw = healthy_bandwidth(size) * noise_bw[rail, p, s] * f
                     records.append(_record(BW_TEST.format(rail), "rdma_write", "bandwidth", round(bw, 6), "Gbit/s",
                                            size=size, samples=1000, **common))
                     records.append(_record(BW_TEST.format(rail), "rdma_write", "errors", 0, "count",
                                            size=size, **common))
                     if read:
-                        rbw = 0.95 * healthy_bandwidth(size) * (1 + extra_rng.uniform(-BW_NOISE, BW_NOISE)) * f
+                        rbw = 0.95 * healthy_bandwidth(size) * (1 + extra_rng.uniform(-bw_noise, bw_noise)) * f
                         records.append(_record(READ_TEST.format(rail), "rdma_write", "read_bandwidth", round(rbw, 6),
                                                "Gbit/s", size=size, samples=1000, **common))
                     if gpudirect:
                         g = f * gpu_factor.get((rail, i), 1.0) * gpu_factor.get((rail, j), 1.0)
-                        gbw = 0.9 * healthy_bandwidth(size) * (1 + extra_rng.uniform(-BW_NOISE, BW_NOISE)) * g
+                        gbw = 0.9 * healthy_bandwidth(size) * (1 + extra_rng.uniform(-bw_noise, bw_noise)) * g
                         records.append(_record(GPU_TEST.format(rail), "gpudirect", "bandwidth", round(gbw, 6),
                                                "Gbit/s", size=size, samples=1000, memory="cuda", **common))
                 if not latency:

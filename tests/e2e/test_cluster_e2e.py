@@ -1,6 +1,10 @@
 """End to end: sbatch jobs on an emulated 4-node x 2-rail Slurm cluster (network namespaces, veth rails,
-one slurmd per node), with a real degraded link and a real lost node. Root only."""
+one slurmd per node) whose rails are each two leaf bridges under a spine bridge (`emucluster.py up
+--leaves 2`: node1, node2 on leaf1, node3, node4 on leaf2), with a real degraded NIC, a real degraded
+uplink and a real lost node. The jobs find the tree through the site defaults the cluster writes
+(ACCEPTANCE_TOPOLOGY), as a site's would. Root only."""
 import json
+import re
 import sys
 import threading
 import time
@@ -21,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(REASON is not None, reason=REA
 def cluster():
     emu = EmuCluster()
     try:
-        yield emu.up(nodes=4, rails=2)
+        yield emu.up(nodes=4, rails=2, leaves=2)
     finally:
         emu.down()
 
@@ -46,22 +50,32 @@ def test_healthy_cluster_passes(clean, tmp_path):
     assert [f for f in json.loads((folder / "findings.json").read_text()) if f["severity"] == "fail"] == []
     meta = json.loads((folder / "run.json").read_text())
     assert meta["topology"]["nodes"] == {f"node{k}": [2 * k - 2, 2 * k - 1] for k in range(1, 5)}
+    assert meta["fabric"]["source"] == str(clean.topology_conf) and not meta.get("fabric_unknown")
 
 
-def test_degraded_rail_is_localized(clean, tmp_path):
-    # 0.02x of its healthy peers or less from 64 KiB: fails the profile's fleet bound (0.05 of the median
-    # of the other links) also on a machine three times slower, and still quick to measure.
-    clean.throttle("node3", 1, "30mbit")
+# 30mbit is 0.02x of its healthy peers or less from 64 KiB: it fails the profile's fleet bound (0.05
+# of the median of the other links) also on a machine three times slower, and is still quick to measure.
+RATE = "30mbit"
+
+
+def _p2p(tmp_path: Path) -> tuple[int, str, list[dict]]:
     rc, log = sbatch("acceptance.sbatch", tmp_path, ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS=WRITES_ONLY)
+    folder = run_folder(log)
+    return rc, log, json.loads((folder / "findings.json").read_text())
+
+
+def test_degraded_uplink_is_one_network_ticket_and_drains_nobody(clean, tmp_path):
+    clean.throttle_uplink("leaf2", 1, RATE)
+    rc, log, findings = _p2p(tmp_path)
     assert rc == 1, log
-    findings = json.loads((run_folder(log) / "findings.json").read_text())
     failing = [f for f in findings if f["severity"] == "fail"]
-    assert failing, log
-    # Every failure points at node3's rail 1; a warning elsewhere is noise of TCP over veth on
-    # two shared cores (an emulated link is sometimes 30% slower for a moment), not a fault.
-    for f in failing:
-        assert f["scope"] in ("nic", "link") and f["rail"] == 1, f
-        assert "node3" in (f["node"], f["peer"]), f
+    assert [(f["scope"], f["rail"]) for f in failing] == [("uplink", 1)], failing
+    # With two leaves every pair that crosses leaf2's uplink crosses leaf1's and the spine too: the
+    # finding names one and the others as its equals (no pair can decide between them).
+    named = {failing[0]["switch"]} | {a.get("switch") for a in failing[0]["alternatives"]}
+    assert named == {"leaf1", "leaf2", "spine"}, failing
+    assert "network ticket" in failing[0]["message"] and "drain" not in failing[0]["message"]
+    assert not re.search(r"State=DRAIN", log) and (run_folder(log) / "drain.txt").read_text() == ""
 
 
 def test_lost_node_ends_the_job_with_exit_3(clean, tmp_path):
@@ -99,7 +113,7 @@ def test_nightly_reports_the_regression(clean, tmp_path):
     rc, log = sbatch("nightly.sbatch", tmp_path, **nightly)
     assert rc == 0, log
     good = (tmp_path / "history" / "last-good").read_text().strip()
-    clean.throttle("node2", 0, "30mbit")
+    clean.throttle("node2", 0, RATE)
     rc, log = sbatch("nightly.sbatch", tmp_path, **nightly)
     assert rc == 1, log
     assert f"comparing with the last good run {good}" in log
@@ -109,5 +123,12 @@ def test_nightly_reports_the_regression(clean, tmp_path):
     # shared, so a rail's median can also move between runs: that regression may be reported too.)
     assert any(f.get("kind") == "regression" for f in findings), findings
     assert any(f["node"] == "node2" and f["rail"] == 0 for f in findings), findings
+    # Localized within the run too: every failure points at node2's rail 0, its NIC or links, never
+    # leaf1, its uplink or the spine (a warning elsewhere is noise of TCP over veth on two shared
+    # cores: an emulated link is sometimes 30% slower for a moment), and node2 is the one to drain.
+    for f in findings:
+        if f["severity"] == "fail" and f.get("kind") != "regression":
+            assert f["scope"] in ("nic", "link") and f["rail"] == 0 and "node2" in (f["node"], f["peer"]), f
+    assert "node2" in (run_folder(log) / "drain.txt").read_text()
     assert (tmp_path / "history" / "last-good").read_text().strip() == good  # a bad night is not the new baseline
     assert len((tmp_path / "history" / "runs.tsv").read_text().splitlines()) == 2
