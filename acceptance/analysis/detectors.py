@@ -22,6 +22,7 @@ from .fleet import too_few_findings
 from .localize import localize
 from .outliers import (
     against_rails,
+    against_switches,
     bad_pairs,
     fleet_outliers,
     measured_pairs,
@@ -90,6 +91,7 @@ def pairwise(ctx: Context) -> list[dict]:
         bad = bad_pairs(view.pairs, outliers, ctx.profile, name)
         if planes is not None and len(planes):
             bad = against_rails(bad, pairs, planes, ctx.profile, name)
+        bad = against_switches(bad, pairs, ctx.names, ctx.fabric, ctx.profile, name)
         for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes, ctx.fabric):
             f["suite"] = name
             f["message"] = view.suite.finding + f["message"]

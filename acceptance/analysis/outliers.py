@@ -9,7 +9,9 @@ import pandas as pd
 from ..spec import judge
 from ..measure.stats import samples_needed
 from ..records.results import FAILED_METRIC
+from ..spec.fabric import Fabric
 from ..spec.profile import Profile
+from . import tree
 from .base import MAD_SCALE, MIN_GROUP, codes_of, floats_of
 from .evaluate import OUTLIER_METRICS, OUTLIERS_BY_SUITE
 from .wording import fleet_basis
@@ -202,9 +204,79 @@ def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, 
     with np.errstate(divide="ignore", invalid="ignore"):
         worse = np.where(higher, 1.0, -1.0) * (x["median"] - x["value"]) / x["median"]
     min_dev = profile.get("analysis.outlier_min_deviation")
-    x = x[worse >= min_dev].assign(worse=worse[worse >= min_dev])
+    return _with_evidence(bad, x[worse >= min_dev].assign(worse=worse[worse >= min_dev]), profile, suite)
+
+
+def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], fabric: Fabric | None,
+                     profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+    """With the switch tree known: a leaf's, its uplink's or the spine's pairs slow as a group.
+
+    A part of the tree that carries many of a rail's pairs (a leaf of 8 nodes on 64: 23% of them)
+    moves the rail's median and spread, so its pairs, each a little slow, are no outliers one by
+    one. As a group they are: per (metric, size, rail), each component's pairs (a leaf's: every pair
+    with an end on it; its uplink's: those with one end on it; the spine's: every cross-leaf pair)
+    against the rail's other pairs, medians compared. Where the group's median is
+    outlier_min_deviation worse, and more than chance (a rank test: the Mann-Whitney U of the
+    group's pairs against the others', as a z-score, at least outlier_z; a small group's pairs,
+    slow or not, are left to the outlier test), its pairs nearer the group's median than the
+    others' become evidence; the tree localization then decides which
+    component it is (analysis.tree).
+    """
+    if fabric is None or pairs.empty:
+        return bad
+    min_dev, z = profile.get("analysis.outlier_min_deviation"), profile.get("analysis.outlier_z")
+    keys = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
+    sign = np.where(_higher(pairs["metric"].astype(str)), 1.0, -1.0)
+    good = pairs["value"].to_numpy(np.float64) * sign          # higher is better, whatever the metric
+    s, d, rails = pairs["s"].to_numpy(), pairs["d"].to_numpy(), pairs["rail"].to_numpy()
+    take = np.zeros(len(pairs), bool)
+    ref = np.full(len(pairs), np.nan)
+    for k in np.unique(keys):
+        rows = np.flatnonzero(keys == k)
+        t = fabric.tree(int(rails[rows[0]]))
+        if t is None or not t.leaves:
+            continue
+        leaf, leaf_names = tree.leaf_codes(t, names)
+        # One value per undirected pair: a link's two directions are one sample of it, not two.
+        u, v = np.minimum(s[rows], d[rows]), np.maximum(s[rows], d[rows])
+        pair_id, uniq = pd.factorize(u * len(names) + v)
+        pv = pd.Series(good[rows]).groupby(pair_id).median().to_numpy()
+        lu, lv = leaf[uniq // len(names)], leaf[uniq % len(names)]
+        placed = (lu >= 0) & (lv >= 0)
+        groups = [(lu == i) | (lv == i) for i in range(len(leaf_names))]
+        groups += [(lu == i) != (lv == i) for i in range(len(leaf_names))]
+        if tree.single_spine(t, leaf_names) is not None:
+            groups.append(lu != lv)
+        rank = pd.Series(pv[placed]).rank().to_numpy()
+        for g in groups:
+            g, rest = g & placed, ~g & placed
+            n1, n2 = int(g.sum()), int(rest.sum())
+            if n1 < MIN_GROUP or n2 < MIN_GROUP:
+                continue
+            mg, mr = np.median(pv[g]), np.median(pv[rest])
+            # Slow enough to matter (outlier_min_deviation of the others' median), and no chance
+            # split of a noisy fleet: the Mann-Whitney U of the group's ranks, as a z-score, at
+            # least outlier_z.
+            u1 = rank[g[placed]].sum() - n1 * (n1 + 1) / 2
+            zu = (n1 * n2 / 2 - u1) / np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
+            if not abs(mr) > 0 or (mr - mg) < min_dev * abs(mr) or zu < z:
+                continue
+            near = g[pair_id] & (good[rows] < (mg + mr) / 2) & ~take[rows]
+            take[rows[near]] = True
+            ref[rows[near]] = abs(mr)
+    if not take.any():
+        return bad
+    x = pairs.loc[take].assign(median=ref[take]).astype({"metric": str})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x["worse"] = sign[take] * (x["median"] - x["value"]) / x["median"]
+    return _with_evidence(bad, x, profile, suite)
+
+
+def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: str) -> pd.DataFrame:
+    """bad, plus the pairs of x (their value against x's median) as evidence rows not there yet."""
     if x.empty:
         return bad
+    min_dev = profile.get("analysis.outlier_min_deviation")
     extra = pd.DataFrame({"rail": x["rail"].to_numpy(np.int64), "s": x["s"].to_numpy(np.int64),
                           "d": x["d"].to_numpy(np.int64), "metric": x["metric"].to_numpy(object),
                           "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),
