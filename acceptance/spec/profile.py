@@ -555,7 +555,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "line_rate": Rate(None, help="port line rate; when set, writes are also held to line_rate_fraction of it"),
         "line_rate_fraction": Float(0.9, help="fraction of line_rate a write must reach from line_rate_from_size up"),
         "line_rate_from_size": Size("8MiB", help="message size from which the line-rate bound applies"),
-        "outlier_z": Float(3.5, help="one-sided modified z-score (MAD based) beyond which a value is an outlier"),
+        "outlier_z": Float(3.5, help="one-sided modified z-score (MAD based) beyond which a value is an outlier; "
+                                     "with the switch tree, also the rank-test z a switch's group of pairs must reach"),
         "outlier_min_deviation": Float(0.10, help="an outlier must also be this far from the median (fraction)"),
         "nic_fraction": Float(0.5, help="a node's NIC on a rail is bad when its links to this fraction of partners are"),
         "node_fraction": Float(0.5, help="a node is bad when its NICs on this fraction of rails are"),
