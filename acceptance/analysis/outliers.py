@@ -219,8 +219,8 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
     outlier_min_deviation worse, and more than chance (a rank test: the Mann-Whitney U of the
     group's pairs against the others', as a z-score, at least outlier_z; a small group's pairs,
     slow or not, are left to the outlier test), its pairs nearer the group's median than the
-    others' become evidence; the tree localization then decides which
-    component it is (analysis.tree).
+    others' become evidence; the tree localization then decides which component it is
+    (analysis.tree).
     """
     if fabric is None or pairs.empty:
         return bad
