@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 
 import numpy as np
 import pandas as pd
@@ -285,8 +284,9 @@ def test_burnin_counters_and_records_without_analysis_columns(tmp_path):
     assert "failed and warned measurements" in html.lower()
 
 
-def test_large_cluster_is_pooled_and_fast(tmp_path):
-    """300 nodes x 8 rails, sampled partners: block-pooled heatmaps, capped tables, a modest page."""
+def test_large_cluster_is_pooled(tmp_path):
+    """300 nodes x 8 rails, sampled partners: block-pooled heatmaps, capped tables, a modest page.
+    Render time at scale is benchmarks/report_scale.py's to measure."""
     nodes = [f"gpu{i:04d}" for i in range(1, 301)]
     records = make_records(nodes, 8, partners=24, slow=("gpu0007", "gpu0010", 3), sweep_links=40, lists=False)
     findings = [{"severity": "fail", "scope": "link", "node": f"gpu{i:04d}", "rail": 3, "peer": "gpu0010",
@@ -296,10 +296,7 @@ def test_large_cluster_is_pooled_and_fast(tmp_path):
     run["software"]["gpu0123"] = {"python": "3.12.1", "mpi4py": "4.1.2"}
     analysis = Analysis(run=run, profile=load_profile("local"), records=records, findings=findings,
                         drains=[f"scontrol update NodeName=gpu{i:04d} State=DRAIN" for i in range(1, 251)])
-    started = time.perf_counter()
     html = render(analysis, tmp_path).read_text(encoding="utf-8")
-    seconds = time.perf_counter() - started
-    assert seconds < 60, seconds
     assert len(html) < 8_000_000, len(html)
     assert "a pixel = worst of 2 x 2 nodes" not in html  # the text is inside the PNG, not the page
     assert "each pixel shows the worst link of a block of 2 x 2 nodes" in html
@@ -448,9 +445,7 @@ def test_switch_tree_of_a_large_fabric_collapses_unshaded_leaves(tmp_path):
                         findings=[_network_finding("switch", "leaf60", 0)], drains=[])
     analysis.fabric = _fabric(nodes, 64, spines=tuple(f"spine{i}" for i in range(1, 9)), shared=False)
     analysis.fabric.trees.pop(1)
-    started = time.perf_counter()
     trees = _section(render(analysis, tmp_path).read_text(encoding="utf-8"), "fabric")
-    assert time.perf_counter() - started < 30
     (alt,) = _alts(trees)
     assert "64 leaves" in alt and "leaf leaf60" in alt and "32 unshaded leaves drawn as one box" in alt
     (png,) = _pngs(trees)
