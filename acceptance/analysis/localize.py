@@ -268,7 +268,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
     for i, who in enumerate(owners):
         lines: list[str] = []
         value = expected = size = metric = unit = how = basis = None
-        is_fail = bool(grade.get(i, False)) if kind in ("fleet", "regression") else False
+        is_fail = bool(grade.get(i, False)) if kind in ("fleet", "regression", "drift") else False
         median_known = True
         if who.scope == "rail" and who.info.get("how") == "relative" and len(planes):
             pr = planes[planes["rail"] == who.rail].copy()

@@ -62,6 +62,9 @@ def how_phrase(kind: str, metric: str, value: float, expected: float, unit: str,
     at = f"{metric} at{size_text(size)}" if size_text(size) else metric
     unit = unit or ""
     pct = _pct_worse(value, expected, higher)
+    if kind == "drift" and basis == "history":
+        return (f"drifted {pct:.0%} worse than its history",
+                f"{at}: {fmt_value(expected)} -> {fmt_value(value)} {unit}".rstrip())
     if kind == "drift":
         return (f"drifted {pct:.0%} worse over the burn-in",
                 f"{at}: {fmt_value(expected)} -> {fmt_value(value)} {unit}".rstrip())
@@ -108,7 +111,8 @@ def evidence_line(kind: str, row, names: list[str]) -> str:
     where = f"{names[row.s]} -> {names[row.d]} rail {row.rail}, {row.metric}{size_text(row.size)}"
     unit = row.unit if isinstance(row.unit, str) else ""
     if kind == "drift":
-        return f"{where}: {fmt_value(row.expected)} -> {fmt_value(row.value)} {unit} ({change_text(row.value, row.expected)}) over the burn-in"
+        over = "against its history" if getattr(row, "basis", None) == "history" else "over the burn-in"
+        return f"{where}: {fmt_value(row.expected)} -> {fmt_value(row.value)} {unit} ({change_text(row.value, row.expected)}) {over}"
     if kind == "instability":
         return f"{where}: CV {row.value:.0%} across iterations (mean {fmt_value(row.median)} {unit})"
     if kind == "regression":

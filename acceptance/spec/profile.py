@@ -568,6 +568,19 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "cv_max": Float(0.10, help="burn-in: coefficient of variation across iterations above this is unstable"),
         "regression_tolerance": Float(0.05, help="baseline: a change for the worse beyond this fraction is a regression"),
     },
+    "history": {
+        "drift_tolerance": Float(0.05, help="a link worse than its pinned reference or its rolling median by this "
+                                            "fraction (beyond its rail's own movement) drifts; twice it fails"),
+        "window": Int(7, min=1, help="K: the rolling median is over the last K accepted nights"),
+        "noise_z": Float(3.0, help="the drift tolerance is widened, in quadrature, by this many robust standard "
+                                   "deviations (1.4826 MAD) of the comparison's noise: the rail's healthy links "
+                                   "between the two nights, and (3+ nights) the link's own night-to-night steps"),
+        "intermittent_nights": Int(2, min=2, help="N: findings on N of the last M nights, with a clean night "
+                                                  "between, make a component intermittent"),
+        "intermittent_window": Int(7, min=2, help="M: the nights the intermittent count looks back over, tonight included"),
+        "trend_tolerance": Float(0.05, help="a rail plane's or the fleet's median moved by this fraction against "
+                                            "the pinned reference or the rolling median: a fleet trend"),
+    },
 }
 _add_bounds()
 

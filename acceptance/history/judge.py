@@ -1,0 +1,375 @@
+"""A night judged against its history: drift, intermittent, recovered and fleet-trend findings.
+
+- drift: a link's value tonight against the pinned reference run and against the median of the last
+  K accepted nights (history.window), each divided by its rail's median ratio first, so that a rail
+  or the fleet moving together (machine speed, firmware) is the fleet trend's business and not every
+  link's; beyond history.drift_tolerance it drifts (and beyond the link's own noise, noise_z robust
+  standard deviations, once 3 nights are in the window), beyond twice it fails. The drifted links are
+  localized like any other (link, NIC, node, rail).
+- intermittent: findings on N of the last M nights (history.intermittent_nights / _window), with a
+  clean night between, tonight included; it fails even on a night the part passes.
+- recovered: a node, NIC or link that failed the night before and passes tonight (a warning: resume it).
+- trend: a rail plane's or the fleet's median against the pinned reference and the rolling median,
+  beyond history.trend_tolerance (a warning: a change, not a part).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.finding import make_finding
+from ..analysis.localize import localize
+from ..records.naming import natural_key
+from ..spec.profile import Profile
+from .identity import finding_subject, parse_name
+from .store import HISTORY_KINDS, Store
+
+SERIES_SHOWN = 10  # nights of a series in a finding's evidence line
+
+
+@dataclass
+class Reference:
+    pinned: dict | None        # the pinned night (None: none pinned, or tonight is it)
+    rolling: list[dict]        # the last K accepted nights before tonight, oldest first
+    window: list[dict]         # the last M - 1 complete nights before tonight (intermittent)
+    previous: dict | None      # the last complete night before tonight (recovered)
+
+
+def references(store: Store, tonight: dict, profile: Profile) -> Reference:
+    nights = store.nights()
+    before = nights[(nights["started"] < tonight["started"]) |
+                    ((nights["started"] == tonight["started"]) & (nights["id"] < tonight["id"]))]
+    rows = before.to_dict("records")
+    pinned = store.pinned()
+    if pinned and pinned["id"] == tonight["id"]:
+        pinned = None
+    with_values = [r for r in rows if r["accepted"] and r["keys"]]
+    complete = [r for r in rows if r["complete"]]
+    k, m = profile.get("history.window"), profile.get("history.intermittent_window")
+    return Reference(pinned, with_values[-k:], complete[-(m - 1):], complete[-1] if complete else None)
+
+
+def judge(store: Store, tonight: dict, profile: Profile) -> tuple[list[dict], Reference]:
+    """The night's findings against history, most severe first, each with its series."""
+    ref = references(store, tonight, profile)
+    out = _drift(store, tonight, ref, profile)
+    out += _trend(store, tonight, ref, profile)
+    flapping = _intermittent(store, tonight, ref, profile)
+    out += flapping
+    out += _recovered(store, tonight, ref, {f["subject"] for f in flapping})
+    for f in out:
+        f.setdefault("subject", finding_subject(f))
+    return sorted(out, key=lambda f: (f["severity"] != "fail", f["kind"], f["subject"])), ref
+
+
+# ---- series as evidence ---------------------------------------------------------------------
+
+def _day(started: str) -> str:
+    return str(started)[:10]
+
+
+def series_of(store: Store, subject: str, metric: str | None, tonight: dict, ref: Reference) -> list[dict]:
+    """The component's series up to tonight (the pinned night first when it is older), as fields."""
+    try:
+        name = parse_name(subject)
+    except ValueError:
+        return []
+    s = store.series(name, metric)
+    if s.empty:
+        return []
+    s = s[(s["started"] < tonight["started"]) | (s["night"] == tonight["id"])]
+    shown = s.tail(SERIES_SHOWN)
+    if ref.pinned is not None and ref.pinned["id"] not in set(shown["night"]):
+        shown = pd.concat([s[s["night"] == ref.pinned["id"]], shown])
+    return [{"date": _day(r.started), "run_id": r.run_id, "value": None if r.value != r.value else float(r.value),
+             "pinned": bool(r.pinned), "tonight": r.night == tonight["id"], "verdict": r.verdict}
+            for r in shown.itertuples()]
+
+
+def series_text(series: list[dict], unit: str = "") -> str:
+    parts = []
+    for p in series:
+        mark = " (pinned)" if p["pinned"] else " (tonight)" if p["tonight"] else ""
+        parts.append(f"{p['date']} {'-' if p['value'] is None else format(p['value'], '.4g')}{mark}")
+    return "series: " + ", ".join(parts) + (f" {unit}" if unit else "")
+
+
+# ---- drift ------------------------------------------------------------------------------------
+
+def _nic_table(store: Store) -> tuple[dict[int, str], dict[int, int]]:
+    rows = store.db.execute("SELECT id, node, rail FROM components WHERE kind='nic'").fetchall()
+    return {i: n for i, n, _ in rows}, {i: r for i, _, r in rows}
+
+
+def _rail_relative(ratio: np.ndarray, rails: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each link's ratio over its rail's median ratio, and the rail's robust spread of those (1.4826 MAD):
+    how much a healthy link of this rail moves between these two nights."""
+    out, spread = np.full(len(ratio), np.nan), np.zeros(len(ratio))
+    for r in np.unique(rails):
+        on = rails == r
+        x = ratio[on]
+        if not np.isfinite(x).any():
+            continue
+        rel = x / np.nanmedian(x)
+        out[on] = rel
+        spread[on] = 1.4826 * np.nanmedian(np.abs(rel - 1.0))
+    return out, spread
+
+
+def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher: bool, tol: float,
+               noise_z: float, rails_of: dict[int, int]) -> pd.DataFrame:
+    """Per link of tonight: value, pinned, rolling (median), loss against each (fraction, + is worse,
+    rail movement divided out), the gate it was held to, and whether it drifted."""
+    col = store.column(tonight, metric)
+    if col is None:
+        return pd.DataFrame()
+    keys, now = np.asarray(col[0]), np.asarray(col[1], dtype=np.float64)
+    lo = (keys >> 32).astype(np.int64)
+    lookup = np.zeros(max(rails_of) + 1 if rails_of else 1, dtype=np.int64)
+    for i, r in rails_of.items():
+        lookup[i] = r
+    rails = lookup[lo]
+    sign = 1.0 if higher else -1.0
+
+    def loss_against(reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel, spread = _rail_relative(now / reference, rails)
+        return sign * (1.0 - rel), spread
+
+    nothing = np.full(len(keys), np.nan)
+    pinned = store.aligned(keys, ref.pinned, metric).astype(np.float64) if ref.pinned else nothing
+    loss_p, fleet_p = loss_against(pinned) if ref.pinned else (nothing, np.zeros(len(keys)))
+    if ref.rolling:
+        matrix = np.vstack([store.aligned(keys, night, metric) for night in ref.rolling]).astype(np.float64)
+        with np.errstate(all="ignore"):
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                rolling = np.nanmedian(matrix, axis=0)
+                # the link's own noise from night-to-night steps (a steady drift has steady steps: no noise)
+                if len(ref.rolling) >= 3:
+                    steps = np.diff(matrix, axis=0)
+                    mad = np.nanmedian(np.abs(steps - np.nanmedian(steps, axis=0)), axis=0)
+                    spread = 1.4826 * mad / np.sqrt(2) / rolling
+                else:
+                    spread = np.zeros(len(keys))
+        loss_r, fleet_r = loss_against(rolling)
+    else:
+        rolling, loss_r, spread, fleet_r = nothing, nothing, np.zeros(len(keys)), np.zeros(len(keys))
+    # The tolerance widened, in quadrature, by noise_z times the noise of the comparison: the rail's
+    # healthy links' spread between the two nights, and the link's own history's.
+    own = noise_z * np.nan_to_num(spread)
+    gate_p = np.sqrt(tol ** 2 + (noise_z * fleet_p) ** 2 + own ** 2)
+    gate_r = np.sqrt(tol ** 2 + (noise_z * fleet_r) ** 2 + own ** 2)
+    worst = np.fmax(loss_p, loss_r)
+    gate = np.where(np.nan_to_num(loss_p, nan=-np.inf) >= np.nan_to_num(loss_r, nan=-np.inf), gate_p, gate_r)
+    drifted = ((loss_p > gate_p) | (loss_r > gate_r)) & np.isfinite(now)
+    return pd.DataFrame({"key": keys, "rail": rails, "value": now, "pinned": pinned, "rolling": rolling,
+                         "loss_pinned": loss_p, "loss_rolling": loss_r, "gate": gate, "loss": worst,
+                         "drifted": drifted})
+
+
+def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> list[dict]:
+    if ref.pinned is None and not ref.rolling:
+        return []
+    from .night import metrics
+    tol, noise_z = profile.get("history.drift_tolerance"), profile.get("history.noise_z")
+    stored = json.loads(tonight.get("metrics") or "{}")
+    node_of, rails_of = _nic_table(store)
+    own = _part_findings(store, [tonight["id"]])
+    named = set(own.loc[own["severity"] == "fail", "subject"])  # failing tonight already: a drift adds nothing
+    by_subject: dict[str, dict] = {}
+    for suite, metric, higher in metrics():
+        key = f"{suite}.{metric}"
+        if key not in stored:
+            continue
+        scan = drift_scan(store, tonight, ref, key, higher, tol, noise_z, rails_of)
+        if scan.empty or not scan["drifted"].any():
+            continue
+        keys = scan["key"].to_numpy()
+        lo, hi = keys >> 32, keys & 0xFFFFFFFF
+        names = sorted({node_of[int(i)] for i in np.unique(np.concatenate([lo, hi]))}, key=natural_key)
+        code = {n: i for i, n in enumerate(names)}
+        s = np.array([code[node_of[int(i)]] for i in lo], dtype=np.int64)
+        d = np.array([code[node_of[int(i)]] for i in hi], dtype=np.int64)
+        measured = pd.DataFrame({"rail": scan["rail"].to_numpy(), "u": np.minimum(s, d), "v": np.maximum(s, d)})
+        x = scan[scan["drifted"].to_numpy()]
+        on = scan["drifted"].to_numpy()
+        expected = np.where(np.isfinite(x["loss_pinned"]) & (x["loss_pinned"] >= np.nan_to_num(x["loss_rolling"],
+                            nan=-np.inf)), x["pinned"], x["rolling"])
+        bad = pd.DataFrame({"rail": x["rail"].to_numpy(), "s": s[on], "d": d[on], "metric": metric,
+                            "size": stored[key].get("size"), "value": x["value"].to_numpy(), "expected": expected,
+                            "median": expected, "bound": np.nan, "worse": x["loss"].to_numpy(),
+                            "grade": x["loss"].to_numpy() > 2 * tol, "unit": stored[key].get("unit") or "",
+                            "how": None, "basis": "history"})
+        bad["size"] = bad["size"].astype(float)
+        for f in localize(bad, measured, names, profile, "drift"):
+            f["suite"] = suite
+            f["subject"] = subject = finding_subject(f)
+            if subject in named:
+                continue
+            if subject in by_subject:  # one finding per part: its most telling metric, the others as evidence
+                by_subject[subject]["evidence"].append(f["message"])
+                by_subject[subject]["severity"] = min(by_subject[subject]["severity"], f["severity"])
+                continue
+            f["series"] = series_of(store, subject, key, tonight, ref)
+            f["evidence"] = [series_text(f["series"], f.get("unit") or ""), *_references(ref), *f["evidence"]]
+            by_subject[subject] = f
+    return list(by_subject.values())
+
+
+def _references(ref: Reference) -> list[str]:
+    lines = []
+    if ref.pinned:
+        lines.append(f"pinned reference: {ref.pinned['run_id']} ({_day(ref.pinned['started'])})")
+    if ref.rolling:
+        lines.append(f"rolling median of {len(ref.rolling)} accepted night(s): "
+                     f"{_day(ref.rolling[0]['started'])} .. {_day(ref.rolling[-1]['started'])}")
+    return lines
+
+
+# ---- fleet trend -----------------------------------------------------------------------------
+
+def _trend(store: Store, tonight: dict, ref: Reference, profile: Profile) -> list[dict]:
+    from .night import metrics
+    tol = profile.get("history.trend_tolerance")
+    if ref.pinned is None and not ref.rolling:
+        return []
+    fleet = pd.read_sql_query("SELECT * FROM fleet", store.db)
+    ids = [tonight["id"]] + ([ref.pinned["id"]] if ref.pinned else []) + [n["id"] for n in ref.rolling]
+    fleet = fleet[fleet["night"].isin(ids)]
+    stored = json.loads(tonight.get("metrics") or "{}")
+    out = []
+    for suite, metric, higher in metrics():
+        key = f"{suite}.{metric}"
+        f = fleet[fleet["metric"] == key]
+        moved = []
+        for rail, g in f.groupby("rail"):
+            by = dict(zip(g["night"], g["value"]))
+            now = by.get(tonight["id"])
+            if now is None:
+                continue
+            refs = []
+            if ref.pinned and ref.pinned["id"] in by:
+                refs.append(("the pinned reference", by[ref.pinned["id"]]))
+            rolling = [by[n["id"]] for n in ref.rolling if n["id"] in by]
+            if rolling:
+                refs.append((f"the median of {len(rolling)} accepted night(s)", float(np.median(rolling))))
+            changes = [(what, v, (now - v) / v * (1 if higher else -1)) for what, v in refs if v]
+            beyond = [c for c in changes if abs(c[2]) > tol]
+            if beyond:
+                moved.append((int(rail), now, max(beyond, key=lambda c: abs(c[2]))))
+        rails = [m for m in moved if m[0] >= 0]
+        whole = [m for m in moved if m[0] < 0]
+        all_rails = sorted(f.loc[f["rail"] >= 0, "rail"].unique())
+        if whole and len(rails) == len(all_rails):
+            rails = []  # every rail moved with the fleet: one finding says it
+        for rail, now, (what, was, change) in whole + rails:
+            scope = "cluster" if rail < 0 else "rail"
+            where = "the fleet" if rail < 0 else f"rail {rail}'s plane"
+            word = "better" if change > 0 else "worse"
+            unit = stored.get(key, {}).get("unit") or ""
+            subject = "fleet" if rail < 0 else f"rail{rail}"
+            msg = (f"{where} median {metric} moved {abs(change):.0%} {word} against {what} "
+                   f"({was:.4g} -> {now:.4g} {unit}): a change to the whole {('fleet' if rail < 0 else 'plane')} "
+                   "(firmware, driver, configuration, switch), not one part")
+            fnd = make_finding(severity="warn", scope=scope, rail=None if rail < 0 else rail, metric=metric,
+                               value=now, expected=was, message=msg, kind="trend", unit=unit, suite=suite,
+                               size=stored.get(key, {}).get("size"))
+            fnd["subject"] = subject
+            fnd["series"] = series_of(store, subject, key, tonight, ref)
+            fnd["evidence"] = [series_text(fnd["series"], unit), *_references(ref)]
+            out.append(fnd)
+    return out
+
+
+# ---- intermittent, recovered -------------------------------------------------------------------
+
+def _part_findings(store: Store, nights: list[int]) -> pd.DataFrame:
+    f = store.findings(nights)
+    return f[~f["kind"].isin(HISTORY_KINDS) & f["severity"].isin(["fail", "warn"]) & (f["subject"] != "fleet")]
+
+
+def _scope_fields(subject: str) -> dict:
+    name = parse_name(subject)
+    scope = {"fleet": "cluster"}.get(name.kind, name.kind)
+    return {"scope": scope, "node": name.node, "rail": name.rail, "peer": name.peer}
+
+
+def _intermittent(store: Store, tonight: dict, ref: Reference, profile: Profile) -> list[dict]:
+    if not tonight["complete"]:
+        return []
+    n_min, m = profile.get("history.intermittent_nights"), profile.get("history.intermittent_window")
+    window = ref.window + [tonight]
+    ids = [w["id"] for w in window]
+    found = _part_findings(store, ids)
+    out = []
+    for subject, g in found.groupby("subject"):
+        try:
+            fields = _scope_fields(subject)
+        except ValueError:
+            continue  # a switch or uplink: a ticket for the network, its own finding says so
+        bad_nights = set(g["night"])
+        flags = [w["id"] in bad_nights for w in window]
+        first = flags.index(True)
+        clean_between = any(not x for x in flags[first:]) and sum(flags) >= n_min
+        if not clean_between:
+            continue
+        days = [f"{_day(w['started'])} {'FAIL' if x else 'pass'}" + (" (tonight)" if w["id"] == tonight["id"] else "")
+                for w, x in zip(window, flags)]
+        tonight_bad = flags[-1]
+        what = {"link": f"link {fields['node']} <-> {fields['peer']} on rail {fields['rail']}",
+                "nic": f"{fields['node']}'s NIC on rail {fields['rail']}", "node": str(fields["node"]),
+                "rail": f"rail {fields['rail']}'s plane"}.get(fields["scope"], subject)
+        action = {"nic": f": drain {fields['node']} and replace the NIC or cable rather than resume it",
+                  "node": f": drain {fields['node']} and repair it rather than resume it",
+                  "link": ": replace the cable or the ports rather than reseat them"}.get(fields["scope"], "")
+        msg = (f"{what} is intermittent: findings on {sum(flags)} of the last {len(window)} nights"
+               f"{', passing tonight' if not tonight_bad else ''}{action}")
+        kinds = sorted(set(g["kind"].dropna()))
+        fnd = make_finding(severity="fail", message=msg, kind="intermittent", metric=None,
+                           evidence=["nights: " + ", ".join(days),
+                                     f"finding kinds: {', '.join(kinds)}",
+                                     *list(dict.fromkeys(g.sort_values("night")["message"]))[-2:]], **fields)
+        fnd["subject"] = subject
+        fnd["series"] = [{"date": _day(w["started"]), "run_id": w["run_id"], "value": float(x),
+                          "pinned": bool(w.get("pinned")), "tonight": w["id"] == tonight["id"],
+                          "verdict": w["verdict"]} for w, x in zip(window, flags)]
+        out.append(fnd)
+    return out
+
+
+def _recovered(store: Store, tonight: dict, ref: Reference, flapping: set[str]) -> list[dict]:
+    prev = ref.previous
+    if prev is None or not tonight["complete"]:
+        return []
+    before = _part_findings(store, [prev["id"]])
+    before = before[(before["severity"] == "fail") & before["scope"].isin(["node", "nic", "link"])]
+    now = set(_part_findings(store, [tonight["id"]])["subject"])
+    measured = _measured_nodes(store, tonight)
+    out = []
+    for subject, g in before.groupby("subject"):
+        if subject in now or subject in flapping:
+            continue
+        fields = _scope_fields(subject)
+        ends = [x for x in (fields["node"], fields["peer"]) if x]
+        if not all(e in measured for e in ends):
+            continue  # not measured tonight: it has not passed
+        resume = (f"; if {fields['node']} was drained: scontrol update NodeName={fields['node']} State=RESUME"
+                  if fields["scope"] in ("node", "nic") else "")
+        msg = f"{subject} failed on {_day(prev['started'])} and passes tonight: recovered{resume}"
+        fnd = make_finding(severity="warn", message=msg, kind="recovered", metric=None,
+                           evidence=[f"{_day(prev['started'])}: {m}" for m in g["message"].head(3)], **fields)
+        fnd["subject"] = subject
+        out.append(fnd)
+    return out
+
+
+def _measured_nodes(store: Store, tonight: dict) -> set[str]:
+    rows = store.db.execute("SELECT DISTINCT c.node FROM summary s JOIN components c ON c.id = s.component "
+                            "WHERE s.night=? AND c.kind='node'", (tonight["id"],)).fetchall()
+    return {r[0] for r in rows}
