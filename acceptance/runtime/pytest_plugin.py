@@ -32,6 +32,7 @@ from mpi4py import MPI
 
 from . import outcomes, pulse
 from . import overrides
+from ..host.identity import merge_identities, node_identity
 from ..host.preflight import software_versions
 from ..spec import switches
 from ..spec.fabric import Fabric
@@ -253,10 +254,21 @@ class CollectivePlugin:
             self._exit(EXIT_USAGE, f"topology error: {e}")
         self.topology = Topology(self.world, self.world.allgather(ident))
         self.labels = {r.rank: f"{r.rank}@{r.node}" for r in self.topology.ranks}
+        # Still under the census watchdog: every rank takes part, whatever its files say.
+        physical = self.world.gather(self._physical_identity(ident), root=0)
         self.watchdog.disarm()
         self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration)
         if self.rank == 0:
-            self._write_run_start(census["ranks"])
+            self._write_run_start(census["ranks"],
+                                  merge_identities([(r.node, p) for r, p in zip(self.topology.ranks, physical)]))
+
+    @staticmethod
+    def _physical_identity(me) -> dict:
+        """This rank's node_identity; a fact never takes a rank out of the collective."""
+        try:
+            return node_identity(me.node, {me.rail: me.nic})
+        except Exception as e:  # noqa: BLE001 - recorded in run.json instead
+            return {"serial": None, "nics": {}, "error": str(e)}
 
     def _make_folder(self) -> RunFolder:
         opt = self.config.getoption("run_dir")
@@ -267,7 +279,7 @@ class CollectivePlugin:
             self.config.option.xmlpath = str(folder.junit)
         return folder
 
-    def _write_run_start(self, census: list[dict]) -> None:
+    def _write_run_start(self, census: list[dict], identity: dict[str, dict]) -> None:
         software: dict[str, dict] = {}
         for info, c in zip(self.topology.ranks, census):
             software.setdefault(info.node, c["versions"])
@@ -288,6 +300,7 @@ class CollectivePlugin:
             **({"fabric": self.fabric.to_json(),
                 "fabric_unknown": self.fabric.unknown(self.topology.nodes)} if self.fabric else {}),
             "software": software,
+            "identity": identity,
             "complete": False,
             "exit_code": None,
             "missing_ranks": [],

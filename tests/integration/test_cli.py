@@ -29,6 +29,7 @@ def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_p
     assert meta["command"] == "acceptance run"
     assert meta["profile"]["name"] == "local"
     assert meta["topology"]["world_size"] == 4
+    assert set(meta["identity"]) == set(meta["topology"]["nodes"])  # each node's physical identity
     assert meta["start"].endswith("Z") and meta["end"].endswith("Z")
     records = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
     assert {r["suite"] for r in records} >= {"preflight", "memreg", "rdma_write", "collective"}
