@@ -127,6 +127,12 @@ def _resolve_profile(run: dict, profile, run_dir: Path) -> Profile:
                      f"values, source or name; got {p!r}")
 
 
+def run_profile(run_dir, profile: Profile | str | None = None) -> Profile:
+    """The profile a run folder is judged with, as analyze() resolves it (InputError when none)."""
+    run_dir = Path(run_dir)
+    return _resolve_profile(_read_run(run_dir, required=profile is None), profile, run_dir)
+
+
 def _checked(df: pd.DataFrame, known, run_dir: Path) -> pd.DataFrame:
     """The records, once their node names are checked (validate.check_record_nodes: InputError)."""
     check_record_nodes(df, known, known_from=run_dir / "run.json")

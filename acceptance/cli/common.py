@@ -22,6 +22,7 @@ examples:
   acceptance doctor                       what this machine offers (MPI, Slurm, RDMA, GPUs)
   acceptance profiles show local          the thresholds a profile resolves to
   acceptance counters diff A.json B.json  which port counters rose between two snapshots
+  acceptance history check reports/<id>   tonight against the pinned run and the last accepted nights
 """
 
 
