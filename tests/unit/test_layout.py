@@ -88,7 +88,7 @@ def test_the_import_graph_has_no_cycle():
 # The packages by layer, bottom first (README "Layout"): a module imports only from its own layer and
 # the ones below. acceptance/__init__ holds only the version.
 LAYERS = (("acceptance", "records", "measure"), ("host",), ("spec",), ("runtime",), ("engines",), ("tools",),
-          ("drivers",), ("analysis",), ("report", "export"), ("cli",), ("__main__",))
+          ("drivers",), ("analysis",), ("history",), ("report", "export"), ("cli",), ("__main__",))
 
 
 def _layer(module: str, modules: dict) -> int:
