@@ -114,9 +114,13 @@ class Store:
             db = sqlite3.connect(db_file, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"{path}: cannot open the history store: {e}") from None
-        db.execute("PRAGMA journal_mode=WAL")
         store = cls(path, db)
-        store._ensure_schema()
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            store._ensure_schema()
+        except sqlite3.DatabaseError as e:  # a history.db that is not SQLite, or not ours
+            db.close()
+            raise StoreError(f"{db_file}: not an acceptance history store ({e})") from None
         store._import_runs_tsv()
         return store
 
@@ -303,6 +307,15 @@ class Store:
         row = cur.fetchone()
         return dict(zip([c[0] for c in cur.description], row)) if row else None
 
+    def fleet_series(self, metric: str | None = None) -> pd.DataFrame:
+        """Every rail plane's and the fleet's median night by night (the `fleet` table), oldest night
+        first: night, run_id, started, verdict, accepted, pinned, rail (-1: the fleet), metric, value, links."""
+        q = "SELECT night, rail, metric, value, links FROM fleet" + (" WHERE metric=?" if metric else "")
+        vals = pd.read_sql_query(q, self.db, params=(metric,) if metric else ())
+        nights = self.nights()[["id", "run_id", "started", "verdict", "accepted", "pinned"]]
+        out = nights.rename(columns={"id": "night"}).merge(vals, on="night", how="inner")
+        return out.sort_values(["started", "night", "rail", "metric"]).reset_index(drop=True)
+
     def pin(self, run_id: str) -> None:
         with self.write():
             self.db.execute("UPDATE nights SET pinned=0 WHERE pinned=1")
@@ -411,7 +424,7 @@ class Store:
             .merge(vals, on="night", how="inner")
         found = self.db.execute("SELECT night, group_concat(kind || ':' || severity, ' ') FROM findings WHERE subject=? "
                                 "GROUP BY night", (str(name),)).fetchall()
-        out["findings"] = out["night"].map(dict(found)).fillna("")
+        out["findings"] = out["night"].map(dict(found)).astype(object).fillna("")
         return out.sort_values(["started", "night", "metric"]).reset_index(drop=True)
 
     def _link_series(self, name: Name, nights: pd.DataFrame) -> pd.DataFrame:
