@@ -1,7 +1,8 @@
 """A night judged against its history: drift, intermittent, recovered and fleet-trend findings.
 
 - drift: a link's value tonight against the pinned reference run and against the median of the last
-  K accepted nights (history.window), each divided by its rail's median ratio first, so that a rail
+  K accepted nights (history.window), each divided by the fleet's median ratio first (its rail's
+  where the rail moved as a plane beyond history.trend_tolerance), so that a rail
   or the fleet moving together (machine speed, firmware) is the fleet trend's business and not every
   link's; beyond history.drift_tolerance it drifts (and beyond the link's own noise, noise_z robust
   standard deviations, once 3 nights are in the window), beyond twice it fails. The drifted links are
@@ -105,25 +106,39 @@ def _nic_table(store: Store) -> tuple[dict[int, str], dict[int, int]]:
     return {i: n for i, n, _ in rows}, {i: r for i, _, r in rows}
 
 
-def _rail_relative(ratio: np.ndarray, rails: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each link's ratio over its rail's median ratio, and the rail's robust spread of those (1.4826 MAD):
-    how much a healthy link of this rail moves between these two nights."""
-    out, spread = np.full(len(ratio), np.nan), np.zeros(len(ratio))
+def _rail_relative(ratio: np.ndarray, rails: np.ndarray, plane_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each link's ratio over the median ratio of the fleet, or of its rail where that rail moved as a
+    plane (beyond plane_tol from the fleet: the trend finding's business, not every link's); and the
+    robust spread of those (1.4826 MAD, pooled over the fleet): how much a healthy link moves between
+    these two nights. The fleet's median, not the rail's, where the rail did not move: on a small
+    cluster one NIC is in half its rail's links and would drag the rail's median (and MAD) with it."""
+    out = np.full(len(ratio), np.nan)
+    finite = np.isfinite(ratio)
+    if not finite.any():
+        return out, np.zeros(len(ratio))
+    fleet = np.nanmedian(ratio[finite])
     for r in np.unique(rails):
         on = rails == r
         x = ratio[on]
         if not np.isfinite(x).any():
             continue
-        rel = x / np.nanmedian(x)
-        out[on] = rel
-        spread[on] = 1.4826 * np.nanmedian(np.abs(rel - 1.0))
-    return out, spread
+        plane = np.nanmedian(x)
+        out[on] = x / (plane if abs(plane / fleet - 1.0) > plane_tol else fleet)
+    spread = 1.4826 * np.nanmedian(np.abs(out[np.isfinite(out)] - 1.0))
+    return out, np.full(len(ratio), spread)
+
+
+def _median0(matrix: np.ndarray) -> np.ndarray:
+    """np.nanmedian(matrix, axis=0), the same values ~3x faster when nothing is missing (every link
+    measured every night, the usual case: 4.2 M columns at 1,024 x 8)."""
+    return np.nanmedian(matrix, axis=0) if np.isnan(matrix).any() else np.median(matrix, axis=0)
 
 
 def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher: bool, tol: float,
-               noise_z: float, rails_of: dict[int, int]) -> pd.DataFrame:
+               noise_z: float, rails_of: dict[int, int], plane_tol: float | None = None) -> pd.DataFrame:
     """Per link of tonight: value, pinned, rolling (median), loss against each (fraction, + is worse,
-    rail movement divided out), the gate it was held to, and whether it drifted."""
+    the fleet's movement, or a rail plane's beyond plane_tol (default: tol), divided out), the gate
+    it was held to, and whether it drifted."""
     col = store.column(tonight, metric)
     if col is None:
         return pd.DataFrame()
@@ -137,7 +152,7 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
 
     def loss_against(reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel, spread = _rail_relative(now / reference, rails)
+            rel, spread = _rail_relative(now / reference, rails, tol if plane_tol is None else plane_tol)
         return sign * (1.0 - rel), spread
 
     nothing = np.full(len(keys), np.nan)
@@ -149,11 +164,11 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
             import warnings
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                rolling = np.nanmedian(matrix, axis=0)
+                rolling = _median0(matrix)
                 # the link's own noise from night-to-night steps (a steady drift has steady steps: no noise)
                 if len(ref.rolling) >= 3:
                     steps = np.diff(matrix, axis=0)
-                    mad = np.nanmedian(np.abs(steps - np.nanmedian(steps, axis=0)), axis=0)
+                    mad = _median0(np.abs(steps - _median0(steps)))
                     spread = 1.4826 * mad / np.sqrt(2) / rolling
                 else:
                     spread = np.zeros(len(keys))
@@ -187,7 +202,8 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
         key = f"{suite}.{metric}"
         if key not in stored:
             continue
-        scan = drift_scan(store, tonight, ref, key, higher, tol, noise_z, rails_of)
+        scan = drift_scan(store, tonight, ref, key, higher, tol, noise_z, rails_of,
+                          plane_tol=profile.get("history.trend_tolerance"))
         if scan.empty or not scan["drifted"].any():
             continue
         keys = scan["key"].to_numpy()
