@@ -17,10 +17,11 @@ SHOWN_FINDINGS = 10
 
 def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
                        out: str | Path | None = None, report: bool = True,
-                       topology=None) -> tuple[Analysis, Path | None]:
+                       topology=None, history=None) -> tuple[Analysis, Path | None]:
     """(Re)write findings.json, drain.txt, report.html, and the run's verdict and exit code in run.json
     (one analysis says all of them, so they always agree). Without `report`, no report.html (and
-    None for its path): `acceptance report` writes it later from the same files."""
+    None for its path): `acceptance report` writes it later from the same files. history: an open history
+    Store, for the report's History section."""
     analysis = analyze(run_dir, baseline_dir=baseline, topology=topology)
     write_outputs(run_dir, analysis)
     outcome = dict(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet,
@@ -32,7 +33,7 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
     if not report:
         return analysis, None
     from ..report import render  # matplotlib and jinja2: seconds to import on a slow node
-    return analysis, render(analysis, run_dir, out)
+    return analysis, render(analysis, run_dir, out, history=history)
 
 
 def summary(analysis: Analysis, report: Path | None, run_dir: str | Path | None = None) -> str:

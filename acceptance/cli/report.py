@@ -30,7 +30,16 @@ def add_parser(sub) -> None:
                         help="also write the verdict, findings and per-NIC / per-rail / collective medians in "
                              "node_exporter's textfile format (replaced atomically); point node_exporter's "
                              "--collector.textfile.directory at the folder and name the file *.prom, e.g. "
-                             "/var/lib/node_exporter/textfile/acceptance.prom")
+                             "/var/lib/node_exporter/textfile/acceptance.prom. With RUN_DIR/history.json "
+                             "(acceptance history check), also its drift and intermittent findings "
+                             "(acceptance_history_finding)")
+    report.add_argument("--history", metavar="PATH",
+                        help="the history store folder (acceptance history; only when given, never "
+                             "$ACCEPTANCE_HISTORY): adds a History section, the store's median write "
+                             "bandwidth per rail and for the fleet night by night (pinned night marked, this "
+                             "night last), and a sparkline of every part with a drift or intermittent finding "
+                             "in RUN_DIR/history.json (`acceptance history check RUN_DIR` writes it). A path "
+                             "that is not a store: exit 2")
     report.set_defaults(func=cmd_report)
     compare = sub.add_parser(
         "compare", help="per-metric, per-link changes of a run against a baseline run",
@@ -60,20 +69,53 @@ def cmd_report(args) -> int:
         if not args.prometheus.endswith(".prom"):
             print(f"acceptance: note: node_exporter's textfile collector reads only *.prom files, "
                   f"not {Path(args.prometheus).name}", file=sys.stderr)
+    store = _history_store(args.history) if args.history else None  # before the analysis, too
     try:
-        analysis, report = analyze_and_report(folder, baseline, args.output, topology=args.topology)
+        analysis, report = analyze_and_report(folder, baseline, args.output, topology=args.topology,
+                                              history=store)
     except InputError as e:
         raise UsageError(str(e)) from None
+    finally:
+        if store is not None:
+            store.close()
     print(summary(analysis, report))
     if args.prometheus:
         from ..export.prometheus import write
+        check = _history_check(folder, (analysis.run or {}).get("run_id"))
         try:
-            print(f"prometheus: {write(analysis, args.prometheus)}")
+            print(f"prometheus: {write(analysis, args.prometheus, history=check)}")
         except OSError as e:
             raise UsageError(f"--prometheus {args.prometheus}: cannot write: {e.strerror or e}") from None
     if args.drain:
         execute_drains(analysis.drains)
     return analysis.exit_code
+
+
+def _history_store(path: str):
+    """The store --history names, opened for reading; a UsageError (exit 2) naming the path when it is none."""
+    from ..history.store import Store, StoreError
+    if not Path(path).exists():
+        raise UsageError(f"--history {path}: no such folder (the history store `acceptance history ingest` "
+                         "or `history check` makes)")
+    try:
+        return Store.open(path, create=False)
+    except StoreError as e:
+        raise UsageError(f"--history: {e}") from None
+
+
+def _history_check(run_dir: Path, run_id) -> dict | None:
+    """RUN_DIR/history.json when it is this run's history check, else None (and a note why, when it is there)."""
+    from ..history.checked import check_problem, read_check
+    try:
+        check = read_check(run_dir)
+    except InputError as e:
+        print(f"acceptance: note: no history findings exported: {e}", file=sys.stderr)
+        return None
+    problem = check and check_problem(check, run_id)
+    if problem:
+        print(f"acceptance: note: no history findings exported: {problem}", file=sys.stderr)
+        return None
+    return check
 
 
 def _comparable(run_dir: Path, baseline_dir: Path, force: bool) -> None:

@@ -37,6 +37,12 @@ Families:
         largest rise of an error, retransmit or discard counter (acceptance.host.counter_kinds.kind_of) in one
         measurement window; non-zero ones only
   acceptance_node_drain_suggested{node}             1 for each node of the drain lines
+With the run's history check (RUN_DIR/history.json, `acceptance history check`; render's `history`):
+  acceptance_history_findings{kind,severity}        count; every drift/intermittent/recovered/trend x fail/warn,
+                                                    zeros included (absent: the night was not checked)
+  acceptance_history_finding{kind,severity,subject,scope,node,rail,peer,metric}   1 for each drift or
+        intermittent finding: subject as the store names it (node07, node07:rail3, node07:rail3:node12,
+        rail3); alert on it, e.g. acceptance_history_finding{severity="fail"} == 1
 
 Medians over burn-in iterations first (per link and direction), then over links.
 """
@@ -52,6 +58,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..history.checked import SHOWN_KINDS
+from ..history.store import HISTORY_KINDS
 from ..spec import catalog
 
 PREFIX = "acceptance_"
@@ -320,8 +328,36 @@ _HELP = {
 }
 
 
-def render(analysis) -> str:
-    """The exposition text of an analysis.Analysis (node_exporter textfile format)."""
+_HISTORY_HELP = {
+    "history_findings": "Findings of the night's history check (acceptance history check) by kind and severity.",
+    "history_finding": "One series per drift or intermittent finding of the night's history check (value: how "
+                       f"many share these labels); at most {FINDINGS_MAX}.",
+}
+
+
+def _history(check: dict, fams: dict) -> None:
+    findings = [f for f in check.get("findings") or [] if isinstance(f, dict)]
+    counts = {(kind, sev): 0 for kind in HISTORY_KINDS for sev in SEVERITIES}
+    for f in findings:
+        key = (f.get("kind"), f.get("severity"))
+        counts[key] = counts.get(key, 0) + 1
+    for (kind, sev), n in counts.items():
+        fams["history_findings"].add({"kind": kind, "severity": sev}, n)
+    shown: dict[tuple, int] = {}
+    for f in [f for f in findings if f.get("kind") in SHOWN_KINDS][:FINDINGS_MAX]:
+        rail = f.get("rail")
+        labels = (("kind", f.get("kind")), ("severity", f.get("severity")), ("subject", f.get("subject")),
+                  ("scope", f.get("scope")), ("node", f.get("node")),
+                  ("rail", None if _missing(rail) else int(rail)), ("peer", f.get("peer")),
+                  ("metric", f.get("metric")))
+        shown[labels] = shown.get(labels, 0) + 1
+    for labels, n in shown.items():
+        fams["history_finding"].add(dict(labels), n)
+
+
+def render(analysis, history: dict | None = None) -> str:
+    """The exposition text of an analysis.Analysis (node_exporter textfile format). history: the run's
+    history check (RUN_DIR/history.json, acceptance.history.checked.read_check), or None."""
     run = analysis.run or {}
     base = {"run_id": str(run.get("run_id") or ""), "profile": str(getattr(analysis.profile, "name", "") or "")}
     fams = {key: _Family(key, text) for key, text in _HELP.items()}
@@ -367,6 +403,9 @@ def render(analysis) -> str:
         _counters(records, fams["port_error_increase"])
     for node in _drain_nodes(analysis.drains):
         fams["node_drain_suggested"].add({"node": node}, 1)
+    if history is not None:
+        fams.update({key: _Family(key, text) for key, text in _HISTORY_HELP.items()})
+        _history(history, fams)
 
     head = [f"# acceptance run {escape_label(base['run_id'])}: verdict {analysis.verdict}"]
     if len(analysis.findings) > FINDINGS_MAX:
@@ -388,11 +427,11 @@ def path_problem(path) -> str | None:
     return None
 
 
-def write(analysis, path) -> Path:
-    """Write render(analysis) to `path` atomically: a temporary file in the same folder (not named
+def write(analysis, path, history: dict | None = None) -> Path:
+    """Write render(analysis, history) to `path` atomically: a temporary file in the same folder (not named
     *.prom, so node_exporter skips it), flushed to disk, then renamed over `path`."""
     path = Path(path)
-    text = render(analysis)
+    text = render(analysis, history)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

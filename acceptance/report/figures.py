@@ -269,6 +269,83 @@ def burnin(panels: list[dict], *, alt: str) -> dict:
     return _figure(fig, alt)
 
 
+# --- history: the store's nights ----------------------------------------------------
+
+PINNED_COLOR = "#1d2127"
+WARN_POINT = "#f2a900"
+FLAG_OFF = "#b9c3cf"
+
+
+def _night_ticks(ax, dates: list[str], max_labels: int = 10) -> None:
+    step = max(1, math.ceil(len(dates) / max_labels))
+    ticks = list(range(0, len(dates), step))
+    if len(dates) - 1 not in ticks:
+        ticks.append(len(dates) - 1)  # tonight is always labelled
+        if len(ticks) > 2 and ticks[-1] - ticks[-2] < step / 2:
+            del ticks[-2]
+    ax.set_xticks(ticks, [dates[i][5:] if len(dates[i]) >= 10 else dates[i] for i in ticks], rotation=0)
+
+
+def fleet_trend(dates: list[str], lines: list[dict], *, pinned: int | None, tonight: int | None, unit: str,
+                title: str, alt: str) -> dict:
+    """The store's nights, oldest first: one line per rail plane and the fleet (lines: {label, values, fleet}),
+    the pinned night marked with a dashed line, tonight the last point (a ring)."""
+    fig = new_figure(7.5, 2.7)
+    ax = fig.add_subplot()
+    x = np.arange(len(dates))
+    for i, line in enumerate(lines):
+        v = np.asarray(line["values"], dtype=float)
+        if line.get("fleet"):
+            ax.plot(x, v, color=PINNED_COLOR, linewidth=2.2, marker="o", markersize=3.5, label=line["label"],
+                    zorder=4)
+        else:
+            ax.plot(x, v, color=_rail_color(i), linewidth=1.1, marker="o", markersize=2.5, label=line["label"])
+        if tonight is not None and np.isfinite(v[tonight]):
+            ax.plot([tonight], [v[tonight]], "o", markersize=8, mfc="none", mec=THRESHOLD_COLOR, mew=1.4, zorder=5)
+    if pinned is not None:
+        ax.axvline(pinned, color=PINNED_COLOR, linestyle="--", linewidth=0.9)
+        ax.annotate("pinned", (pinned, 0.0), xycoords=("data", "axes fraction"), xytext=(3, 3),
+                    textcoords="offset points", fontsize=8)
+    ax.set_title(title)
+    ax.set_ylabel(unit)
+    ax.grid(True, color="#dddddd", linewidth=0.6)
+    _night_ticks(ax, dates)
+    ax.set_xlim(-0.5, max(len(dates) - 0.5, 0.5))
+    ax.legend(loc="best", frameon=False, ncol=min(5, len(lines)))
+    return _figure(fig, alt)
+
+
+def sparkline(values, *, pinned, tonight, flags: bool = False, severity: str = "fail", alt: str) -> dict:
+    """One component's series, small and without axes: a point per night, oldest first; the pinned night a
+    square, tonight (last) a dot in the finding's colour. flags: 0 / 1 per night (a finding that night),
+    drawn as a strip of bars (red: a finding)."""
+    v = np.asarray([np.nan if x is None else x for x in values], dtype=float)
+    pinned, tonight = np.asarray(pinned, dtype=bool), np.asarray(tonight, dtype=bool)
+    fig = Figure(figsize=(2.4, 0.55), dpi=DPI)  # no layout engine: one axes, placed by hand
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0.03, 0.12, 0.94, 0.76))
+    ax.set_axis_off()
+    x = np.arange(len(v))
+    mark = THRESHOLD_COLOR if severity == "fail" else WARN_POINT
+    if flags:
+        on = np.nan_to_num(v) >= 0.5
+        ax.bar(x, np.where(on, 1.0, 0.3), width=0.72, color=np.where(on, THRESHOLD_COLOR, FLAG_OFF),
+               edgecolor=np.where(pinned, PINNED_COLOR, "none"), linewidth=1.0)
+        ax.set_ylim(0, 1.05)
+    else:
+        ax.plot(x, v, color="#1f77b4", linewidth=1.2)
+        ax.plot(x, v, "o", markersize=2, color="#1f77b4")
+        ax.plot(x[pinned], v[pinned], "s", markersize=5, mfc="none", mec=PINNED_COLOR, mew=1.0)
+        ax.plot(x[tonight], v[tonight], "o", markersize=4.5, color=mark)
+        finite = v[np.isfinite(v)]
+        if len(finite):
+            lo, hi = float(finite.min()), float(finite.max())
+            pad = (hi - lo) * 0.15 or abs(hi) * 0.02 or 1.0
+            ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlim(-0.6, max(len(v) - 0.4, 0.6))
+    return _figure(fig, alt)
+
+
 # --- the switch tree of a rail -----------------------------------------------------
 
 MAX_LEAVES = 32        # leaves drawn at most; the rest as "+N leaves" (a shaded leaf is always drawn)

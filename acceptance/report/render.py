@@ -24,8 +24,9 @@ def environment() -> Environment:
                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-def context(analysis, run_dir: str | os.PathLike) -> dict:
-    """Everything the template shows, pre-formatted."""
+def context(analysis, run_dir: str | os.PathLike, history=None) -> dict:
+    """Everything the template shows, pre-formatted. history: an open history Store (acceptance.history.store)
+    for the History section, or None (no section)."""
     from ..spec.profile import format_profile
 
     run_dir = Path(run_dir)
@@ -49,6 +50,7 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
             "incast": sections.incast(recs),
             "crosscheck": sections.crosscheck(recs),
             "env": sections.environment(run),
+            "history": sections.history(history, run_dir, run) if history is not None else None,
         }
     try:
         ctx["profile_text"] = format_profile(analysis.profile)
@@ -58,12 +60,13 @@ def context(analysis, run_dir: str | os.PathLike) -> dict:
     return ctx
 
 
-def render(analysis, run_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
-    """Write the HTML report (default run_dir/report.html) and return its path."""
+def render(analysis, run_dir: str | os.PathLike, out: str | os.PathLike | None = None, history=None) -> Path:
+    """Write the HTML report (default run_dir/report.html) and return its path. history: an open history
+    Store: adds the History section (the store's fleet trend, RUN_DIR/history.json's findings)."""
     started = time.perf_counter()
     run_dir = Path(run_dir)
     path = Path(out) if out is not None else run_dir / "report.html"
-    ctx = context(analysis, run_dir)
+    ctx = context(analysis, run_dir, history)
     ctx["render_seconds"] = f"{time.perf_counter() - started:.1f}"
     html = environment().get_template("report.html.j2").render(**ctx)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -142,6 +142,8 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
     assert drift and all(f["rail"] == 0 and "node2" in (f["node"], f.get("peer")) for f in drift), judged
     assert [f for f in judged["findings"] if f not in drift and f["severity"] != "warn"] == [], judged
     assert "drift node2" in log
+    html = (folder / "report.html").read_text()  # written once, at the end, with the History section
+    assert '<section id="history">' in html and "node2" in html.split('<section id="history">')[1]
     # The next night node2's rail 0 fails outright (30 Mbit/s against Gbit/s peers, the tbf limits
     # lifted): the run's own NIC finding, the drain line, and the night not accepted.
     clean.restore()

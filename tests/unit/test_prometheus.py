@@ -289,3 +289,74 @@ def test_promtool_accepts_the_file_without_lint_warnings(tmp_path, monkeypatch):
     p = subprocess.run(["promtool", "check", "metrics"], check=False, input=text, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "" and p.stderr.strip() == "", p.stdout + p.stderr
+
+
+# ---- the night's history check (RUN_DIR/history.json, `acceptance history check`) ----------------------
+
+def _history_finding(kind, severity, subject, scope, node=None, rail=None, peer=None, metric=None):
+    return {"kind": kind, "severity": severity, "subject": subject, "scope": scope, "node": node, "rail": rail,
+            "peer": peer, "metric": metric, "message": f"{subject} {kind}", "evidence": [],
+            "series": [{"date": "2026-01-01", "run_id": "n0", "value": 1.0, "pinned": True, "tonight": False,
+                        "verdict": "pass"}]}
+
+
+HISTORY = {"store": "/x/history", "night": 5, "run_id": "synthetic-0", "pinned": "n0", "rolling": ["n1"],
+           "findings": [
+               _history_finding("drift", "fail", "node03:rail1:node06", "link", "node03", 1, "node06", "bandwidth"),
+               _history_finding("drift", "warn", "node07", "node", "node07", metric="latency_p99"),
+               _history_finding("intermittent", "fail", "node02:rail0", "nic", "node02", 0),
+               _history_finding("trend", "warn", "rail1", "rail", rail=1, metric="bandwidth"),
+               _history_finding("recovered", "warn", "node05:rail2", "nic", "node05", 2)]}
+
+
+def test_history_findings_become_labelled_series(slow_nic):
+    analysis, _ = slow_nic
+    s = parse(prometheus.render(analysis, HISTORY))
+    base = {"run_id": "synthetic-0", "profile": "synthetic"}
+    got = sorted(series(s, "acceptance_history_finding"), key=str)
+    assert got == sorted([
+        (base | {"kind": "drift", "severity": "fail", "subject": "node03:rail1:node06", "scope": "link",
+                 "node": "node03", "rail": "1", "peer": "node06", "metric": "bandwidth"}, 1.0),
+        (base | {"kind": "drift", "severity": "warn", "subject": "node07", "scope": "node", "node": "node07",
+                 "metric": "latency_p99"}, 1.0),
+        (base | {"kind": "intermittent", "severity": "fail", "subject": "node02:rail0", "scope": "nic",
+                 "node": "node02", "rail": "0"}, 1.0)], key=str)
+    counts = {(lab["kind"], lab["severity"]): v for lab, v in series(s, "acceptance_history_findings")}
+    assert counts == {(k, sev): float((k, sev) in {("drift", "fail"), ("drift", "warn"), ("intermittent", "fail"),
+                                                   ("trend", "warn"), ("recovered", "warn")})
+                      for k in ("drift", "intermittent", "recovered", "trend") for sev in ("fail", "warn")}
+    # the run's own families are unchanged by it
+    assert prometheus.render(analysis).splitlines() == [
+        line for line in prometheus.render(analysis, HISTORY).splitlines() if "acceptance_history_" not in line]
+
+
+def test_history_without_findings_and_without_a_check(slow_nic):
+    analysis, _ = slow_nic
+    text = prometheus.render(analysis, {"run_id": "synthetic-0", "findings": []})
+    s = parse(text)
+    assert {v for _, v in series(s, "acceptance_history_findings")} == {0.0}
+    assert len(series(s, "acceptance_history_findings")) == 4 * 2
+    assert "acceptance_history_finding " not in text and "acceptance_history_finding{" not in text  # not even HELP
+    assert "acceptance_history_finding gauge" not in text
+    assert "acceptance_history_" not in prometheus.render(analysis)   # not checked: no history family at all
+
+
+@pytest.mark.skipif(not shutil.which("promtool"),
+                    reason="promtool not on PATH (Debian package `prometheus`; `make test` installs it)")
+def test_promtool_accepts_the_history_series(slow_nic):
+    analysis, _ = slow_nic
+    odd = dict(HISTORY, findings=HISTORY["findings"] + [
+        _history_finding("drift", "fail", 'rack "7"\\node\n03:rail1', "nic", 'rack "7"\\node\n03', 1)])
+    text = prometheus.render(analysis, odd)
+    names = {name for name, _, _ in parse(text)}
+    assert {f"acceptance_{k}" for k in prometheus._HISTORY_HELP} <= names
+    assert 'subject="rack \\"7\\"\\\\node\\n03:rail1"' in text
+    p = subprocess.run(["promtool", "check", "metrics"], check=False, input=text, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "" and p.stderr.strip() == "", p.stdout + p.stderr
+
+
+def test_write_passes_the_history_on(slow_nic, tmp_path):
+    analysis, _ = slow_nic
+    path = prometheus.write(analysis, tmp_path / "acceptance.prom", history=HISTORY)
+    assert path.read_text() == prometheus.render(analysis, HISTORY)

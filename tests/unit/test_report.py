@@ -206,6 +206,7 @@ def test_report_contents(tmp_path):
     profile_text = format_profile(analysis.profile)
     assert profile_text.splitlines()[0].replace("'", "&#39;") in thresholds
     assert "[rdma_write]" in thresholds
+    assert 'id="history"' not in html and 'href="#history"' not in html  # only with a history store
 
 
 def test_report_is_self_contained(tmp_path):
