@@ -106,25 +106,32 @@ def _nic_table(store: Store) -> tuple[dict[int, str], dict[int, int]]:
     return {i: n for i, n, _ in rows}, {i: r for i, _, r in rows}
 
 
-def _rail_relative(ratio: np.ndarray, rails: np.ndarray, plane_tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """Each link's ratio over the median ratio of the fleet, or of its rail where that rail moved as a
+def _nic_medians(ratio: np.ndarray, ends: tuple[np.ndarray, np.ndarray]) -> pd.Series:
+    """Each NIC's median ratio over its links (index: the NIC's component id)."""
+    both = pd.Series(np.concatenate([ratio, ratio]), index=np.concatenate(ends))
+    return both[np.isfinite(both.to_numpy())].groupby(level=0).median()
+
+
+def _rail_relative(ratio: np.ndarray, rails: np.ndarray, ends: tuple[np.ndarray, np.ndarray],
+                   rail_of: np.ndarray, plane_tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each link's ratio over the fleet's median ratio, or over its rail's where that rail moved as a
     plane (beyond plane_tol from the fleet: the trend finding's business, not every link's); and the
     robust spread of those (1.4826 MAD, pooled over the fleet): how much a healthy link moves between
-    these two nights. The fleet's median, not the rail's, where the rail did not move: on a small
-    cluster one NIC is in half its rail's links and would drag the rail's median (and MAD) with it."""
+    these two nights. The medians are of the NICs' medians, not of the links: on a small cluster one
+    NIC is in half its rail's links and would move their median (and MAD) with it."""
     out = np.full(len(ratio), np.nan)
-    finite = np.isfinite(ratio)
-    if not finite.any():
+    nics = _nic_medians(ratio, ends)
+    if nics.empty:
         return out, np.zeros(len(ratio))
-    fleet = np.nanmedian(ratio[finite])
+    fleet = float(nics.median())
+    planes = nics.groupby(rail_of[nics.index.to_numpy()]).median()
     for r in np.unique(rails):
         on = rails == r
-        x = ratio[on]
-        if not np.isfinite(x).any():
-            continue
-        plane = np.nanmedian(x)
-        out[on] = x / (plane if abs(plane / fleet - 1.0) > plane_tol else fleet)
-    spread = 1.4826 * np.nanmedian(np.abs(out[np.isfinite(out)] - 1.0))
+        plane = float(planes.get(r, np.nan))
+        moved = np.isfinite(plane) and abs(plane / fleet - 1.0) > plane_tol
+        out[on] = ratio[on] / (plane if moved else fleet)
+    finite = np.isfinite(out)
+    spread = 1.4826 * np.median(np.abs(out[finite] - 1.0)) if finite.any() else 0.0
     return out, np.full(len(ratio), spread)
 
 
@@ -143,7 +150,7 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
     if col is None:
         return pd.DataFrame()
     keys, now = np.asarray(col[0]), np.asarray(col[1], dtype=np.float64)
-    lo = (keys >> 32).astype(np.int64)
+    lo, hi = (keys >> 32).astype(np.int64), (keys & 0xFFFFFFFF).astype(np.int64)
     lookup = np.zeros(max(rails_of) + 1 if rails_of else 1, dtype=np.int64)
     for i, r in rails_of.items():
         lookup[i] = r
@@ -152,7 +159,8 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
 
     def loss_against(reference: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel, spread = _rail_relative(now / reference, rails, tol if plane_tol is None else plane_tol)
+            rel, spread = _rail_relative(now / reference, rails, (lo, hi), lookup,
+                                         tol if plane_tol is None else plane_tol)
         return sign * (1.0 - rel), spread
 
     nothing = np.full(len(keys), np.nan)
