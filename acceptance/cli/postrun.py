@@ -10,6 +10,7 @@ from pathlib import Path
 from ..analysis import Analysis, analyze, write_outputs
 from ..analysis.fleet import line as fleet_line
 from ..analysis.verdict import suites_exit_code
+from ..history.night import save_links
 from ..records.results import RunFolder
 
 SHOWN_FINDINGS = 10
@@ -24,6 +25,7 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
     Store, for the report's History section."""
     analysis = analyze(run_dir, baseline_dir=baseline, topology=topology)
     write_outputs(run_dir, analysis)
+    save_links(run_dir, analysis.records)  # what `history ingest` keeps, so it need not parse results.jsonl again
     outcome = dict(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet,
                    suites_exit_code=suites_exit_code(analysis.run or {}))
     if topology is not None and analysis.fabric is not None:  # the tree the findings name, kept with them

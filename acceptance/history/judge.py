@@ -101,7 +101,7 @@ def series_text(series: list[dict], unit: str = "") -> str:
 
 # ---- drift ------------------------------------------------------------------------------------
 
-def _nic_table(store: Store) -> tuple[dict[int, str], dict[int, int]]:
+def nic_table(store: Store) -> tuple[dict[int, str], dict[int, int]]:
     rows = store.db.execute("SELECT id, node, rail FROM components WHERE kind='nic'").fetchall()
     return {i: n for i, n, _ in rows}, {i: r for i, _, r in rows}
 
@@ -202,7 +202,7 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
     from .night import metrics
     tol, noise_z = profile.get("history.drift_tolerance"), profile.get("history.noise_z")
     stored = json.loads(tonight.get("metrics") or "{}")
-    node_of, rails_of = _nic_table(store)
+    node_of, rails_of = nic_table(store)
     own = _part_findings(store, [tonight["id"]])
     named = set(own.loc[own["severity"] == "fail", "subject"])  # failing tonight already: a drift adds nothing
     by_subject: dict[str, dict] = {}

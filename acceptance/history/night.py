@@ -24,6 +24,9 @@ from ..spec import catalog
 from .identity import finding_subject
 
 
+LINKS_FILE = "links.npz"
+
+
 @dataclass
 class Night:
     run_id: str
@@ -113,7 +116,6 @@ def read_night(run_dir) -> Night:
         note = "findings computed at ingest (no findings.json)"
     else:
         found = []
-    records = load_records(run_dir)
     verdict, complete = _verdict(run, found)
     night = Night(run_id=str(run["run_id"]), started=str(run.get("start") or ""), path=str(run_dir.resolve()),
                   verdict=verdict, complete=complete, exit_code=run.get("exit_code"), names=[], rails=[],
@@ -121,19 +123,11 @@ def read_night(run_dir) -> Night:
     night.findings = [{"subject": finding_subject(f), "severity": f.get("severity"), "kind": f.get("kind"),
                        "scope": f.get("scope"), "metric": f.get("metric"), "message": f.get("message", "")}
                       for f in found if isinstance(f, dict)]
-    views = {}
-    for suite, metric, higher in metrics():
-        if not len(records):
-            break
-        if suite not in views:
-            views[suite] = pairwise_view(records, suite)
-        p, names, _ = views[suite]
-        night.names = names
-        links = _per_link(p, metric, higher) if len(p) else None
-        if links is not None:
-            night.links[f"{suite}.{metric}"] = links
-            units = records.loc[(records["suite"] == suite) & (records["metric"] == metric), "unit"]
-            night.units[f"{suite}.{metric}"] = str(units.iloc[0]) if len(units) else ""
+    saved = load_links(run_dir)
+    if saved is None:
+        records = load_records(run_dir)
+        saved = night_links(records), _first_time(records)
+    (night.names, night.links, night.units), first_time = saved
     topo = run.get("topology") or {}
     nodes = topo.get("nodes")
     listed = list(nodes) if isinstance(nodes, (list, dict)) else []
@@ -142,8 +136,83 @@ def read_night(run_dir) -> Night:
     night.rails = sorted({int(r) for frame in night.links.values() for r in np.unique(frame["rail"])}
                          | {int(r) for r in topo.get("rails") or [] if isinstance(r, int)})
     if not night.started:
-        night.started = _first_time(records) or ""
+        night.started = first_time or ""
     return night
+
+
+def night_links(records: pd.DataFrame) -> tuple[list[str], dict[str, pd.DataFrame], dict[str, str]]:
+    """(node names, metric -> per-link values, metric -> unit) of a run's records."""
+    names, links, units, views = [], {}, {}, {}
+    for suite, metric, higher in metrics():
+        if not len(records):
+            break
+        if suite not in views:
+            views[suite] = pairwise_view(records, suite)
+        p, names, _ = views[suite]
+        frame = _per_link(p, metric, higher) if len(p) else None
+        if frame is not None:
+            links[f"{suite}.{metric}"] = frame
+            unit = records.loc[(records["suite"] == suite) & (records["metric"] == metric), "unit"]
+            units[f"{suite}.{metric}"] = str(unit.iloc[0]) if len(unit) else ""
+    return list(names), links, units
+
+
+def _results_stamp(run_dir: Path) -> dict | None:
+    try:
+        st = (run_dir / "results.jsonl").stat()
+    except OSError:
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def save_links(run_dir, records: pd.DataFrame) -> Path | None:
+    """RUN_DIR/links.npz: the night's per-link values, written by the run's own analysis (which has
+    just parsed results.jsonl), so that ingesting the night does not parse it again. Stamped with
+    results.jsonl's size and mtime: a results.jsonl changed since is parsed anew. None when the
+    folder cannot be written (ingest then parses results.jsonl)."""
+    run_dir = Path(run_dir)
+    stamp = _results_stamp(run_dir)
+    if stamp is None:
+        return None
+    names, links, units = night_links(records)
+    arrays, meta = {}, {"stamp": stamp, "names": names, "first_time": _first_time(records), "metrics": []}
+    for i, (metric, f) in enumerate(links.items()):
+        meta["metrics"].append({"name": metric, "unit": units.get(metric, ""), "size": float(f["size"].iloc[0])})
+        for col, dtype in (("rail", np.int32), ("u", np.int32), ("v", np.int32), ("value", np.float64)):
+            arrays[f"m{i}_{col}"] = f[col].to_numpy(dtype)
+    path = run_dir / LINKS_FILE
+    tmp = run_dir / f".{LINKS_FILE}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return None
+    return path
+
+
+def load_links(run_dir: Path):
+    """((names, links, units), first_time) from RUN_DIR/links.npz; None when it is absent, unreadable
+    or older than results.jsonl (then the caller parses results.jsonl: that is the record)."""
+    path = run_dir / LINKS_FILE
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(str(z["meta"]))
+            if meta.get("stamp") != _results_stamp(run_dir):
+                return None
+            links, units = {}, {}
+            for i, m in enumerate(meta["metrics"]):
+                links[m["name"]] = pd.DataFrame({"rail": z[f"m{i}_rail"].astype(np.int64),
+                                                 "u": z[f"m{i}_u"].astype(np.int64),
+                                                 "v": z[f"m{i}_v"].astype(np.int64),
+                                                 "value": z[f"m{i}_value"], "size": m["size"]})
+                units[m["name"]] = m["unit"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (list(meta["names"]), links, units), meta.get("first_time")
 
 
 def _first_time(records: pd.DataFrame) -> str | None:

@@ -75,7 +75,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def _safe(run_id: str) -> str:
+def file_stem(run_id: str) -> str:
     clean = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:80]
     return f"{clean}-{hashlib.sha1(run_id.encode()).hexdigest()[:8]}"
 
@@ -267,11 +267,11 @@ class Store:
         digest = hashlib.sha1(keys.tobytes()).hexdigest()[:20]
         keys_file = self.path / "keys" / f"{digest}.npy"
         if not keys_file.exists():
-            _save(keys_file, keys)
+            save_column(keys_file, keys)
         stored = {}
         for metric in table.columns:
-            file = self.path / "nights" / f"{_safe(night.run_id)}.{metric}.npy"
-            _save(file, table[metric].to_numpy(np.float32))
+            file = self.path / "nights" / f"{file_stem(night.run_id)}.{metric}.npy"
+            save_column(file, table[metric].to_numpy(np.float32))
             stored[metric] = {"file": file.name, "unit": night.units.get(metric, ""),
                               "size": _size(night.links[metric])}
         return digest, len(keys), stored
@@ -478,7 +478,7 @@ def _size(f: pd.DataFrame):
     return None if s != s else int(s)
 
 
-def _save(path: Path, array: np.ndarray) -> None:
+def save_column(path: Path, array: np.ndarray) -> None:
     """Written whole or not at all (a reader never maps half a column)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
