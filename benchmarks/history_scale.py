@@ -9,9 +9,12 @@ code (acceptance.history.store / judge), and prints each figure against its targ
 
   ingest     Store.ingest(run_dir) of one night: a tests/synthetic.py make_run_fast folder (one
              rdma_write bandwidth record per node pair per rail: 4,190,208 records at 1024 x 8),
-             with an empty findings.json so that ingest keeps the run's findings instead of running
-             the whole analysis. The worst of the real ingests (--real into an empty store, and
-             tonight's into the year-old store); generating the folders is not timed.
+             as acceptance run leaves it: an empty findings.json (so ingest keeps the run's findings
+             instead of running the whole analysis) and links.npz, which the run's own analysis
+             writes from the records it has parsed (save_links: timed and printed, not counted).
+             The worst of the --real ingests into an empty store; tonight's, into the year-old
+             store, is of a folder without links.npz (parsed at ingest) and printed beside it.
+             Generating the folders is not timed.
   growth     bytes on disk of the store folder (st_blocks: the column files, the shared key array,
              history.db with its WAL) after the --real ingested nights, divided by their number.
   series     Store.series(link, "rdma_write.bandwidth") for one link over the whole year (a fresh

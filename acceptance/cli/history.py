@@ -18,9 +18,9 @@ It is a folder: --history PATH, else $ACCEPTANCE_HISTORY, else history/ beside t
 (reports/history for the commands that take no run folder).
 
 examples:
-  acceptance history ingest reports/2026-12-01T02-00-00Z-ab12     keep a night (twice: counted once)
-  acceptance history pin reports/2026-11-02T02-00-00Z-77aa        the cluster's acceptance run: the reference
-  acceptance history check reports/2026-12-01T02-00-00Z-ab12      tonight against the pinned run and the
+  acceptance history ingest reports/20261201-020000-ab12          keep a night (twice: counted once)
+  acceptance history pin reports/20261102-020000-77aa             the cluster's acceptance run: the reference
+  acceptance history check reports/20261201-020000-ab12           tonight against the pinned run and the
                                                                   median of the last K accepted nights
   acceptance history show node07:rail3 --plot nic.png             one NIC's series (node07, node07:rail3:node12,
                                                                   rail3, fleet)
@@ -31,7 +31,7 @@ examples:
 
 def add_parser(sub) -> None:
     h = sub.add_parser("history", help="the store of nights: drift, intermittent parts, fleet trends",
-                       description="Every link's history across nights: " + HELP.split("\n\n")[0],
+                       description="Every link's history across nights. " + HELP.split("\n\n")[0],
                        epilog=HELP.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     hs = h.add_subparsers(dest="history_command", required=True, metavar="SUBCOMMAND")
 

@@ -21,7 +21,7 @@ def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_p
     folder = run_folder_from(p.stdout)
     assert folder.parent == tmp_path / "reports"
     assert sorted(x.name for x in folder.iterdir()) == [
-        "drain.txt", "findings.json", "junit.xml", "logs", "report.html", "results.jsonl", "run.json"]
+        "drain.txt", "findings.json", "junit.xml", "links.npz", "logs", "report.html", "results.jsonl", "run.json"]
     assert re.search(r"^verdict: PASS \([\d,]+ measurements within bounds; 0 findings\)$", p.stdout, re.M), p.stdout
     assert json.loads((folder / "findings.json").read_text()) == []
     meta = json.loads((folder / "run.json").read_text())

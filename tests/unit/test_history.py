@@ -294,3 +294,29 @@ def test_parse_name_is_canonical():
     assert parse_name("fleet").kind == "fleet" and parse_name("node07").node == "node07"
     with pytest.raises(ValueError):
         parse_name("node07:nic3")
+
+
+def test_links_npz_gives_the_night_its_records_give_and_a_changed_results_jsonl_is_parsed_anew(tmp_path):
+    from acceptance.analysis.load import load_records
+    from acceptance.history.night import LINKS_FILE, load_links, read_night, save_links
+    d = make_night(tmp_path, 1, slow_link=("node03", "node06", 1, 0.9))
+    parsed = read_night(d)
+    assert save_links(d, load_records(d)) == d / LINKS_FILE
+    kept = read_night(d)
+    assert kept.names == parsed.names and kept.rails == parsed.rails and kept.units == parsed.units
+    assert sorted(kept.links) == sorted(parsed.links) == [
+        "rdma_write.bandwidth", "rdma_write.latency_p50", "rdma_write.latency_p99"]
+    for metric, frame in parsed.links.items():
+        assert kept.links[metric].reset_index(drop=True).equals(frame.reset_index(drop=True)), metric
+    with open(d / "results.jsonl", "a") as fh:  # the records changed: links.npz no longer speaks for them
+        fh.write((d / "results.jsonl").read_text().splitlines()[0] + "\n")
+    assert load_links(d) is None
+    (d / LINKS_FILE).write_bytes(b"not a zip")  # unreadable: the records are parsed, never refused
+    assert read_night(d).links.keys() == parsed.links.keys()
+
+
+def test_acceptance_report_leaves_links_npz_for_the_store(tmp_path):
+    from acceptance.history.night import LINKS_FILE, load_links
+    d = make_night(tmp_path, 0)
+    assert main(["report", str(d), "-o", str(tmp_path / "r.html")]) == 0
+    assert (d / LINKS_FILE).is_file() and load_links(d) is not None
