@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -168,18 +169,16 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
     loss_p, fleet_p = loss_against(pinned) if ref.pinned else (nothing, np.zeros(len(keys)))
     if ref.rolling:
         matrix = np.vstack([store.aligned(keys, night, metric) for night in ref.rolling]).astype(np.float64)
-        with np.errstate(all="ignore"):
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                rolling = _median0(matrix)
-                # the link's own noise from night-to-night steps (a steady drift has steady steps: no noise)
-                if len(ref.rolling) >= 3:
-                    steps = np.diff(matrix, axis=0)
-                    mad = _median0(np.abs(steps - _median0(steps)))
-                    spread = 1.4826 * mad / np.sqrt(2) / rolling
-                else:
-                    spread = np.zeros(len(keys))
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a link no accepted night measured: NaN
+            rolling = _median0(matrix)
+            # the link's own noise from night-to-night steps (a steady drift has steady steps: no noise)
+            if len(ref.rolling) >= 3:
+                steps = np.diff(matrix, axis=0)
+                mad = _median0(np.abs(steps - _median0(steps)))
+                spread = 1.4826 * mad / np.sqrt(2) / rolling
+            else:
+                spread = np.zeros(len(keys))
         loss_r, fleet_r = loss_against(rolling)
     else:
         rolling, loss_r, spread, fleet_r = nothing, nothing, np.zeros(len(keys)), np.zeros(len(keys))
@@ -238,7 +237,8 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
                 continue
             if subject in by_subject:  # one finding per part: its most telling metric, the others as evidence
                 by_subject[subject]["evidence"].append(f["message"])
-                by_subject[subject]["severity"] = min(by_subject[subject]["severity"], f["severity"])
+                if f["severity"] == "fail":
+                    by_subject[subject]["severity"] = "fail"
                 continue
             f["series"] = series_of(store, subject, key, tonight, ref)
             f["evidence"] = [series_text(f["series"], f.get("unit") or ""), *_references(ref), *f["evidence"]]
