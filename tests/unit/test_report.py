@@ -207,6 +207,20 @@ def test_report_contents(tmp_path):
     assert profile_text.splitlines()[0].replace("'", "&#39;") in thresholds
     assert "[rdma_write]" in thresholds
     assert 'id="history"' not in html and 'href="#history"' not in html  # only with a history store
+    # A row key that is also a dict method (values, items) must not render as the method.
+    assert not re.search(r"built-in method|bound method| object at 0x", html)
+
+
+def test_fleet_bounds_table_counts_each_population(tmp_path):
+    # run.json "fleet" as a real run writes it; its "values" key is also a dict method's name.
+    analysis = small_analysis()
+    analysis.extra["fleet"] = {"judged": 300, "outside": 18, "too_few": 0, "populations": [
+        {"suite": "rdma_write", "metric": "bandwidth", "op": "write", "size": 32768, "memory": "host",
+         "engine": "mpi", "peers": "all pairs", "values": 1260, "population": 1260, "median": 2.305,
+         "factor": 0.05, "outside": 18, "too_few": 0, "unit": "Gbit/s"}]}
+    fleet = _section(render(analysis, tmp_path).read_text(encoding="utf-8"), "fleet")
+    assert '<td>all pairs</td><td class="num">1,260</td>' in fleet, fleet
+    assert "2.305 Gbit/s" in fleet and "0.05 ×" in fleet
 
 
 def test_report_is_self_contained(tmp_path):
