@@ -8,27 +8,34 @@ GPUDirect RDMA (a `gdrdma` record per node and rail; host staging fails).
 import pytest
 
 from acceptance.drivers.collective import sweep_collective
-from acceptance.runtime.pytest_plugin import topology_of
+from acceptance.runtime.pytest_plugin import EVERY_RAIL, rail_mode_of, topology_of
 
 pytestmark = pytest.mark.collective
 SUITE = "collective"
 
 
 def pytest_generate_tests(metafunc):
+    # The rail communicators run at once (concurrent: [rails], each rank in its own rail's), or one
+    # rail after another (serial: [rail0], [rail1], ...).
     if "scope" in metafunc.fixturenames:
-        rails = topology_of(metafunc.config).rails
-        scopes = ["world", *(pytest.param(f"rail{r}", marks=pytest.mark.rail) for r in rails), "node"]
-        metafunc.parametrize("scope", scopes)
+        if rail_mode_of(metafunc.config) == "concurrent":
+            rails = [pytest.param(("rail", EVERY_RAIL), id=EVERY_RAIL, marks=pytest.mark.rail)]
+        else:
+            rails = [pytest.param(("rail", r), id=f"rail{r}", marks=pytest.mark.rail)
+                     for r in topology_of(metafunc.config).rails]
+        metafunc.parametrize("scope", [pytest.param(("world", None), id="world"), *rails,
+                                       pytest.param(("node", None), id="node")])
 
 
 def _communicator(topology, scope):
     """(communicator or None when this rank sits this one out, rail, nodes, reason to skip or None)."""
-    if scope == "world":
+    kind, rail = scope
+    if kind == "world":
         return topology.world, None, topology.nodes, None if topology.world.Get_size() > 1 else "one rank"
-    if scope == "node":
+    if kind == "node":
         biggest = max(len(topology.ranks_on(n)) for n in topology.nodes)
         return topology.node_comm, None, [topology.node], None if biggest > 1 else "one rank per node"
-    rail = int(scope.removeprefix("rail"))
+    rail = topology.rail if rail == EVERY_RAIL else rail
     why = None if len(topology.nodes) > 1 else "one node"
     return (topology.rail_comm if topology.rail == rail else None), rail, topology.nodes, why
 
@@ -36,10 +43,10 @@ def _communicator(topology, scope):
 def _run(op, engine, topology, profile, record, progress, scope):
     comm, rail, nodes, why_not = _communicator(topology, scope)
     if why_not:
-        pytest.skip(f"{op} over {scope} needs at least 2 ranks in the communicator: this run has {why_not}")
+        pytest.skip(f"{op} over {scope[0]} needs at least 2 ranks in the communicator: this run has {why_not}")
     if comm is None or comm.Get_size() < 2:
         return
-    problems = sweep_collective(engine, op, comm, "rail" if rail is not None else scope, rail, nodes, profile,
+    problems = sweep_collective(engine, op, comm, scope[0], rail, nodes, profile,
                                 record, progress)
     assert not problems, "\n".join(problems)
 

@@ -27,6 +27,7 @@ from acceptance.tools import perftest
 from acceptance.drivers.p2p import RailPairs
 from acceptance.measure.sweep import sweep_from_profile
 from acceptance.records.naming import natural_key
+from acceptance.runtime.pytest_plugin import rail_mode_of
 
 pytestmark = [pytest.mark.rail, pytest.mark.p2p]
 SUITE = "perftest"
@@ -66,8 +67,8 @@ def _nodes(names) -> str:
     return ", ".join(sorted(set(names), key=natural_key))
 
 
-def _skip_reason(every: list[dict], nodes: list[str], rail: int) -> str | None:
-    """Why the cross-check cannot run, from facts gathered over the world (so every rank agrees)."""
+def _skip_reason(every: list[dict], nodes: list[str], rails: set[int]) -> str | None:
+    """Why the cross-check cannot run on `rails`, from facts gathered over the world (so every rank agrees)."""
     if len(nodes) < 2:
         return f"the perftest cross-check needs at least 2 nodes; this run has {len(nodes)}"
     lacking = [f for f in every if f["missing"]]
@@ -81,16 +82,20 @@ def _skip_reason(every: list[dict], nodes: list[str], rail: int) -> str | None:
     if bare:
         return (f"no RDMA device on {_nodes(f['node'] for f in bare)} (nothing under "
                 f"{bare[0]['root']}/class/infiniband): perftest needs one on every node")
-    unmapped = [f for f in every if f["rail"] == rail and f["device"] is None]
+    unmapped = [f for f in every if f["rail"] in rails and f["device"] is None]
     if unmapped:
+        rail = min(f["rail"] for f in unmapped)
+        unmapped = [f for f in unmapped if f["rail"] == rail]
         return (f"no RDMA device for rail {rail} on {_nodes(f['node'] for f in unmapped)}: map devices to "
                 f"rails with topology.nic_rails")
     return None
 
 
-def test_perftest_crosscheck(topology, rail, profile, record, progress):
+def test_perftest_crosscheck(request, topology, rail, profile, record, progress):
     every = topology.world.allgather(_this_rank(topology, profile))
-    why = _skip_reason(every, topology.nodes, rail)
+    # Every rail at once: all ranks must agree to skip, whichever rail is short of a device.
+    rails = set(topology.rails) if rail_mode_of(request.config) == "concurrent" else {rail}
+    why = _skip_reason(every, topology.nodes, rails)
     if why:
         pytest.skip(why)
     me = every[topology.world.Get_rank()]
@@ -113,8 +118,9 @@ def test_perftest_crosscheck(topology, rail, profile, record, progress):
             is_server = comm.Get_rank() == server
             results = {}
             for slot, spec in enumerate(specs):
-                # One TCP port per pair, test and direction: pairs of a round may share a host.
-                tcp_port = perftest.DEFAULT_TCP_PORT + 4 * low + 2 * slot + origin
+                # One TCP port per rail, pair, test and direction: the rails run at once, and pairs of a
+                # round may share a host (virtual nodes; fewer than 64 of them on one host).
+                tcp_port = perftest.DEFAULT_TCP_PORT + 4 * (64 * rail + low % 64) + 2 * slot + origin
                 for attempt in range(CLOCK_TRIES):
                     try:
                         results[spec.kind] = perftest.run_pair(comm, is_server, spec, hosts[server],

@@ -1,6 +1,9 @@
 """Point-to-point writes and reads on one rail: every scheduled node pair, both directions.
 
-All pairs of a round run at once, each on its own two-rank communicator;
+A rank measures its own rail; with every rail at once (run.rail_mode "concurrent") each rail's
+ranks walk their rail's schedule on the rail communicator at the same time as the other rails',
+so a stalled pair on one rail holds up no other rail. All pairs of a round run at once, each on its
+own two-rank communicator;
 within a pair the lower node goes first, then the higher one. The origin
 records what it timed; the side that received the data (the target of a
 write, the origin of a read) records whether it arrived intact. PairwiseDriver
@@ -23,6 +26,7 @@ from ..measure.stats import iteration_time, percentiles
 from ..measure.sweep import sweep_from_profile
 from ..measure.units import gbit_per_s, us
 from ..measure.verify import Policy, Tally
+from ..records.results import utc_now
 
 LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "latency_p999"), ("max", "latency_max"))
 
@@ -34,6 +38,7 @@ class RailPairs:
         self.active = topology.rail == rail
         self.rail = rail
         self.progress = progress or (lambda: None)
+        self.started: str | None = None  # when the pair in hand began (records' `start`)
         if not self.active:
             return
         self.comm = topology.rail_comm
@@ -75,6 +80,7 @@ class RailPairs:
         """
         for comm, low, high in self.pairs():
             link = None
+            self.started = utc_now()
             try:
                 # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
                 link = (engine.PairLink(comm, size, slot_bytes) if memory == "host"
@@ -87,7 +93,7 @@ class RailPairs:
                 if self.index == low:
                     judge.record(record, profile, suite, metric, None, missing="fail", rail=self.rail, nodes=nodes,
                                  ranks=ranks, engine=engine.NAME, memory=memory, op=op, samples=0,
-                                 detail=f"not measured: {why}")
+                                 detail=f"not measured: {why}", start=self.started)
             finally:
                 if link is not None:
                     link.free()
@@ -136,7 +142,7 @@ class PairwiseDriver:
         """([src node, dst node], [src rank, dst rank], the fields every record of that direction carries)."""
         _, _, nodes, ranks = self.rp.direction(low, high, origin)
         return nodes, ranks, dict(rail=self.rail, nodes=nodes, ranks=ranks, engine=self.engine.NAME,
-                                  memory=self.memory, op=self.op)
+                                  memory=self.memory, op=self.op, start=self.rp.started)
 
     def judged(self, metric: str, value, **fields) -> tuple[float | None, str]:
         return judge.record(self.record, self.profile, self.suite, metric, value, **fields)

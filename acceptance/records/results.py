@@ -29,8 +29,10 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
 # world, rail or node; a pairwise one: write, read, atomic, pingpong); device / port: the RDMA device
 # and port a node-local record is about (port counters, port facts); saturated: a port counter at its
 # cap, "during" or "before" the window. Analysis reads these fields, never the test id or the detail.
+# start: when the measurement a record summarizes began (UTC ISO, as `time`, which is when it ended),
+# so a run shows which measurements ran at the same time (every rail at once).
 OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
-                 "saturated")
+                 "saturated", "start")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
 # test id and the detail, for such folders only. 3: retransmission counters judged per million packets
@@ -100,7 +102,7 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 ops: int | None = None, ops_failed: int | None = None,
                 ops_missing: int | None = None, op: str | None = None, scope: str | None = None,
                 device: str | None = None, port: int | None = None,
-                saturated: str | None = None) -> dict[str, Any]:
+                saturated: str | None = None, start: str | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -142,6 +144,8 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
         rec["port"] = int(port)
     if saturated is not None:
         rec["saturated"] = saturated
+    if start is not None:
+        rec["start"] = str(start)
     return rec
 
 

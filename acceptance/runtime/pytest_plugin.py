@@ -81,6 +81,10 @@ MARKERS = {
     "hang_timeout(seconds)": "this test's hang timeout: how long the job may go without progress (number or duration like '10min')",
 }
 PLUGIN_NAME = "acceptance-collective"
+ENV_RAIL_MODE = "ACCEPTANCE_RAIL_MODE"
+RAIL_MODES = ("concurrent", "serial")
+# The `rail` parameter of a concurrent run: each rank measures its own rail, every rail at once.
+EVERY_RAIL = "rails"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,6 +100,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "or a folder of rail<N> ibnetdiscover outputs), kept in run.json so findings can name a "
                          "leaf switch or uplink (default: $ACCEPTANCE_TOPOLOGY, else the profile's "
                          "topology.switches)")
+    group.addoption("--rail-mode", choices=RAIL_MODES, default=os.environ.get(ENV_RAIL_MODE) or None,
+                    help='"concurrent": every rank drives its own rail, so each round of node pairs runs on all '
+                         'rails at once (one test for every rail: test_x[rails]); "serial": one rail after '
+                         'another (test_x[rail0], test_x[rail1], ...), to tell a fault that needs full load '
+                         "from one that does not (default: $ACCEPTANCE_RAIL_MODE, else the profile's "
+                         "run.rail_mode, concurrent)")
     group.addoption("--hang-timeout", metavar="SECONDS", type=positive_seconds, default=None,
                     help="how long the job may go without progress on any rank (progress() or a rank "
                          "arriving at the sync point): then the ranks that did not reach the sync point "
@@ -138,11 +148,27 @@ def recorder_of(config: pytest.Config) -> Recorder:
     return config.pluginmanager.get_plugin(PLUGIN_NAME).recorder
 
 
+def rail_mode_of(config: pytest.Config) -> str:
+    """"concurrent" or "serial": how this run's per-rail tests measure the rails."""
+    return config.pluginmanager.get_plugin(PLUGIN_NAME).rail_mode
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    # A test asking for `rail` runs once per rail of this run: test_x[rail0], test_x[rail1], ...
+    # A test asking for `rail` runs once for every rail at once (concurrent: test_x[rails], each rank
+    # on its own rail), or once per rail of this run (serial: test_x[rail0], test_x[rail1], ...).
     if "rail" in metafunc.fixturenames:
-        rails = topology_of(metafunc.config).rails
-        metafunc.parametrize("rail", rails, ids=[f"rail{r}" for r in rails])
+        if rail_mode_of(metafunc.config) == "concurrent":
+            metafunc.parametrize("rail", [EVERY_RAIL], ids=[EVERY_RAIL], indirect=True)
+        else:
+            rails = topology_of(metafunc.config).rails
+            metafunc.parametrize("rail", rails, ids=[f"rail{r}" for r in rails], indirect=True)
+
+
+@pytest.fixture
+def rail(request, topology) -> int:
+    """The rail this rank measures in this test: its own rail when every rail runs at once
+    (concurrent), else the test's rail (serial; ranks on other rails sit it out)."""
+    return topology.rail if request.param == EVERY_RAIL else request.param
 
 
 @pytest.fixture(scope="session")
@@ -203,6 +229,7 @@ class CollectivePlugin:
         self.profile: Profile | None = None
         self.fabric: Fabric | None = None
         self.folder: RunFolder | None = None
+        self.rail_mode = "concurrent"
         self.recorder: Recorder | None = None
         self.watchdog: Watchdog | None = None
         self.forced_exit: int | None = None
@@ -230,6 +257,9 @@ class CollectivePlugin:
         except InputError as e:
             self._exit(EXIT_USAGE, f"topology error: {e}")
         self.default_timeout = self.config.getoption("hang_timeout") or self.profile.get("run.hang_timeout")
+        self.rail_mode = self.config.getoption("rail_mode") or self.profile.get("run.rail_mode")
+        if self.rail_mode not in RAIL_MODES:
+            self._exit(EXIT_USAGE, f"${ENV_RAIL_MODE}: must be one of {', '.join(RAIL_MODES)}, got {self.rail_mode!r}")
         census_timeout = max(self.default_timeout, CENSUS_MIN_S)
         self.watchdog = self._make_watchdog()
         self._arm("session", "census", census_timeout)
@@ -297,6 +327,7 @@ class CollectivePlugin:
             "launcher": _launcher(),
             "profile": self.profile.to_json(),
             "topology": self.topology.to_json(),
+            "rail_mode": self.rail_mode,
             **({"fabric": self.fabric.to_json(),
                 "fabric_unknown": self.fabric.unknown(self.topology.nodes)} if self.fabric else {}),
             "software": software,
@@ -322,7 +353,7 @@ class CollectivePlugin:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         t = self.topology
         return [f"acceptance: {self.size} ranks on {len(t.nodes)} nodes, rails {t.rails}, "
-                f"profile {self.profile.name}, hang timeout {self.default_timeout:g} s",
+                f"profile {self.profile.name}, rails {self.rail_mode}, hang timeout {self.default_timeout:g} s",
                 f"run folder: {self.folder.path}", *self._fabric_header()]
 
     def _fabric_header(self) -> list[str]:

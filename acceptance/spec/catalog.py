@@ -52,7 +52,10 @@ class Metric:
     heatmap: bool = False
     curve: bool = False
     export: str | None = None
-    when: tuple[tuple[str, object], ...] = ()  # a collective's (op, node) this entry's key is for
+    when: tuple[tuple[str, object], ...] = ()  # a collective's (op, comm) this entry's key is for
+    # The bound is per NIC of a node: the threshold is the key's value times topology.rails (the NICs a
+    # node drives at once; a communicator over every GPU of every node loads all of them).
+    per_nic: bool = False
     advisory: bool = False          # outside its bound: warn, not fail
     # The profile key the metric owns: setting(acceptance.spec.profile) builds its Field (type, default, help).
     # None where the key is a general setting defined in acceptance.spec.profile (topology.rails).
@@ -108,10 +111,29 @@ def _duration(help: str):
     return lambda f: f.Duration(None, help=help)
 
 
-def _busbw_setting(op: str, node: bool):
+def _busbw(op: str, comms: tuple[str, ...]) -> Metric:
+    """busbw of one collective over one kind of communicator (the record's op and scope).
+
+    A rail communicator has one NIC per rank, so its bound is one NIC's figure. A world all-reduce
+    spreads its inter-node traffic over every NIC of a node at once (NCCL runs a ring per NIC): its
+    busbw approaches the node's aggregate, so its bound is per NIC, times topology.rails. An all-to-all
+    cannot aggregate NICs (every GPU sends its own share through its own NIC): the world's is held
+    to the rail's per-NIC figure.
+    """
     name = {"allreduce": "all-reduce", "alltoall": "all-to-all"}[op]
-    where = "inside one node" if node else "by size, world and rail communicators"
-    return lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}")
+    per_nic = comms == ("world",)
+    if comms == ("node",):
+        key, where = f"collectives.node_{op}_busbw_min", "inside one node"
+    elif per_nic:
+        key, where = f"collectives.world_{op}_busbw_min_per_nic", \
+            "over every GPU of every node, per NIC of a node (the bound is this times topology.rails)"
+    else:
+        key, where = f"collectives.{op}_busbw_min", "by size, " + " and ".join(
+            {"rail": "rail communicators (one NIC per rank)", "world": "the world communicator"}[c] for c in comms)
+    return Metric(("busbw",), "GB/s", True, "sizemap", key, GBIT_TO_GBYTE,
+                  f"{op} busbw{' inside a node' if comms == ('node',) else ''}", trend=True,
+                  when=(("op", op), ("comm", comms)), per_nic=per_nic,
+                  setting=lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}"))
 
 
 # Shared by memreg and the GPU registration of gpudirect: one bound each.
@@ -183,10 +205,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         DATA_ERRORS, REG_TIME, DEREG_TIME,
     )),
     Suite("collective", ("allreduce", "alltoall"), (
-        *(Metric(("busbw",), "GB/s", True, "sizemap", f"collectives.{'node_' if node else ''}{op}_busbw_min",
-                 GBIT_TO_GBYTE, f"{op} busbw{' inside a node' if node else ''}", trend=True,
-                 when=(("op", op), ("node", node)), setting=_busbw_setting(op, node))
-          for op in ("allreduce", "alltoall") for node in (False, True)),
+        *(_busbw("allreduce", comms) for comms in (("rail",), ("world",), ("node",))),
+        *(_busbw("alltoall", comms) for comms in (("rail", "world"), ("node",))),
         Metric(("algbw",), "GB/s", True, label="algbw"),
         DATA_ERRORS,
         # GPUDirect RDMA per node and rail, from NCCL's log (acceptance.drivers.gpudirect_paths): the
@@ -254,9 +274,10 @@ def metrics(suite_name: str, name: str) -> list[Metric]:
 
 
 def metric(suite_name: str, name: str, **when) -> Metric | None:
-    """The one entry for (suite, record metric) and, for collectives, op= and node=."""
+    """The one entry for (suite, record metric) and, for collectives, op= and comm= (world, rail, node)."""
     for m in metrics(suite_name, name):
-        if all(dict(m.when).get(k) == v for k, v in when.items() if k in dict(m.when)):
+        if all(v in dict(m.when)[k] if k == "comm" else dict(m.when)[k] == v
+               for k, v in when.items() if k in dict(m.when)):
             return m
     return None
 

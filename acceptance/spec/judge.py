@@ -87,6 +87,8 @@ def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profi
     no_floor = np.zeros(n, dtype=bool)
     if metric.bound == "sizemap":
         b = size_bound(profile.get(metric.key), sizes) * metric.scale
+        if metric.per_nic:  # rails 0 (one per rank, unknown here): one NIC's figure, the weaker bound
+            b = b * max(1, profile.get("topology.rails"))
         if metric.line_rate and profile.get("analysis.line_rate"):
             floor = profile.get("analysis.line_rate_fraction") * profile.get("analysis.line_rate")
             from_size = sizes >= profile.get("analysis.line_rate_from_size")
@@ -333,10 +335,16 @@ def judge_records(df: pd.DataFrame, profile: Profile) -> Judged:
                 mask = in_suite & is_value(df["metric"], name)
                 when = dict(m.when)
                 if when:
-                    mask &= is_value(df["op"], when["op"]) & (is_value(df["scope"], "node") == when["node"])
+                    mask &= is_value(df["op"], when["op"]) & _comm_is(df["scope"], when["comm"])
                 if mask.any():
                     _judge_metric(df, np.flatnonzero(mask), m, suite.name, name, value, size, profile, out)
     return out
+
+
+def _comm_is(scope, comms: tuple[str, ...]) -> np.ndarray:
+    """Records over those kinds of communicator; a collective without a scope is the world's."""
+    world = ~is_value(scope, "rail") & ~is_value(scope, "node")
+    return np.logical_or.reduce([world if c == "world" else is_value(scope, c) for c in comms])
 
 
 def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profile: Profile, out: Judged) -> None:
@@ -375,7 +383,7 @@ def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profil
 def one(suite: str, name: str, value: float | None, profile: Profile, size: int | None = None,
         peers: bool = True, **when) -> tuple[float | None, str]:
     """(threshold or None, verdict) of one value of catalog metric (suite, name); for a collective's
-    busbw give op= and node=. "info" when the metric has no bound here or the value is missing."""
+    busbw give op= and comm= (world, rail or node). "info" when the metric has no bound here or the value is missing."""
     return judge_one(suite, name, value, profile, size, peers, **when)[:2]
 
 
@@ -420,7 +428,7 @@ def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: 
     judge_records. `peers` False: the value has nothing in this run to compare it with (the world
     communicator), so no fleet-relative bound applies to it. `missing`: the verdict of a null value
     (a probe that could not read what the profile requires fails; one nothing requires is info)."""
-    when = {"op": fields.get("op"), "node": fields.get("scope") == "node"} if suite == "collective" else {}
+    when = {"op": fields.get("op"), "comm": fields.get("scope") or "world"} if suite == "collective" else {}
     m = catalog.metric(suite, name, **when)
     threshold, verdict, kind = judge_one(suite, name, value, profile, size, peers, **when)
     if value is None and m.bound != "memlock":  # memlock records "unlimited" as null

@@ -443,6 +443,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "hang_timeout": Duration("120s", positive=True, help="how long the job may go without progress before a HANG; bounds one step of a test"),
         "nodes": Int(2, min=1, help="virtual nodes when emulating a cluster with local ranks"),
         "ranks_per_node": Int(2, min=1, help="MPI ranks per (virtual) node"),
+        "rail_mode": Str("concurrent", choices=("concurrent", "serial"),
+                         help='"concurrent": each rank drives its own rail\'s NIC, so a round of node pairs '
+                              'runs on every rail at once (the load of a training step); "serial": one rail '
+                              'after another, one test per rail (for diagnosis)'),
     },
     "topology": {
         "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),

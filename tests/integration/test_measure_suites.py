@@ -53,12 +53,19 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
     assert all(r["samples"] == 10000 and "fewer than the 100000" in r["detail"] for r in p999)
 
     coll = [r for r in recs if r["suite"] == "collective" and r["metric"] == "busbw"]
-    scopes = {(r["test"].split("::")[1], r["rail"], tuple(r["nodes"])) for r in coll}
-    for op in ("test_allreduce", "test_alltoall"):
-        assert (f"{op}[world]", None, ("node1", "node2")) in scopes
-        assert (f"{op}[rail0]", 0, ("node1", "node2")) in scopes
-        assert (f"{op}[rail1]", 1, ("node1", "node2")) in scopes
-        assert (f"{op}[node]", None, ("node1",)) in scopes and (f"{op}[node]", None, ("node2",)) in scopes
+    scopes = {(r["op"], r["scope"], r["rail"], tuple(r["nodes"])) for r in coll}
+    for op in ("allreduce", "alltoall"):
+        assert (op, "world", None, ("node1", "node2")) in scopes
+        assert (op, "rail", 0, ("node1", "node2")) in scopes
+        assert (op, "rail", 1, ("node1", "node2")) in scopes
+        assert (op, "node", None, ("node1",)) in scopes and (op, "node", None, ("node2",)) in scopes
+    # Every rail at once (run.rail_mode concurrent): one test for both rails, whose pairs overlap in time.
+    assert {r["test"] for r in bw if r["suite"] == "rdma_write"} == {"suites/test_rdma_write.py::test_write_bandwidth[rails]"}
+    writes = [r for r in bw if r["suite"] == "rdma_write"]
+    spans = {rail: (min(r["start"] for r in writes if r["rail"] == rail), max(r["time"] for r in writes if r["rail"] == rail))
+             for rail in (0, 1)}
+    assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
+    assert json.loads((folder_of(p) / "run.json").read_text())["rail_mode"] == "concurrent"
     assert all(r["value"] == 0 for r in recs if r["suite"] == "collective" and r["metric"] == "errors")
 
     reg = [r for r in recs if r["metric"] == "reg_time"]
@@ -90,10 +97,23 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
                                           "loaded_latency_p99", "loaded_latency_p999", "loaded_latency_max"}
 
 
+def test_serial_rail_mode_measures_one_rail_after_another(acceptance_cli):
+    """--rail-mode serial (for diagnosis): one test per rail, rail 0's pairs done before rail 1's begin."""
+    p = acceptance_cli("run", "--", "-m", "p2p", "-k", "write_bandwidth", env={"ACCEPTANCE_RAIL_MODE": "serial"})
+    assert p.returncode == 0, p.stdout + p.stderr
+    bw = [r for r in records(folder_of(p)) if r["metric"] == "bandwidth"]
+    assert {(r["test"].rsplit("[", 1)[1], r["rail"]) for r in bw} == {("rail0]", 0), ("rail1]", 1)}
+    assert max(r["time"] for r in bw if r["rail"] == 0) <= min(r["start"] for r in bw if r["rail"] == 1)
+    assert json.loads((folder_of(p) / "run.json").read_text())["rail_mode"] == "serial"
+    bad = acceptance_cli("run", "--", "-m", "p2p", "-k", "write_bandwidth", env={"ACCEPTANCE_RAIL_MODE": "both"})
+    assert bad.returncode == 2 and "$ACCEPTANCE_RAIL_MODE: must be one of concurrent, serial, got 'both'" in (
+        bad.stdout + bad.stderr), bad.stdout + bad.stderr
+
+
 def test_one_pair_on_one_rail(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "2", "--ranks-per-node", "1", "--", "-m", "p2p")
     assert p.returncode == 0, p.stdout + p.stderr
-    assert re.search(r"test_write_bandwidth\[rail0\]", p.stdout) is None  # quiet: only the summary line
+    assert re.search(r"test_write_bandwidth\[rails?0?\]", p.stdout) is None  # quiet: only the summary line
     assert "6 passed" in p.stdout  # write / read bandwidth, write / read / atomic latency, incast
     recs = records(folder_of(p))
     assert {(r["rail"], tuple(r["nodes"])) for r in recs if r["metric"] == "bandwidth"} == {
@@ -186,8 +206,8 @@ def test_incast_records_fairness_and_catches_unfairness_and_corruption(acceptanc
 def test_gpudirect_suite_skips_on_every_rank_without_a_gpu(acceptance_cli):
     p = acceptance_cli("run", "--", "-m", "gpudirect", "-rs")
     assert p.returncode == 3, p.stdout + p.stderr  # every check skipped: nothing measured, never a pass
-    assert "6 skipped" in p.stdout and "inconsistent" not in p.stdout, p.stdout
-    assert re.search(r"SKIPPED \[2\] .*test_gpudirect.py:\d+: no usable GPU on node1, node2: cupy not importable",
+    assert "4 skipped" in p.stdout and "inconsistent" not in p.stdout, p.stdout  # every rail at once: one test each
+    assert re.search(r"SKIPPED \[1\] .*test_gpudirect.py:\d+: no usable GPU on node1, node2: cupy not importable",
                      p.stdout), p.stdout
     assert "no NVIDIA GPU on any node" in p.stdout  # the preflight's support check carries the marker
 
@@ -223,8 +243,8 @@ def test_eight_virtual_nodes_measure_every_pair_and_every_collective(acceptance_
         measured = {tuple(r["nodes"]) for r in recs if r["metric"] == metric and r["suite"] == "rdma_write"
                     and r["value"] is not None}
         assert measured == set(permutations(nodes, 2)), metric
-    coll = {(r["test"].split("::")[1], tuple(r["nodes"])) for r in recs
+    coll = {(r["op"], r["scope"], tuple(r["nodes"])) for r in recs
             if r["suite"] == "collective" and r["metric"] == "busbw"}
-    for op in ("test_allreduce", "test_alltoall"):
-        assert (f"{op}[world]", tuple(nodes)) in coll and (f"{op}[rail0]", tuple(nodes)) in coll
+    for op in ("allreduce", "alltoall"):
+        assert (op, "world", tuple(nodes)) in coll and (op, "rail", tuple(nodes)) in coll
     assert not [r for r in recs if r["metric"] == "errors" and r["value"] != 0]

@@ -75,7 +75,7 @@ def test_runs_end_to_end_with_stand_in_tools_and_records_both_directions(accepta
         for m in ("bandwidth", "latency_p50", "latency_p99", "latency_p999", "latency_avg")}
     assert len(mine) == 10
     assert all(r["engine"] == "perftest" and r["rail"] == 0 and r["verdict"] == "info" and r["threshold"] is None
-               and r["test"] == "suites/test_perftest.py::test_perftest_crosscheck[rail0]" for r in mine)
+               and r["test"] == "suites/test_perftest.py::test_perftest_crosscheck[rails]" for r in mine)
     # The writer (client) records: ranks follow nodes.
     assert all(r["ranks"] == ([0, 1] if r["nodes"] == ["node1", "node2"] else [1, 0]) for r in mine)
     bw = [r for r in mine if r["metric"] == "bandwidth"]

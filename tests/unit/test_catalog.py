@@ -51,7 +51,8 @@ def test_roles_come_from_the_catalog():
     ("rdma_write", "bandwidth", 0.6, 65536, {}),
     ("rdma_write", "latency_p50", 2000.0, 8, {}),
     ("memreg", "reg_time_user", 10.0, 4096, {}),
-    ("collective", "busbw", 0.001, 1 << 20, {"op": "alltoall", "node": True}),
+    ("collective", "busbw", 0.001, 1 << 20, {"op": "alltoall", "comm": "node"}),
+    ("collective", "busbw", 0.001, 1 << 20, {"op": "allreduce", "comm": "world"}),
     ("incast", "loaded_latency_p99", 5.0, 8, {}),
     ("rdma_write", "pingpong_latency_p50", 5.0, 8, {}),
 ])
@@ -61,11 +62,32 @@ def test_one_value_and_a_frame_are_judged_alike(suite, name, value, size, when):
     frame = pd.DataFrame({"suite": [suite], "metric": [name], "value": [value], "size": [size],
                           "unit": [catalog.metric(suite, name, **when).unit], "detail": [None], "iteration": [0],
                           "threshold": [np.nan], "op": [when.get("op")],
-                          "scope": ["node" if when.get("node") else "world"]})
+                          "scope": [when.get("comm", "world")]})
     judged = judge.judge_records(frame, profile)
     thresholds, codes = judged.threshold, judged.verdict
     assert judge.VERDICTS[codes[0]] == verdict
     assert (threshold is None and np.isnan(thresholds[0])) or thresholds[0] == pytest.approx(threshold)
+
+
+def test_the_world_all_reduce_bound_scales_with_the_nics_of_a_node():
+    """One NIC's figure for a rail communicator (one NIC per rank); per NIC x topology.rails for the
+    world's all-reduce (every NIC of a node at once); the world's all-to-all cannot aggregate NICs."""
+    h100 = load_profile("h100-ndr400")
+    gib = 1 << 30
+    assert judge.one("collective", "busbw", 40.0, h100, gib, op="allreduce", comm="rail") == (
+        pytest.approx(41.4), "fail")
+    assert judge.one("collective", "busbw", 300.0, h100, gib, op="allreduce", comm="world") == (
+        pytest.approx(8 * 37.2), "pass")
+    assert judge.one("collective", "busbw", 250.0, h100, gib, op="allreduce", comm="world")[1] == "fail"
+    assert judge.one("collective", "busbw", 45.0, h100, gib, op="alltoall", comm="world") == (
+        pytest.approx(41.4), "pass")
+    frame = pd.DataFrame({"suite": ["collective"] * 3, "metric": ["busbw"] * 3, "value": [250.0, 250.0, 40.0],
+                          "size": [gib] * 3, "unit": ["GB/s"] * 3, "detail": [None] * 3, "iteration": [0] * 3,
+                          "threshold": [np.nan] * 3, "op": ["allreduce", "alltoall", "allreduce"],
+                          "scope": ["world", "world", "rail"]})
+    judged = judge.judge_records(frame, h100)
+    assert list(judged.threshold) == pytest.approx([8 * 37.2, 41.4, 41.4])
+    assert [judge.VERDICTS[c] for c in judged.verdict] == ["fail", "pass", "fail"]
 
 
 def test_the_line_rate_floor_applies_while_recording_too(tmp_path):

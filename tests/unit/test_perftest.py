@@ -566,16 +566,18 @@ def test_suite_skip_reasons(monkeypatch):
     why = suite_module()._skip_reason
     monkeypatch.delenv(perftest.ENV_DIR, raising=False)
     two = ["node1", "node2"]
-    assert why([fact("node1")], ["node1"], 0) == "the perftest cross-check needs at least 2 nodes; this run has 1"
-    assert why([fact("node1"), fact("node2", missing=["ib_write_lat"])], two, 0) == (
+    assert why([fact("node1")], ["node1"], {0}) == "the perftest cross-check needs at least 2 nodes; this run has 1"
+    assert why([fact("node1"), fact("node2", missing=["ib_write_lat"])], two, {0}) == (
         "perftest not on PATH on node2: install perftest (no ib_write_lat)")
-    assert why([fact("node1", devices=(), device=None), fact("node2", devices=(), device=None)], two, 0) == (
+    assert why([fact("node1", devices=(), device=None), fact("node2", devices=(), device=None)], two, {0}) == (
         "no RDMA device on node1, node2 (nothing under /sys/class/infiniband): perftest needs one on every node")
     # 2 ranks per node, 1 NIC per node: rail 1 has no device (rail 0 runs).
     facts = [fact("node1"), fact("node1", rail=1, device=None), fact("node2"), fact("node2", rail=1, device=None)]
-    assert why(facts, two, 0) is None
-    assert why(facts, two, 1) == ("no RDMA device for rail 1 on node1, node2: map devices to rails with "
+    assert why(facts, two, {0}) is None
+    assert why(facts, two, {1}) == ("no RDMA device for rail 1 on node1, node2: map devices to rails with "
                                   "topology.nic_rails")
+    # Every rail at once: rail 1's missing device skips the test for every rank.
+    assert why(facts, two, {0, 1}) == why(facts, two, {1})
 
 
 # ---- where the client dials: the server's rail address ---------------------------------------
