@@ -28,6 +28,7 @@ class Finding(TypedDict):
     switch: str | None       # scope switch: the leaf or spine; scope uplink: the leaf whose uplink it is
     uplinks: list[dict]      # scope uplink: the cables named (leaf, spine, leaf_port, spine_port; ports where known)
     alternatives: list[dict]  # explanations the measured pairs cannot tell from this one: {scope, switch, node, rail}
+    transient: bool          # a screening suspect that did not reproduce when measured again: a warning, never drained
 
 
 def clean_value(x):
@@ -51,11 +52,12 @@ def _text(x) -> str | None:
 def make_finding(*, severity: str, scope: str, metric: str | None, message: str, kind: str,
                  evidence=(), node: str | None = None, rail=None, peer: str | None = None, value=None,
                  expected=None, unit=None, size=None, bound=None, basis=None, suite=None, switch=None,
-                 uplinks=(), alternatives=()) -> Finding:
+                 uplinks=(), alternatives=(), transient: bool = False) -> Finding:
     """One finding, every field named."""
     size = clean_value(size)
     return Finding(severity=severity, scope=scope, node=node, rail=None if rail is None else int(rail), peer=peer,
                    suite=_text(suite), metric=metric, value=clean_value(value), expected=clean_value(expected),
                    evidence=list(evidence), message=message, kind=kind, unit=_text(unit),
                    size=None if size is None else int(size), bound=_text(bound), basis=_text(basis),
-                   switch=switch, uplinks=[dict(u) for u in uplinks], alternatives=[dict(a) for a in alternatives])
+                   switch=switch, uplinks=[dict(u) for u in uplinks], alternatives=[dict(a) for a in alternatives],
+                   transient=bool(transient))

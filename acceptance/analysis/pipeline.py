@@ -12,6 +12,7 @@ from ..spec.fabric import Fabric
 from ..spec.switches import fabric_for
 from ..spec.profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
+from .confirmed import supersede
 from .model import Analysis
 from .evaluate import evaluate
 from .detectors import DETECTORS, Context
@@ -43,8 +44,9 @@ def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None,
           fabric: Fabric | None = None) -> list[dict]:
     if ev.empty:
         return []
+    ev, transient = supersede(ev, profile)  # a confirmation replaces its screening (analysis.confirmed)
     ctx = Context.of(ev, profile, deltas, fabric)
-    return _sort([f for detect in DETECTORS for f in detect(ctx)])
+    return _sort([f for detect in DETECTORS for f in detect(ctx)] + transient)
 
 
 def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = None,

@@ -17,10 +17,11 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from ..spec import judge
+from ..spec import catalog, judge
 from ..runtime import pulse
 from ..spec.profile import Profile
-from ..runtime.schedule import schedule
+from ..runtime.schedule import parse_pattern, schedule
+from . import confirm
 from ..runtime.topology import Topology
 from ..measure.stats import iteration_time, percentiles
 from ..measure.sweep import sweep_from_profile
@@ -47,13 +48,16 @@ class RailPairs:
         self.world_ranks = [r for r, _ in members]
         self.nodes = [n for _, n in members]
         self.rounds = schedule(len(members), pattern)
+        # A screening pattern covers each node K times; its suspects are then confirmed (drivers.confirm).
+        self.screening = parse_pattern(pattern)[0] == "screen"
 
-    def pairs(self):
-        """Yield (pair communicator, low, high) for each round this rank takes part in.
+    def pairs(self, rounds: list[list[tuple[int, int]]] | None = None):
+        """Yield (pair communicator, low, high) for each round (default: the schedule's) this rank takes
+        part in.
 
         Collective over the rail communicator; a rank with a bye gets no pair that round.
         """
-        for pairs in self.rounds:
+        for pairs in self.rounds if rounds is None else rounds:
             # A rank with a bye (or done early) waits here, asleep, rather than spinning in Split.
             pulse.wait(self.comm)
             color, key = MPI.UNDEFINED, 0
@@ -70,7 +74,8 @@ class RailPairs:
             self.progress()
 
     def each_link(self, engine, size: int, memory: str, problems: list[str], record: Callable,
-                  profile: Profile, suite: str, metric: str, op: str, body: Callable, slot_bytes: int = 0) -> None:
+                  profile: Profile, suite: str, metric: str, op: str, body: Callable, slot_bytes: int = 0,
+                  rounds: list[list[tuple[int, int]]] | None = None, phase: str | None = None) -> None:
         """body(link, low, high) for each pair of this rank, on an engine link freed afterwards.
 
         A link that fails (cannot connect, completions time out, the peer's side broke) fails its
@@ -78,7 +83,7 @@ class RailPairs:
         unmeasured (value null, judged a fail) and named in `problems`, and the schedule goes on, so
         no rank of a later round waits for these two.
         """
-        for comm, low, high in self.pairs():
+        for comm, low, high in self.pairs(rounds):
             link = None
             self.started = utc_now()
             try:
@@ -93,7 +98,7 @@ class RailPairs:
                 if self.index == low:
                     judge.record(record, profile, suite, metric, None, missing="fail", rail=self.rail, nodes=nodes,
                                  ranks=ranks, engine=engine.NAME, memory=memory, op=op, samples=0,
-                                 detail=f"not measured: {why}", start=self.started)
+                                 detail=f"not measured: {why}", start=self.started, phase=phase)
             finally:
                 if link is not None:
                     link.free()
@@ -122,6 +127,9 @@ class PairwiseDriver:
         self.rail = rail
         self.policy = Policy.from_profile(profile)
         self.problems: list[str] = []
+        self.phase: str | None = "screen" if self.rp.active and self.rp.screening else None
+        self.headlines: list[confirm.Headline] = []  # what this rank timed, for the suspects
+        self.suspected: list[str] = []  # bounds failed in screening: problems only once confirmed
 
     def link_size(self) -> int:
         raise NotImplementedError
@@ -133,16 +141,42 @@ class PairwiseDriver:
         raise NotImplementedError
 
     def run(self) -> list[str]:
-        if self.rp.active:
-            self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
-                              self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes())
+        if not self.rp.active:
+            return self.problems
+        self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
+                          self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
+                          phase=self.phase)
+        if self.phase == "screen":
+            self.confirm()
         return self.problems
+
+    def confirm(self) -> None:
+        """Measure the screening's suspects again, alone on the rail and against partners that screened
+        clean; only what fails then is a problem (analysis tells the rest apart as transient)."""
+        gathered = [h for mine in self.rp.comm.allgather(self.headlines) for h in mine]
+        higher = {h.metric: catalog.direction(self.suite, h.metric) is not False for h in gathered}
+        suspect = confirm.suspects(gathered, higher, self.profile.get("analysis.outlier_min_deviation"))
+        rounds = confirm.rounds_of(confirm.confirmation_pairs(suspect, len(self.rp.nodes), seed=self.rail))
+        self.phase, self.headlines = "confirm", []
+        self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
+                          self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
+                          rounds=rounds, phase="confirm")
+
+    def headline(self, low: int, high: int, origin: int, metric: str, value: float, failed: bool) -> None:
+        """A value this rank timed, for the screening's suspects (the largest size of a sweep, a p50),
+        and whether any bound of that direction failed."""
+        src, dst, _, _ = self.rp.direction(low, high, origin)
+        self.headlines.append(confirm.Headline(src, dst, metric, float(value), failed))
+
+    def bound_failed(self, message: str) -> None:
+        """A bound failed: a problem, except in screening, where it is a suspect until confirmed."""
+        (self.suspected if self.phase == "screen" else self.problems).append(message)
 
     def direction(self, low: int, high: int, origin: int) -> tuple[list[str], list[int], dict]:
         """([src node, dst node], [src rank, dst rank], the fields every record of that direction carries)."""
         _, _, nodes, ranks = self.rp.direction(low, high, origin)
         return nodes, ranks, dict(rail=self.rail, nodes=nodes, ranks=ranks, engine=self.engine.NAME,
-                                  memory=self.memory, op=self.op, start=self.rp.started)
+                                  memory=self.memory, op=self.op, start=self.rp.started, phase=self.phase)
 
     def judged(self, metric: str, value, **fields) -> tuple[float | None, str]:
         return judge.record(self.record, self.profile, self.suite, metric, value, **fields)
@@ -204,6 +238,7 @@ class Bandwidth(PairwiseDriver):
         for origin in (0, 1):
             nodes, _, common = self.direction(low, high, origin)
             where = f"{nodes[0]} -> {nodes[1]} rail {self.rail}"
+            failed, top = False, None
             for i, size in enumerate(sweep.sizes):
                 if (origin, i) in checked:
                     self.checked(self.errors_metric, checked[origin, i], self.noun, f"{where}, size {size} B",
@@ -212,9 +247,12 @@ class Bandwidth(PairwiseDriver):
                     continue
                 value, iters = best[origin, i]
                 bound, verdict = self.judged(self.metric, value, samples=iters, size=size, **common)
+                failed, top = failed or verdict == "fail", value
                 if verdict == "fail":
-                    self.problems.append(f"{where}, size {size} B: {self.op} bandwidth {value:.3f} Gbit/s "
-                                         f"< bound {bound:g} Gbit/s")
+                    self.bound_failed(f"{where}, size {size} B: {self.op} bandwidth {value:.3f} Gbit/s "
+                                      f"< bound {bound:g} Gbit/s")
+            if top is not None:  # the largest size timed: the rate a fault shows in
+                self.headline(low, high, origin, self.metric, top, failed)
 
 
 def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
@@ -278,13 +316,16 @@ class Latency(PairwiseDriver):
             if got.times_ns is None:
                 continue  # the side that did not time this direction
             stats = percentiles(us(got.times_ns))
+            failed = False
             for field, metric in LATENCY_METRICS:
                 value = getattr(stats, field)
                 bound, verdict = self.judged(self.prefix + metric, value, samples=stats.samples,
                                              detail=stats.note(field) if field != "max" else None, **common)
+                failed = failed or verdict == "fail"
                 if verdict == "fail":
-                    self.problems.append(f"{where}: {self.what} latency {field} {value:.2f} us > bound "
-                                         f"{bound:g} us ({stats.samples} samples)")
+                    self.bound_failed(f"{where}: {self.what} latency {field} {value:.2f} us > bound "
+                                      f"{bound:g} us ({stats.samples} samples)")
+            self.headline(low, high, origin, self.metric, stats.p50, failed)
             if pingpong is not None:
                 pp = percentiles(us(pingpong))
                 for field, metric in LATENCY_METRICS:

@@ -31,8 +31,12 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
 # cap, "during" or "before" the window. Analysis reads these fields, never the test id or the detail.
 # start: when the measurement a record summarizes began (UTC ISO, as `time`, which is when it ended),
 # so a run shows which measurements ran at the same time (every rail at once).
+# phase: a screened pairwise suite's "screen" (the K rounds every node takes part in) or "confirm" (a
+# suspect measured again, alone, and against partners that screened clean); absent where every pair
+# was measured (all-pairs).
 OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
-                 "saturated", "start")
+                 "saturated", "start", "phase")
+PHASES = ("screen", "confirm")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
 # test id and the detail, for such folders only. 3: retransmission counters judged per million packets
@@ -102,7 +106,8 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 ops: int | None = None, ops_failed: int | None = None,
                 ops_missing: int | None = None, op: str | None = None, scope: str | None = None,
                 device: str | None = None, port: int | None = None,
-                saturated: str | None = None, start: str | None = None) -> dict[str, Any]:
+                saturated: str | None = None, start: str | None = None,
+                phase: str | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -144,7 +149,11 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
         rec["port"] = int(port)
     if saturated is not None:
         rec["saturated"] = saturated
-    if start is not None:
+    if phase is not None:
+        if phase not in PHASES:
+            raise RecordError(f"phase must be one of {PHASES} or None, got {phase!r}")
+        rec["phase"] = phase
+    if start is not None:  # last: analysis.load reads every field before it and skips this one
         rec["start"] = str(start)
     return rec
 

@@ -1,0 +1,82 @@
+"""Confirmation after screening: which pairs of a rail to measure again, and in which rounds.
+
+Screening (a pattern of K rounds, runtime.schedule) measures every node K times, beside every other
+pair of its round and every other rail: a pair can be slow there because of congestion that a
+training step would also see, or because of a fault. Each rank of the rail contributes the headline
+values it timed (Headline); every rank then computes the same suspects and the same confirmation
+rounds from the gathered list, so no rank decides alone and nothing is sent twice.
+
+A suspect is a pair-direction that failed its bound, or is `deviation` (analysis.outlier_min_deviation)
+worse than the rail's median for its metric. Each suspect pair is measured again, and each of its
+ends against a partner that screened clean (a different one per end where the rail has enough), so a
+slow NIC shows with partners that are known to be good, a slow link only with its own partner, and a
+pair that was merely congested does not reproduce. Confirmation pairs run in rounds of disjoint
+pairs, after the screening, with no screening traffic left on the rail.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One timed pair-direction of the screening: rail indices, the metric, its value, failed its bound."""
+    src: int
+    dst: int
+    metric: str
+    value: float
+    failed: bool
+
+
+def suspects(values: list[Headline], higher: dict[str, bool], deviation: float) -> list[tuple[int, int]]:
+    """Undirected suspect pairs (low, high), sorted: any direction failed, or is `deviation` worse than
+    the median of its metric over the rail (at least 3 values; fewer: only a failed bound counts)."""
+    out: set[tuple[int, int]] = set()
+    by_metric: dict[str, list[Headline]] = {}
+    for h in values:
+        by_metric.setdefault(h.metric, []).append(h)
+    for metric, hs in by_metric.items():
+        vals = np.array([h.value for h in hs], dtype=float)
+        median = float(np.median(vals)) if len(vals) >= 3 else float("nan")
+        up = higher.get(metric, True)
+        for h, v in zip(hs, vals):
+            slow = median > 0 and ((v < (1 - deviation) * median) if up else (v > (1 + deviation) * median))
+            if h.failed or slow:
+                out.add((min(h.src, h.dst), max(h.src, h.dst)))
+    return sorted(out)
+
+
+def confirmation_pairs(suspect_pairs: list[tuple[int, int]], members: int, seed: int = 0) -> list[tuple[int, int]]:
+    """The pairs to measure again: every suspect pair, and each suspect end against a clean partner
+    (one on no suspect pair; chosen by a seeded draw, so every rank draws the same)."""
+    involved = {x for pair in suspect_pairs for x in pair}
+    clean = [x for x in range(members) if x not in involved]
+    rng = random.Random(seed)
+    rng.shuffle(clean)
+    out: list[tuple[int, int]] = list(suspect_pairs)
+    if not clean:
+        return out
+    for i, x in enumerate(sorted(involved)):
+        g = clean[i % len(clean)]
+        out.append((min(x, g), max(x, g)))
+    return list(dict.fromkeys(out))  # once each, in order
+
+
+def rounds_of(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """Pairs packed greedily into rounds of disjoint pairs (no node twice in a round), in order."""
+    rounds: list[list[tuple[int, int]]] = []
+    busy: list[set[int]] = []
+    for a, b in pairs:
+        for r, used in enumerate(busy):
+            if a not in used and b not in used:
+                rounds[r].append((a, b))
+                used.update((a, b))
+                break
+        else:
+            rounds.append([(a, b)])
+            busy.append({a, b})
+    return rounds

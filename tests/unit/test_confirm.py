@@ -1,0 +1,81 @@
+"""Screening, then confirmation: the suspects and their rounds (drivers.confirm), and a confirmation
+superseding its screening in analysis (analysis.confirmed)."""
+
+import pandas as pd
+
+from acceptance.analysis.confirmed import supersede
+from acceptance.analysis.pipeline import find
+from acceptance.drivers.confirm import Headline, confirmation_pairs, rounds_of, suspects
+from acceptance.spec.profile import load_profile
+
+
+def test_suspects_are_failed_bounds_and_pairs_well_off_their_rails_median():
+    hs = [Headline(0, 1, "bandwidth", 100.0, False), Headline(1, 0, "bandwidth", 99.0, False),
+          Headline(2, 3, "bandwidth", 101.0, False), Headline(3, 2, "bandwidth", 85.0, False),  # 15% slow
+          Headline(4, 5, "bandwidth", 100.0, True),                                              # failed a bound
+          Headline(0, 1, "latency_p50", 2.0, False), Headline(2, 3, "latency_p50", 2.0, False),
+          Headline(4, 5, "latency_p50", 2.1, False), Headline(5, 4, "latency_p50", 3.0, False)]  # 45% slow
+    assert suspects(hs, {"bandwidth": True, "latency_p50": False}, 0.10) == [(2, 3), (4, 5)]
+    # Too few values for a median: only a failed bound makes a suspect.
+    assert suspects(hs[:2], {"bandwidth": True}, 0.10) == []
+
+
+def test_each_suspect_end_meets_a_clean_partner_and_rounds_are_disjoint():
+    pairs = confirmation_pairs([(2, 3)], 8, seed=1)
+    assert pairs[0] == (2, 3) and len(pairs) == 3
+    partners = {x: [b if a == x else a for a, b in pairs[1:] if x in (a, b)] for x in (2, 3)}
+    assert all(len(p) == 1 and p[0] not in (2, 3) for p in partners.values())
+    assert partners[2] != partners[3]  # a different clean partner for each end
+    assert confirmation_pairs([(2, 3)], 8, seed=1) == pairs  # every rank draws the same
+    rounds = rounds_of(pairs)
+    assert sorted(p for r in rounds for p in r) == sorted(pairs)
+    for r in rounds:
+        ends = [x for p in r for x in p]
+        assert len(ends) == len(set(ends))
+    assert confirmation_pairs([(0, 1)], 2) == [(0, 1)]  # nobody screened clean: the pair alone
+
+
+def _records(screen: dict, again: dict) -> pd.DataFrame:
+    rows = []
+    for phase, values in (("screen", screen), ("confirm", again)):
+        for (s, d), v in values.items():
+            rows.append({"test": "t", "suite": "rdma_write", "metric": "bandwidth", "value": v, "unit": "Gbit/s",
+                         "size": 8388608, "rail": 0, "nodes": (s, d), "src": s, "dst": d, "engine": "mpi",
+                         "memory": "host", "iteration": 0, "samples": 10, "threshold": None, "verdict": "info",
+                         "op": "write", "phase": phase})
+    df = pd.DataFrame(rows)
+    for c in ("test", "suite", "metric", "unit", "engine", "memory", "verdict", "op", "phase", "src", "dst"):
+        df[c] = df[c].astype("category")
+    return df
+
+
+def test_a_confirmation_supersedes_its_screening_and_a_suspect_that_did_not_reproduce_is_transient():
+    names = [f"node{i}" for i in range(1, 9)]
+    screen = {(a, b): 395.0 for i, a in enumerate(names) for b in names[i + 1:i + 2]}
+    screen |= {(b, a): 395.0 for (a, b) in list(screen)}
+    screen[("node3", "node4")] = 300.0   # congested in screening only
+    screen[("node5", "node6")] = 200.0   # a real fault
+    again = {("node3", "node4"): 390.0, ("node5", "node6"): 201.0}
+    df = _records(screen, again)
+    profile = load_profile("h100-ndr400")  # outlier_min_deviation 10%
+    kept, transient = supersede(df, profile)
+    assert len(kept) == len(df) - 2  # the two screen rows replaced by their confirmations
+    assert set(kept.loc[kept["phase"] == "confirm", "value"]) == {390.0, 201.0}
+    assert [(f["scope"], f["node"], f["peer"], f["severity"], f["transient"]) for f in transient] == [
+        ("link", "node3", "node4", "warn", True)]
+    assert "transient" in transient[0]["message"] and "nothing to drain" in transient[0]["message"]
+    # Through the whole analysis: the transient link is a warning, never failing.
+    findings = find(df, profile)
+    assert [f for f in findings if f.get("transient")] == transient
+    assert not any(f["severity"] == "fail" and {f["node"], f["peer"]} == {"node3", "node4"} for f in findings)
+    # The fault reproduced: it fails on its confirmation (201 Gbit/s < the 360 Gbit/s bound).
+    assert any(f["severity"] == "fail" and {f["node"], f["peer"]} <= {"node5", "node6"} and f["value"] == 201.0
+               for f in findings), findings
+
+
+def test_records_without_phases_are_left_alone():
+    df = _records({("node1", "node2"): 1.0}, {})
+    bare = df.drop(columns="phase")
+    assert supersede(bare, load_profile("fleet"))[0] is bare
+    kept, transient = supersede(df, load_profile("fleet"))
+    assert kept is df and transient == []
