@@ -78,7 +78,7 @@ def cmd_report(args) -> int:
     finally:
         if store is not None:
             store.close()
-    print(summary(analysis, report))
+    print(summary(analysis, report, folder))
     if args.prometheus:
         from ..export.prometheus import write
         check = _history_check(folder, (analysis.run or {}).get("run_id"))

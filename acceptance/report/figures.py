@@ -2,8 +2,9 @@
 
 Each function takes small, already aggregated numpy arrays or frames and returns
 ``{"uri": "data:image/png;base64,...", "alt": ...}``. Node x node heatmaps are
-drawn with imshow; above MAX_CELLS nodes a pixel is the worst value of a block of
-nodes, so one bad link among 1,024 nodes stays visible and the image stays small.
+drawn with imshow for the few nodes where a cell per link can be seen; larger fleets get a
+node strip (rails x nodes, one cell per NIC), where a column is the worst of a block of
+nodes only above STRIP_BAND x STRIP_BANDS nodes, so one slow NIC among 16,000 stays visible.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 from ..spec.profile import format_size
 
 DPI = 100
-MAX_CELLS = 256        # heatmap cells per axis before block pooling
+STRIP_BAND = 256       # node columns per band of a node strip (bands stacked top to bottom)
+STRIP_BANDS = 8        # bands at most; beyond, a column is the worst of a block of nodes
 ANNOTATE_MAX = 16      # per-cell values written up to this many nodes (never above ~32)
 MAX_TICKS = 32         # tick labels per axis at most
 RAIL_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -80,29 +82,12 @@ def _threshold_step(ax, threshold) -> None:
     ax.step(x, y, where="post", color=THRESHOLD_COLOR, linestyle="--", linewidth=1.2, label="threshold")
 
 
-def _pool(matrix: np.ndarray, k: int, worst) -> np.ndarray:
-    """Blocks of k x k cells -> their worst finite value (NaN when the block has none)."""
-    n = matrix.shape[0]
-    m = math.ceil(n / k)
-    padded = np.full((m * k, m * k), np.nan)
-    padded[:n, :n] = matrix
-    blocks = padded.reshape(m, k, m, k).transpose(0, 2, 1, 3).reshape(m, m, k * k)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks
-        return worst(blocks, axis=2)
-
-
 def heatmap(matrix: np.ndarray, failed: np.ndarray, nodes: list[str], *, title: str, unit: str,
             higher_better: bool, alt: str) -> dict:
-    """src (rows) x dst (columns) heatmap; failed cells framed in red; grey = not measured."""
+    """src (rows) x dst (columns) heatmap of a few nodes (the report draws it up to 64); failed cells
+    framed in red; grey = not measured."""
     n = len(nodes)
-    k = max(1, math.ceil(n / MAX_CELLS))
-    if k > 1:
-        shown = _pool(matrix, k, np.nanmin if higher_better else np.nanmax)
-        fail_shown = _pool(failed.astype(float), k, np.nanmax) > 0
-    else:
-        shown, fail_shown = matrix, failed
-    cells = shown.shape[0]
+    shown, cells = matrix, n
     annotate = n <= ANNOTATE_MAX
     side = 3.6 if n <= 4 else 4.6 if n <= 12 else 5.6 if n <= 24 else 6.6
     fig = new_figure(side + 1.2, side)
@@ -128,11 +113,11 @@ def heatmap(matrix: np.ndarray, failed: np.ndarray, nodes: list[str], *, title: 
     bar = fig.colorbar(image, ax=ax, shrink=0.85, pad=0.02)
     bar.set_label(unit)
     ax.set_title(title)
-    ax.set_xlabel("destination node" + (f" (a pixel = worst of {k} x {k} nodes)" if k > 1 else ""))
+    ax.set_xlabel("destination node")
     ax.set_ylabel("source node")
     step = max(1, math.ceil(cells / MAX_TICKS))
     ticks = list(range(0, cells, step))
-    labels = [nodes[i * k] for i in ticks]
+    labels = [nodes[i] for i in ticks]
     ax.set_xticks(ticks, labels, rotation=90 if cells > 4 else 0)
     ax.set_yticks(ticks, labels)
     ax.tick_params(length=2)
@@ -143,15 +128,72 @@ def heatmap(matrix: np.ndarray, failed: np.ndarray, nodes: list[str], *, title: 
         for i, j in zip(*np.nonzero(np.isfinite(shown))):
             ax.text(j, i, f"{shown[i, j]:.3g}", ha="center", va="center", fontsize=font,
                     color="black" if luminance[i, j] > 0.5 else "white")
-    fail_i, fail_j = np.nonzero(fail_shown)
-    if fail_i.size:
-        if cells <= 64:  # a red frame around the cell
-            cell_points = side * 0.75 * 72 / cells
-            ax.scatter(fail_j, fail_i, marker="s", s=(cell_points * 0.92) ** 2, facecolors="none",
-                       edgecolors="#ff1744", linewidths=1.6)
-        else:  # cells of a pixel or two: a ring that can be seen
-            ax.scatter(fail_j, fail_i, marker="o", s=90, facecolors="none", edgecolors="#ff1744", linewidths=1.4,
-                       clip_on=False)
+    fail_i, fail_j = np.nonzero(failed)
+    if fail_i.size:  # a red frame around the cell
+        cell_points = side * 0.75 * 72 / n
+        ax.scatter(fail_j, fail_i, marker="s", s=(cell_points * 0.92) ** 2, facecolors="none",
+                   edgecolors="#ff1744", linewidths=1.6)
+    return _figure(fig, alt)
+
+
+def _pool_columns(values: np.ndarray, k: int, worst) -> np.ndarray:
+    """rows x n -> rows x ceil(n / k): each block of k columns as its worst finite value (NaN when none)."""
+    rows, n = values.shape
+    m = math.ceil(n / k)
+    padded = np.full((rows, m * k), np.nan)
+    padded[:, :n] = values
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN blocks
+        return worst(padded.reshape(rows, m, k), axis=2)
+
+
+def node_strip(values: np.ndarray, marks: np.ndarray, nodes: list[str], rails: list[str], *, title: str,
+               higher_better: bool, alt: str) -> dict:
+    """rails (rows) x nodes (columns) of values relative to their rail's median (1.0 = typical), cut
+    into bands of STRIP_BAND columns stacked top to bottom, so a node reads as a column through
+    every rail, a rail plane as a row, a leaf of consecutive nodes as a block. marks (same shape):
+    0 none, 1 warn, 2 fail: an amber or red ring. Grey: no measurement. Above STRIP_BAND x
+    STRIP_BANDS nodes a column is the worst of a block of k nodes (the ticks name its first node)."""
+    n, r = len(nodes), len(rails)
+    k = max(1, math.ceil(n / (STRIP_BAND * STRIP_BANDS)))
+    if k > 1:
+        values = _pool_columns(values, k, np.nanmin if higher_better else np.nanmax)
+        marks = np.nan_to_num(_pool_columns(marks.astype(float), k, np.nanmax)).astype(int)
+    cols = values.shape[1]
+    width = min(STRIP_BAND, cols)
+    bands = math.ceil(cols / width)
+    band_h = 0.42 + 0.14 * min(r, 16)
+    fig = new_figure(11.6, 0.5 + bands * band_h)
+    axes = fig.subplots(bands, 1, squeeze=False)[:, 0]
+    cmap = colormaps["viridis" if higher_better else "viridis_r"].with_extremes(bad="#e6e6e6")
+    finite = values[np.isfinite(values)]
+    # The scale reaches at least half the median (twice for latency), as the matrices' does: noise
+    # of a few percent stays one colour, a slow NIC stands out.
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (1.0, 1.0)
+    vmin, vmax = (min(lo, 0.5), max(hi, 1.0)) if higher_better else (min(lo, 1.0), max(hi, 2.0))
+    norm = Normalize(vmin=vmin, vmax=vmax)
+    ystep = max(1, math.ceil(r / 8))
+    image = None
+    for b, ax in enumerate(axes):
+        block = np.full((r, width), np.nan)
+        part = values[:, b * width:(b + 1) * width]
+        block[:, :part.shape[1]] = part
+        image = ax.imshow(np.ma.masked_invalid(block), cmap=cmap, norm=norm, interpolation="nearest",
+                          aspect="auto", origin="upper")
+        ax.set_yticks(range(0, r, ystep), rails[::ystep])
+        xt = [c for c in range(0, part.shape[1], 32)]
+        ax.set_xticks(xt, [nodes[(b * width + c) * k] for c in xt], fontsize=7)
+        ax.tick_params(length=2, pad=1)
+        ax.set_ylabel("rail", labelpad=1)
+        band_marks = marks[:, b * width:(b + 1) * width]
+        for level, color in ((1, WARN_COLOR), (2, "#ff1744")):
+            yi, xi = np.nonzero(band_marks == level)
+            if yi.size:
+                ax.scatter(xi, yi, marker="o", s=28, facecolors="none", edgecolors=color, linewidths=1.2,
+                           clip_on=False)
+    axes[0].set_title(title)
+    bar = fig.colorbar(image, ax=list(axes), shrink=0.9, pad=0.01, aspect=30)
+    bar.set_label("× the rail's median")
     return _figure(fig, alt)
 
 

@@ -16,7 +16,7 @@ from ..history.checked import CHECK_FILE, SHOWN_KINDS, check_problem, read_check
 from ..records.results import InputError
 from ..spec import catalog
 from ..runtime.overrides import describe as describe_overrides
-from . import figures
+from . import digest, figures
 from .data import (
     collective_labels,
     compress_hosts,
@@ -32,7 +32,8 @@ from .data import (
 )
 
 MAX_ROWS = 50          # rows of a capped table
-MAX_FINDINGS = 100     # findings shown
+MAX_FINDINGS = 50      # confirmed failing findings shown, worst first
+MAX_FOLDED = 50        # warnings, and transients, listed in their folded tables
 MAX_EVIDENCE = 25      # evidence lines per finding
 SEVERITY_ORDER = {"fail": 0, "warn": 1}
 # Point-to-point latency metrics the report plots, in the catalog's order, and their short labels.
@@ -84,12 +85,16 @@ def summary(analysis, recs: pd.DataFrame, run_dir: Path) -> dict:
     profile = getattr(analysis.profile, "name", None) or (run.get("profile") or {}).get("name")
     complete = run.get("complete")
     missing = run.get("missing_ranks") or []
+    parts = digest.split(findings)
     return {
         "verdict": analysis.verdict,
         "verdict_why": analysis.verdict_why,
         "verdict_code": analysis.exit_code,
-        "n_fail": sum(1 for f in findings if f.get("severity") == "fail"),
-        "n_warn": sum(1 for f in findings if f.get("severity") == "warn"),
+        "n_fail": len(parts["confirmed"]),
+        "n_warn": len(parts["warnings"]),
+        "n_transient": len(parts["transient"]),
+        "shape": digest.run_shape(run),
+        "power": power(analysis),
         "run_id": fmt_text(run.get("run_id") or run_dir.name),
         "start": fmt_text(run.get("start")),
         "end": fmt_text(run.get("end")),
@@ -125,34 +130,90 @@ def _value_with_unit(value, unit):
     return str(value)
 
 
-def findings(analysis, units: dict) -> dict:
-    items = list(enumerate(analysis.findings or []))
-    items.sort(key=lambda t: (SEVERITY_ORDER.get(t[1].get("severity"), 2), t[0]))
-    rows = []
-    for _, f in items[:MAX_FINDINGS]:
-        unit = f.get("unit") or units.get(f.get("metric"))
-        metric = fmt_text(f.get("metric"))
-        if not is_missing(f.get("size")) and f.get("size") != "":
-            metric += f" at {fmt_size(f.get('size'))}"
-        evidence = [str(e) for e in (f.get("evidence") or [])]
-        shown = evidence[:MAX_EVIDENCE]
-        rows.append({
-            "severity": fmt_text(f.get("severity")),
-            "severity_class": f.get("severity") if f.get("severity") in ("fail", "warn") else "other",
-            "scope": fmt_text(f.get("scope")),
-            "node": fmt_text(f.get("node")),
-            "rail": fmt_int(f.get("rail")),
-            "peer": fmt_text(f.get("peer")),
-            "metric": metric,
-            "kind": fmt_text(f.get("kind")) if f.get("kind") else "",
-            "value": _value_with_unit(f.get("value"), unit),
-            "expected": _value_with_unit(f.get("expected"), unit),
-            "message": fmt_text(f.get("message")),
-            "evidence": shown,
-            "evidence_more": _more(len(evidence), len(shown), "findings.json"),
-        })
-    return {"rows": rows, "total": len(items), "more": _more(len(items), len(rows), "findings.json"),
+def _finding_row(f: dict, units: dict) -> dict:
+    unit = f.get("unit") or units.get(f.get("metric"))
+    metric = fmt_text(f.get("metric"))
+    if not is_missing(f.get("size")) and f.get("size") != "":
+        metric += f" at {fmt_size(f.get('size'))}"
+    evidence = [str(e) for e in (f.get("evidence") or [])]
+    shown = evidence[:MAX_EVIDENCE]
+    return {
+        "severity": fmt_text(f.get("severity")),
+        "severity_class": f.get("severity") if f.get("severity") in ("fail", "warn") else "other",
+        "scope": fmt_text(f.get("scope")),
+        "node": fmt_text(f.get("node")),
+        "rail": fmt_int(f.get("rail")),
+        "peer": fmt_text(f.get("peer")),
+        "metric": metric,
+        "kind": fmt_text(f.get("kind")) if f.get("kind") else "",
+        "value": _value_with_unit(f.get("value"), unit),
+        "expected": _value_with_unit(f.get("expected"), unit),
+        "message": fmt_text(f.get("message")),
+        "evidence": shown,
+        "evidence_more": _more(len(evidence), len(shown), "findings.json"),
+    }
+
+
+def _count_cell(c: dict) -> dict:
+    return {"fail": c["fail"], "warn": c["warn"],
+            "cls": "fail" if c["fail"] else "warn" if c["warn"] else "none"}
+
+
+def finding_counts(findings_: list[dict], rails=()) -> dict:
+    """The findings by scope (rows, widest first) and rail (columns), fail and warn apart; transients in
+    a row of their own (they are neither)."""
+    c = digest.counts(findings_, rails)
+    return {"rails": [digest.rail_label(r) for r in c["rails"]],
+            "rows": [{"scope": s, "cells": [_count_cell(c["cells"][(s, r)]) for r in c["rails"]],
+                      "total": _count_cell(c["scope_totals"][s])} for s in c["scopes"]],
+            "totals": [_count_cell(c["rail_totals"][r]) for r in c["rails"]], "total": _count_cell(c["total"]),
+            "transient": [c["transient"][r] for r in c["rails"]], "transient_total": c["transient_total"]}
+
+
+def findings(analysis, units: dict, rails=()) -> dict:
+    """Confirmed fails worst first (shown), warnings and transients (folded), their counts by scope and
+    rail, and the drain lines. rails: the run's rails, so a rail without findings shows its zeros."""
+    all_ = analysis.findings or []
+    parts = digest.split(all_)
+
+    def table(items: list[dict], cap: int) -> dict:
+        rows = [_finding_row(f, units) for f in items[:cap]]
+        return {"rows": rows, "total": len(items), "more": _more(len(items), len(rows), "findings.json")}
+
+    return {"total": len(all_), "counts": finding_counts(all_, rails),
+            "confirmed": table(parts["confirmed"], MAX_FINDINGS),
+            "warnings": table(parts["warnings"], MAX_FOLDED),
+            "transient": table(parts["transient"], MAX_FOLDED),
             "drains": [str(d) for d in (analysis.drains or [])]}
+
+
+def power(analysis) -> dict:
+    """What the run's rules could detect (Analysis.power; run.json "power" when the analysis has none):
+    the headline sentence and the table behind it."""
+    try:
+        entries = getattr(analysis, "power", None)
+    except Exception as e:  # a report must still come out when an odd Analysis cannot say its power
+        return {"sentence": "", "rows": [], "more": "", "error": f"{type(e).__name__}: {e}"}
+    if entries is None:
+        entries = (analysis.run or {}).get("power")
+    entries = [e for e in entries or [] if isinstance(e, dict)]
+    entries.sort(key=lambda e: (digest.scope_rank(e.get("rule")), str(e.get("metric")),
+                                -1 if e.get("rail") is None else e.get("rail")))
+
+    def pct(x) -> str:
+        try:
+            return f"{100 * float(x):.1f}%"
+        except (TypeError, ValueError):
+            return "–"
+
+    rows = [{"rule": digest.SCOPE_WORDS.get(e.get("rule"), fmt_text(e.get("rule"))), "metric": fmt_text(e.get("metric")),
+             "size": fmt_size(e.get("size")), "rail": fmt_int(e.get("rail")),
+             "population": fmt_num(e.get("population")), "comparisons": fmt_num(e.get("comparisons")),
+             "noise": pct(e.get("noise")),
+             "detectable": pct(e.get("detectable")) if digest.detectable(e) is not None else "nothing"}
+            for e in entries[:MAX_ROWS]]
+    return {"sentence": digest.power_sentence(entries), "rows": rows,
+            "more": _more(len(entries), len(rows), 'run.json "power"'), "error": ""}
 
 
 def drain_file(run_dir: Path) -> str:
@@ -275,19 +336,29 @@ def _pairwise(recs: pd.DataFrame, role: str) -> list[tuple[str, pd.DataFrame, bo
     return out
 
 
-def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
-    shown = _pairwise(recs, "heatmap")
-    if not shown:
-        return {"available": False, "rails": [], "nodes": 0,
-                "note": "No point-to-point records (the pairwise suites: rdma_write, gpudirect) in this run: "
-                        "no heatmaps."}
-    nodes = natural_sorted(set(topology_nodes(run)).union(*(set(sub["src"].unique()) | set(sub["dst"].unique())
-                                                            for _, sub, _ in shown)))
-    rails = sorted(set().union(*(set(sub["rail"].dropna().unique()) for _, sub, _ in shown)))
-    has_no_rail = any(sub["rail"].isna().any() for _, sub, _ in shown)
-    rail_keys = [float(r) for r in rails] + ([np.nan] if has_no_rail else [])
+MATRIX_MAX_NODES = 64  # node x node matrices up to this many nodes; beyond, a cell per link is noise
+STRIP_WORST = 10       # the worst NICs listed under a node strip
+
+
+def _heat_subset(sub: pd.DataFrame, higher: bool) -> tuple[pd.DataFrame, str]:
+    """The records a heatmap shows: bandwidth at the largest size; latency at its smallest (the size
+    latency is gated at), or at its one size."""
+    sizes = sub["size"].dropna()
+    if sizes.empty:
+        return sub, ""
+    size = sizes.max() if higher else sizes.min()
+    return sub[sub["size"] == size], f" at {fmt_size(size)}"
+
+
+def _rail_keys(subs) -> list[float]:
+    rails = sorted(set().union(*(set(sub["rail"].dropna().unique()) for sub in subs)))
+    return [float(r) for r in rails] + ([np.nan] if any(sub["rail"].isna().any() for sub in subs) else [])
+
+
+def _matrices(shown, nodes: list[str]) -> list[dict]:
+    """Per rail, a node x node matrix of each heatmap metric (the few-node view)."""
     out = []
-    for rail in rail_keys:
+    for rail in _rail_keys([sub for _, sub, _ in shown]):
         label = f"rail {int(rail)}" if not np.isnan(rail) else "no rail"
         entry = {"label": label, "figures": []}
         for title, sub_all, higher in shown:
@@ -295,16 +366,7 @@ def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
             if sub.empty:
                 entry["figures"].append({"figure": None, "caption": f"{label}: no {title} records."})
                 continue
-            size_note = ""
-            if higher:
-                largest = sub["size"].max()
-                if not np.isnan(largest):
-                    sub = sub[sub["size"] == largest]
-                    size_note = f" at {fmt_size(largest)}"
-            else:
-                sizes = sub["size"].dropna().unique()
-                if len(sizes) == 1:
-                    size_note = f" at {fmt_size(sizes[0])}"
+            sub, size_note = _heat_subset(sub, higher)
             unit = fmt_text(sub["unit"].iloc[0])
             matrix, failed, values = _link_matrix(sub, nodes)
             iterations = int(sub["iteration"].nunique())
@@ -314,12 +376,104 @@ def heatmaps(recs: pd.DataFrame, run: dict) -> dict:
             entry["figures"].append({"figure": fig, "caption": _matrix_caption(values, nodes, failed, unit,
                                                                                higher, iterations)})
         out.append(entry)
-    note = ""
-    if len(nodes) > figures.MAX_CELLS:
-        k = -(-len(nodes) // figures.MAX_CELLS)
-        note = (f"{len(nodes):,} nodes: each pixel shows the worst link of a block of {k} x {k} nodes "
-                f"(lowest bandwidth, highest latency); tick labels name the first node of a block.")
-    return {"available": True, "rails": out, "nodes": len(nodes), "note": note}
+    return out
+
+
+def node_rail_medians(sub: pd.DataFrame, nodes: list[str], rails: list[float]):
+    """Each NIC's typical link: per (rail, node), the median over the node's records on that rail (as
+    source or destination) of value / the rail's median. Returns (relative: rails x nodes, links:
+    rails x nodes record counts, the rails' medians). Whole columns at once: 8 M values at 1,024 x 8
+    all-pairs."""
+    n, r = len(nodes), len(rails)
+    rail_col = sub["rail"].to_numpy(float)
+    ri = pd.Index(np.nan_to_num(np.asarray(rails, float), nan=-1.0)).get_indexer(np.nan_to_num(rail_col, nan=-1.0))
+    v = sub["value"].to_numpy(float)
+    ok = (ri >= 0) & np.isfinite(v)
+    medians = pd.Series(v[ok]).groupby(ri[ok]).median().reindex(range(r)).to_numpy(float)
+    rel = v / np.where(ri >= 0, medians[np.maximum(ri, 0)], np.nan)
+    s, d = _codes(sub["src"], nodes), _codes(sub["dst"], nodes)
+    keys = np.concatenate([np.where(ok & (s >= 0), s * r + ri, -1), np.where(ok & (d >= 0), d * r + ri, -1)])
+    vals = np.concatenate([rel, rel])
+    keep = keys >= 0
+    grouped = pd.Series(vals[keep]).groupby(keys[keep]).median()
+    flat = np.full(n * r, np.nan)
+    flat[grouped.index.to_numpy()] = grouped.to_numpy()
+    links = np.bincount(keys[keep], minlength=n * r)
+    return flat.reshape(n, r).T, links.reshape(n, r).T, medians
+
+
+def _finding_marks(findings_: list[dict], nodes: list[str], rails: list[float]) -> np.ndarray:
+    """rails x nodes: 2 where a failing NIC or node finding names the cell, 1 for a warning (transients
+    are not marks: they did not reproduce)."""
+    marks = np.zeros((len(rails), len(nodes)), dtype=int)
+    col = {name: i for i, name in enumerate(nodes)}
+    row = {rl: i for i, rl in enumerate(rails) if not np.isnan(rl)}
+    for f in findings_:
+        if digest.is_transient(f) or f.get("scope") not in ("nic", "node") or f.get("node") not in col:
+            continue
+        level = 2 if f.get("severity") == "fail" else 1
+        j = col[f["node"]]
+        if f["scope"] == "node" or is_missing(f.get("rail")):
+            marks[:, j] = np.maximum(marks[:, j], level)
+        elif float(f["rail"]) in row:
+            i = row[float(f["rail"])]
+            marks[i, j] = max(marks[i, j], level)
+    return marks
+
+
+def _strips(shown, nodes: list[str], findings_: list[dict]) -> list[dict]:
+    """Per heatmap metric, one rails x nodes strip of each NIC's typical link, and its worst NICs."""
+    rails = _rail_keys([sub for _, sub, _ in shown])
+    rail_names = [str(int(rl)) if not np.isnan(rl) else "–" for rl in rails]
+    marks = _finding_marks(findings_, nodes, rails)
+    out = []
+    for title, sub_all, higher in shown:
+        sub, size_note = _heat_subset(sub_all, higher)
+        unit = fmt_text(sub["unit"].iloc[0])
+        rel, links, medians = node_rail_medians(sub, nodes, rails)
+        fig_title = f"{title}{size_note}: each NIC's typical link, relative to its rail"
+        fig = figures.node_strip(rel, marks, nodes, rail_names, title=fig_title, higher_better=higher,
+                                 alt=f"{title}{size_note}, rails x {len(nodes):,} nodes, each cell a NIC's median "
+                                     "link relative to its rail's median")
+        badness = np.abs(np.log(np.where(rel > 0, rel, np.nan)))
+        badness = np.where((rel < 1) if higher else (rel > 1), badness, np.nan)
+        order = np.argsort(np.nan_to_num(-badness.ravel(), nan=np.inf), kind="stable")[:STRIP_WORST]
+        worst = []
+        for flat in order:
+            i, j = divmod(int(flat), len(nodes))
+            if np.isnan(badness[i, j]):
+                break
+            worst.append({"node": nodes[j], "rail": rail_names[i], "relative": f"{rel[i, j]:.2f} ×",
+                          "value": fmt_num(rel[i, j] * medians[i], unit), "median": fmt_num(medians[i], unit),
+                          "links": f"{int(links[i, j]):,}", "mark": ("fail", "warn", "")[2 - marks[i, j]]})
+        measured = int((links > 0).sum())
+        k = max(1, -(-len(nodes) // (figures.STRIP_BAND * figures.STRIP_BANDS)))
+        caption = (f"{len(nodes):,} nodes × {len(rails)} rail{'s' if len(rails) != 1 else ''}, "
+                   f"{measured:,} NICs measured; a cell: the median over the NIC's links (as source or "
+                   f"destination) of {title}{size_note} / its rail's median"
+                   + (f"; a column is the {'lowest' if higher else 'highest'} of {k} nodes" if k > 1 else "")
+                   + ". Ringed: a NIC or node finding (red: fail, amber: warning).")
+        out.append({"figure": fig, "caption": caption, "worst": worst, "title": f"{title}{size_note}",
+                    "lower": "lowest" if higher else "highest"})
+    return out
+
+
+def heatmaps(recs: pd.DataFrame, run: dict, findings_: list[dict] | None = None) -> dict:
+    """Up to MATRIX_MAX_NODES nodes: per rail, a node x node matrix of each heatmap metric. Beyond, a
+    cell per link is noise (and a sampled pattern leaves most cells empty): per metric, a strip of
+    every NIC's typical link relative to its rail, and the worst NICs named."""
+    shown = _pairwise(recs, "heatmap")
+    if not shown:
+        return {"available": False, "mode": "none", "rails": [], "strips": [], "nodes": 0,
+                "note": "No point-to-point records (the pairwise suites: rdma_write, gpudirect) in this run: "
+                        "no heatmaps."}
+    nodes = natural_sorted(set(topology_nodes(run)).union(*(set(sub["src"].unique()) | set(sub["dst"].unique())
+                                                            for _, sub, _ in shown)))
+    if len(nodes) <= MATRIX_MAX_NODES:
+        return {"available": True, "mode": "matrix", "rails": _matrices(shown, nodes), "strips": [],
+                "nodes": len(nodes), "note": ""}
+    return {"available": True, "mode": "strip", "rails": [], "strips": _strips(shown, nodes, findings_ or []),
+            "nodes": len(nodes), "note": ""}
 
 
 # --- 3b. the switch tree of each rail ----------------------------------------------

@@ -36,11 +36,11 @@ def context(analysis, run_dir: str | os.PathLike, history=None) -> dict:
     with matplotlib.rc_context(figures.STYLE):
         ctx = {
             "summary": sections.summary(analysis, recs, run_dir),
-            "findings": sections.findings(analysis, units),
+            "findings": sections.findings(analysis, units, (run.get("topology") or {}).get("rails") or ()),
             "drain_file": sections.drain_file(run_dir),
             "failing": sections.failing_records(recs),
             "fleet": sections.fleet(analysis),
-            "heatmaps": sections.heatmaps(recs, run),
+            "heatmaps": sections.heatmaps(recs, run, analysis.findings or []),
             "trees": sections.fabric_trees(analysis, recs, run),
             "sweeps": sections.sweeps(recs),
             "collectives": sections.collectives(recs),

@@ -1,0 +1,201 @@
+"""What an operator reads first, at any fleet size: findings split into confirmed fails, warnings and
+transients, worst first; their counts by scope and rail; what the run measured (rail mode, schedule) and
+what a PASS rules out (the rules' power).
+
+Plain Python on the findings list and run.json (no pandas, no matplotlib), so the terminal summary
+(acceptance.cli.postrun) and the HTML report say the same things in the same order.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from numbers import Integral
+
+from ..spec.profile import format_size
+
+# Scopes widest first: a rail plane or switch before the one NIC or link.
+SCOPE_ORDER = ("cluster", "rail", "switch", "uplink", "node", "nic", "link")
+# How a power rule (Analysis.power "rule") or a finding's scope reads in a sentence.
+SCOPE_WORDS = {"nic": "NIC", "link": "link", "node": "node", "rail": "rail plane", "switch": "switch",
+               "uplink": "uplink", "cluster": "cluster"}
+NO_RAIL = None
+
+
+def is_transient(finding: dict) -> bool:
+    """A suspect that did not reproduce on confirmation: never a fail, never drained (counted apart)."""
+    return finding.get("transient") is True
+
+
+def _deviation(finding: dict) -> float:
+    """How far the value is from what it should have been, as |log(value / expected)|; infinite when the
+    finding has no such pair (a failed test, an error count against 0): those are not mild."""
+    v, e = finding.get("value"), finding.get("expected")
+    try:
+        v, e = float(v), float(e)
+    except (TypeError, ValueError):
+        return math.inf
+    if not (math.isfinite(v) and math.isfinite(e)) or v <= 0 or e <= 0:
+        return math.inf
+    return abs(math.log(v / e))
+
+
+def worst_first(findings: list[dict]) -> list[dict]:
+    """Widest scope first (a rail plane or a switch touches many nodes; a node or NIC is a drain), then the
+    largest deviation; ties keep the analysis' order."""
+    keyed = sorted(((scope_rank(f.get("scope")), -_deviation(f), i) for i, f in enumerate(findings)))
+    return [findings[i] for _, _, i in keyed]
+
+
+def split(findings: list[dict]) -> dict[str, list[dict]]:
+    """confirmed (severity fail, not transient; worst first), warnings (the rest that stand; worst first),
+    transient (analysis order)."""
+    transient = [f for f in findings if is_transient(f)]
+    standing = [f for f in findings if not is_transient(f)]
+    return {"confirmed": worst_first([f for f in standing if f.get("severity") == "fail"]),
+            "warnings": worst_first([f for f in standing if f.get("severity") != "fail"]),
+            "transient": transient}
+
+
+def _rail(finding: dict):
+    r = finding.get("rail")
+    try:
+        return NO_RAIL if r is None or (isinstance(r, float) and math.isnan(r)) else int(r)
+    except (TypeError, ValueError):
+        return NO_RAIL
+
+
+def scope_rank(scope) -> tuple:
+    return (SCOPE_ORDER.index(scope), "") if scope in SCOPE_ORDER else (len(SCOPE_ORDER), str(scope))
+
+
+def counts(findings: list[dict], rails=()) -> dict:
+    """Findings by scope (rows, widest first) and rail (columns: `rails` and every rail a finding names,
+    then None for findings without a rail): {"rails": [...], "scopes": [...], "cells": {(scope, rail):
+    {"fail": n, "warn": n}}, "scope_totals": {scope: {...}}, "rail_totals": {rail: {...}}, "total":
+    {...}, "transient": {rail: n}, "transient_total": n}. Transients are counted apart, never as a
+    warning or a fail."""
+    cells: Counter = Counter()
+    transient: Counter = Counter()
+    for f in findings:
+        rail = _rail(f)
+        if is_transient(f):
+            transient[rail] += 1
+            continue
+        sev = "fail" if f.get("severity") == "fail" else "warn"
+        cells[(str(f.get("scope") or "?"), rail, sev)] += 1
+    known = {int(r) for r in rails if isinstance(r, Integral) and not isinstance(r, bool)}
+    known |= {r for (_, r, _) in cells if r is not NO_RAIL} | {r for r in transient if r is not NO_RAIL}
+    columns = sorted(known)
+    if any(r is NO_RAIL for (_, r, _) in cells) or NO_RAIL in transient:
+        columns.append(NO_RAIL)
+    scopes = sorted({s for (s, _, _) in cells}, key=scope_rank)
+
+    def pair(keys) -> dict:
+        return {"fail": sum(cells[(s, r, "fail")] for s, r in keys), "warn": sum(cells[(s, r, "warn")] for s, r in keys)}
+
+    return {"rails": columns, "scopes": scopes,
+            "cells": {(s, r): pair([(s, r)]) for s in scopes for r in columns},
+            "scope_totals": {s: pair([(s, r) for r in columns]) for s in scopes},
+            "rail_totals": {r: pair([(s, r) for s in scopes]) for r in columns},
+            "total": pair([(s, r) for s in scopes for r in columns]),
+            "transient": {r: transient[r] for r in columns}, "transient_total": sum(transient.values())}
+
+
+def rail_label(rail) -> str:
+    return "no rail" if rail is NO_RAIL else f"rail {rail}"
+
+
+# --- what the run measured, and what a PASS rules out ---------------------------------
+
+def run_shape(run: dict) -> list[str]:
+    """run.json's "rail_mode" and "schedule" in words; [] when the run records neither."""
+    out = []
+    mode = run.get("rail_mode")
+    if mode == "concurrent":
+        out.append("rails measured concurrently (every rank drove its own rail's NIC at once)")
+    elif mode == "serial":
+        out.append("rails measured one at a time (serial: a diagnosis mode; the NICs were not all loaded at once)")
+    elif mode:
+        out.append(f"rail mode {mode}")
+    sched = run.get("schedule")
+    if isinstance(sched, dict) and sched.get("pattern"):
+        words = f"pair schedule {sched['pattern']}"
+        parts = []
+        if sched.get("rounds") is not None:
+            parts.append(f"{sched['rounds']} round{'' if sched['rounds'] == 1 else 's'}")
+        if sched.get("tree_aware") is True:
+            parts.append("pairs chosen from the switch tree")
+        elif sched.get("tree_aware") is False:
+            parts.append("random pairs")
+        if sched.get("seed") is not None:
+            parts.append(f"seed {sched['seed']}")
+        out.append(words + (f" ({', '.join(parts)})" if parts else ""))
+    return out
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.0f}%" if x >= 0.01 else f"{100 * x:.1f}%"
+
+
+def detectable(entry: dict) -> float | None:
+    try:
+        d = float(entry.get("detectable"))
+    except (TypeError, ValueError):
+        return None
+    return d if math.isfinite(d) and d > 0 else None
+
+
+def _what(entry: dict) -> str:
+    metric = str(entry.get("metric") or "?")
+    size = entry.get("size")
+    return metric + (f" at {format_size(int(size))}" if isinstance(size, (int, float)) and size == size else "")
+
+
+def power_groups(power: list[dict]) -> list[dict]:
+    """Power entries grouped by (rule, metric, size) over their rails: {rule, what, rails, low, high,
+    blind} with low/high the smallest and largest detectable slowdown (None when no entry detects
+    anything), blind the rails where the rule detects nothing (too few comparisons)."""
+    groups: dict[tuple, dict] = {}
+    for e in power or []:
+        if not isinstance(e, dict):
+            continue
+        key = (str(e.get("rule") or "?"), _what(e))
+        g = groups.setdefault(key, {"rule": key[0], "what": key[1], "rails": [], "values": [], "blind": []})
+        rail = _rail(e)
+        g["rails"].append(rail)
+        d = detectable(e)
+        (g["values"].append(d) if d is not None else g["blind"].append(rail))
+    out = []
+    for g in groups.values():
+        vals = g.pop("values")
+        g["low"], g["high"] = (min(vals), max(vals)) if vals else (None, None)
+        out.append(g)
+    out.sort(key=lambda g: (scope_rank(g["rule"]), g["what"]))
+    return out
+
+
+def _rails_words(rails: list) -> str:
+    named = sorted({r for r in rails if r is not NO_RAIL})
+    if not named:
+        return ""
+    return f"rail {named[0]}" if len(named) == 1 else f"any of rails {named[0]}-{named[-1]}" \
+        if named == list(range(named[0], named[-1] + 1)) else "rails " + ",".join(map(str, named))
+
+
+def power_sentence(power: list[dict], limit: int = 4) -> str:
+    """"What a PASS rules out: a NIC 12% slow (bandwidth at 8 MiB, any of rails 0-7; 9-12% by rail); ..."
+    The guarantee is the weakest rail's (the largest detectable slowdown); '' without power entries."""
+    parts = []
+    for g in power_groups(power)[:limit]:
+        who = SCOPE_WORDS.get(g["rule"], g["rule"])
+        where = _rails_words(g["rails"])
+        if g["high"] is None:
+            parts.append(f"nothing by the {who} rule ({g['what']}: too few comparisons)")
+            continue
+        spread = f"; {_pct(g['low'])}-{_pct(g['high'])} by rail" if g["high"] - g["low"] >= 0.005 else ""
+        blind = f"; blind on {_rails_words(g['blind'])}" if g["blind"] else ""
+        parts.append(f"a {who} {_pct(g['high'])} slow ({g['what']}{', ' + where if where else ''}{spread}{blind})")
+    if not parts:
+        return ""
+    more = len(power_groups(power)) - limit
+    return "What a PASS rules out: " + "; ".join(parts) + (f"; {more} more rule(s)" if more > 0 else "") + "."
