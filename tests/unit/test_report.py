@@ -299,26 +299,109 @@ def test_burnin_counters_and_records_without_analysis_columns(tmp_path):
     assert "failed and warned measurements" in html.lower()
 
 
-def test_large_cluster_is_pooled(tmp_path):
-    """300 nodes x 8 rails, sampled partners: block-pooled heatmaps, capped tables, a modest page.
-    Render time at scale is benchmarks/report_scale.py's to measure."""
+def _slow_nic(records: pd.DataFrame, node: str, rail: int, factor: float) -> pd.DataFrame:
+    """Every link of node's NIC on rail at factor x its bandwidth (and latency / factor)."""
+    hit = ((records["src"] == node) | (records["dst"] == node)) & (records["rail"] == rail)
+    bw, lat = hit & (records["metric"] == "bandwidth"), hit & records["metric"].str.startswith("latency")
+    records.loc[bw, "value"] *= factor
+    records.loc[lat, "value"] /= factor
+    return records
+
+
+def test_large_cluster_gets_node_strips(tmp_path):
+    """300 nodes x 8 rails, sampled partners: a rails x nodes strip per metric, the slow NIC first among the
+    worst, ringed by its finding; findings counted by scope and rail; capped tables, a modest page."""
     nodes = [f"gpu{i:04d}" for i in range(1, 301)]
-    records = make_records(nodes, 8, partners=24, slow=("gpu0007", "gpu0010", 3), sweep_links=40, lists=False)
+    records = make_records(nodes, 8, partners=8, sweep_links=40, lists=False)
+    records = _slow_nic(records, "gpu0042", 5, 0.5)
     findings = [{"severity": "fail", "scope": "link", "node": f"gpu{i:04d}", "rail": 3, "peer": "gpu0010",
                  "metric": "bandwidth", "value": 18.0, "expected": 30.0, "evidence": [], "message": f"slow {i}"}
                 for i in range(1, 251)]
+    findings.append({"severity": "fail", "scope": "nic", "node": "gpu0042", "rail": 5, "peer": None,
+                     "metric": "bandwidth", "value": 22.5, "expected": 45.0, "evidence": [],
+                     "message": "gpu0042's NIC on rail 5 is 50% slow"})
     run = make_run(nodes, 8)
     run["software"]["gpu0123"] = {"python": "3.12.1", "mpi4py": "4.1.2"}
     analysis = Analysis(run=run, profile=load_profile("local"), records=records, findings=findings,
                         drains=[f"scontrol update NodeName=gpu{i:04d} State=DRAIN" for i in range(1, 251)])
     html = render(analysis, tmp_path).read_text(encoding="utf-8")
-    assert len(html) < 8_000_000, len(html)
-    assert "a pixel = worst of 2 x 2 nodes" not in html  # the text is inside the PNG, not the page
-    assert "each pixel shows the worst link of a block of 2 x 2 nodes" in html
-    assert "150 more in findings.json" in html
+    assert len(html) < 3_000_000, len(html)
+    heat = _section(html, "heatmaps")
+    assert "each NIC's typical link" in heat and "node × node heatmaps" not in heat
+    assert len(re.findall(r"<img ", heat)) == 2  # one strip per metric, not one matrix per rail and metric
+    assert "300 nodes × 8 rails, 2,400 NICs measured" in heat
+    for metric in ("write bandwidth at 2MiB", "write latency p99 at 8B"):
+        block = heat[heat.index(f"<h3>{metric}</h3>"):]
+        first = re.search(r"<tr[^>]*><td>(gpu\d+)</td><td class=\"num\">(\d+)</td><td class=\"num\">([\d.]+) ×", block)
+        assert first.groups()[:2] == ("gpu0042", "5"), first.group(0)
+        assert abs(float(first.group(3)) - (0.5 if "bandwidth" in metric else 2.0)) < 0.05
+        assert 'class="row-fail"' in block[:block.index("</table>")]  # its finding's mark
+    findings_html = _section(html, "findings")
+    assert "201 more in findings.json" in findings_html  # 251 confirmed, 50 shown
+    assert findings_html.index("gpu0042&#39;s NIC") < findings_html.index("slow 1<")  # the NIC before links
+    counts = findings_html[findings_html.index('<table class="counts">'):]
+    counts = counts[:counts.index("</table>")]
+    assert re.search(r"<th>link</th>(<td[^>]*>·</td>){3}<td[^>]*><span class=\"sev-fail\">250</span></td>", counts)
     env = _section(html, "environment")
     assert "gpu[0001-0300]" in env and "3.12.1" in env
     assert env.count("<tr") < 40
+
+
+def test_heatmap_mode_follows_the_node_count():
+    """Up to 64 nodes a node x node matrix per rail; beyond, the strips (no matrix of mostly empty cells)."""
+    from acceptance.report import sections
+
+    for n, mode in ((64, "matrix"), (65, "strip")):
+        nodes = [f"n{i:03d}" for i in range(n)]
+        recs = prepare(make_records(nodes, 1, partners=1, sweep_links=0, lists=False))
+        out = sections.heatmaps(recs, make_run(nodes, 1), [])
+        assert out["mode"] == mode and out["nodes"] == n
+        assert bool(out["rails"]) == (mode == "matrix") and bool(out["strips"]) == (mode == "strip")
+
+
+def test_node_rail_medians_are_each_nics_typical_link():
+    """Per (rail, node): the median over the node's links as source or destination, relative to the rail."""
+    from acceptance.report.sections import node_rail_medians
+
+    sub = pd.DataFrame({"src": ["a", "a", "b", "c"], "dst": ["b", "c", "c", "a"], "rail": [0.0, 0.0, 0.0, 1.0],
+                        "value": [100.0, 50.0, 100.0, 10.0]})
+    rel, links, medians = node_rail_medians(sub, ["a", "b", "c", "d"], [0.0, 1.0])
+    assert list(medians) == [100.0, 10.0]
+    assert rel[0, :3].tolist() == [0.75, 1.0, 0.75] and np.isnan(rel[0, 3])  # d: never measured
+    assert links.tolist() == [[2, 2, 2, 0], [1, 0, 1, 0]]
+
+
+def test_findings_fold_warnings_and_transients_and_show_power(tmp_path):
+    """Confirmed fails shown; warnings and transients folded in <details> with their counts; rail mode,
+    schedule and what a PASS rules out in the banner."""
+    analysis = small_analysis()
+    analysis.findings.append({"severity": "warn", "scope": "nic", "node": "node3", "rail": 0, "peer": None,
+                              "metric": "bandwidth", "value": 40.0, "expected": 45.0, "evidence": [],
+                              "message": "node3 rail 0 did not reproduce", "transient": True})
+    analysis.run.update(rail_mode="concurrent",
+                        schedule={"pattern": "screen:3", "rounds": 3, "seed": 11, "tree_aware": False})
+
+    class Powered(Analysis):
+        power = [{"rule": "nic", "metric": "bandwidth", "size": 2097152, "rail": r, "population": 3,
+                  "comparisons": 6, "noise": 0.013, "detectable": 0.3 + 0.05 * r} for r in range(2)]
+
+    html = render(Powered(**vars(analysis)), tmp_path).read_text(encoding="utf-8")
+    banner = html[html.index('<header id="verdict"'):html.index("</header>")]
+    assert "1 confirmed failing finding," in banner and "1 warning" in banner and "1 transient" in banner
+    assert "What a PASS rules out: a NIC 35% slow (bandwidth at 2MiB, any of rails 0-1; 30%-35% by rail)." in banner
+    assert "rails measured concurrently" in banner and "pair schedule screen:3 (3 rounds, random pairs, seed 11)" in banner
+    power = html[html.index('<details class="fold" id="power">'):]
+    assert "35.0%" in power[:power.index("</details>")] and "1.3%" in power[:power.index("</details>")]
+    findings = _section(html, "findings")
+    shown = findings[:findings.index('<details class="fold"')]
+    assert "node1 -&gt; node3 on rail 0" in shown and "latency p99 high" not in shown
+    assert "node3 rail 0 did not reproduce" not in shown
+    warnings = findings[findings.index('id="warnings"'):]
+    assert warnings.startswith('id="warnings"><summary>Warnings (1)') and "latency p99 high" in warnings
+    transient = findings[findings.index('id="transient"'):]
+    assert transient.startswith('id="transient"><summary>Transient suspects (1)')
+    assert "node3 rail 0 did not reproduce" in transient
+    assert '<tr class="transient"><th>transient</th><td class="num">1</td>' in findings
 
 
 def test_helpers():
