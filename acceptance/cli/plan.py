@@ -1,13 +1,17 @@
-"""`acceptance plan`: how many rounds and pair measurements a cluster needs, and about how long.
+"""`acceptance plan`: how long a whole acceptance takes on N nodes x R rails, and what fits a time budget.
 
-Only closed-form counts are used (acceptance.runtime.schedule.round_count/pair_count),
-so planning a 2048-node cluster is instant. The duration is a rough estimate
-from the profile's sweep and latency settings; its assumptions are printed.
+Every suite the profile runs is estimated from closed forms (acceptance.runtime.estimate, where the
+models and their assumptions live), so planning 16,000 nodes is instant. With rdma_write.pattern
+"auto" the plan chooses the pattern the run would (all-pairs if it fits, else screen:K with the
+largest K that fits) and says what it gave up; it exits 2 when the estimate exceeds the budget or
+the Slurm job's time left, naming what to change. `acceptance run` makes the same check first.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 
 from pathlib import Path
 
@@ -17,98 +21,13 @@ from ..records.naming import natural_key
 from ..records.results import InputError, read_json
 from ..spec.fabric import Fabric
 from ..spec.switches import fabric_for
-from ..spec import catalog
-from ..spec.profile import Profile, format_size, load_profile, parse_rate
-from ..runtime.schedule import pair_count, parse_pattern, round_count, schedule
+from ..spec.profile import Profile, format_size, load_profile
+from ..runtime import estimate as model
+from ..runtime.schedule import pair_count, parse_pattern, schedule
 
-ITER_OVERHEAD_S = 5e-6   # assumed per-iteration cost beyond the wire time (post, poll, flush)
-LATENCY_SAMPLE_S = 5e-6  # assumed time of one latency sample
-DEFAULT_RATE = 100.0     # Gbit/s, when neither --rate nor the profile's bandwidth_min says
-
-
-def sweep_sizes(sweep: dict) -> list[int]:
-    """min_size, min_size * factor, ... up to max_size (bytes)."""
-    sizes, size = [], max(1, sweep["min_size"])  # a 0-byte start would never grow
-    while size <= sweep["max_size"]:
-        sizes.append(size)
-        size *= sweep["factor"]
-    return sizes
-
-
-def sweep_iterations(sweep: dict, size: int) -> tuple[int, int]:
-    """(timed, warmup) iterations at one size, as the bandwidth sweep chooses them."""
-    iters = sweep["bytes_per_size"] // (size * sweep["window"])
-    iters = max(sweep["min_iters"], min(sweep["max_iters"], iters))
-    return iters, max(1, math.ceil(iters * sweep["warmup_fraction"]))
-
-
-def sweep_direction_seconds(sweep: dict, rate_gbits: float) -> float:
-    """One pair's bandwidth sweep in one direction (each size capped by sweep.max_time_per_size)."""
-    total = 0.0
-    for size in sweep_sizes(sweep):
-        iters, warmup = sweep_iterations(sweep, size)
-        n = iters + warmup
-        one = n * sweep["window"] * size * 8 / (rate_gbits * 1e9) + n * ITER_OVERHEAD_S
-        total += min(one, sweep["max_time_per_size"]) if sweep.get("max_time_per_size") else one
-    return total
-
-
-def latency_direction_seconds(latency: dict) -> float:
-    """One pair's put latency and send/recv ping-pong in one direction."""
-    return (latency["iters"] + latency["warmup"]) * 2 * LATENCY_SAMPLE_S
-
-
-# The rdma_write bandwidths measured over the size sweep (the catalog's curves: write and read).
-SWEEPS = sum(1 for suite, _ in catalog.with_role("curve") if suite == "rdma_write")
-
-
-def pair_direction_seconds(sweep: dict, latency: dict, rate_gbits: float) -> float:
-    """One pair in one direction: each bandwidth sweep (SWEEPS) plus put latency and a send/recv ping-pong."""
-    return SWEEPS * sweep_direction_seconds(sweep, rate_gbits) + latency_direction_seconds(latency)
-
-
-def longest_step(sweep: dict, latency: dict, rate_gbits: float) -> tuple[float, str]:
-    """(seconds, what): the longest stretch between two progress() calls of the p2p and collective
-    suites, which the hang timeout must cover (docs/pytest-under-mpi.md). A p2p test shows progress
-    after each round (one pair, both directions); a collective sweep after each size."""
-    largest = sweep_sizes(sweep)[-1] if sweep_sizes(sweep) else 0
-    iters, warmup = sweep_iterations(sweep, largest) if largest else (0, 0)
-    collective = (iters + warmup) * 2 * largest * 8 / (rate_gbits * 1e9)  # all-reduce moves ~2x the buffer
-    return max((2 * sweep_direction_seconds(sweep, rate_gbits),
-                "a round of test_write_bandwidth: one pair's sweep, both directions"),
-               (2 * latency_direction_seconds(latency), "a round of test_write_latency: both directions"),
-               (collective, f"one size ({format_size(largest)}) of test_allreduce"))
-
-
-def step_problem(profile: Profile, rate_gbits: float) -> str | None:
-    """Why the profile's hang timeout cannot cover its longest step, or None."""
-    seconds, what = longest_step(profile.get("sweep"), profile.get("latency"), rate_gbits)
-    timeout = profile.get("run.hang_timeout")
-    if seconds < timeout:
-        return None
-    return (f"the longest step ({what}) takes about {format_seconds(seconds)} at {rate_gbits:g} Gbit/s, not "
-            f"within profile {profile.name}'s run.hang_timeout of {format_seconds(timeout)}: every such step "
-            f"would end as a HANG; raise run.hang_timeout or shrink the sweep (sweep.bytes_per_size, "
-            f"sweep.max_iters, sweep.max_time_per_size, latency.iters)")
-
-
-def estimate_seconds(rails: int, rounds: int, sweep: dict, latency: dict, rate_gbits: float) -> float:
-    """Rails run one after another, rounds one after another, both directions one after the
-    other; all pairs of a round at once, so the pair count does not enter."""
-    return rails * rounds * 2 * pair_direction_seconds(sweep, latency, rate_gbits)
-
-
-def choose_rate(profile: Profile, rate: str | None) -> tuple[float, str]:
-    """(Gbit/s, where it came from): --rate, else the profile's bound at its largest size, else 100."""
-    if rate is not None:
-        gbits = parse_rate(rate)
-        if gbits <= 0:
-            raise ValueError(f"must be above zero, got {rate!r}")
-        return gbits, "from --rate"
-    bounds = profile.get("rdma_write.bandwidth_min")  # [[bytes, Gbit/s], ...] sorted by size
-    if bounds and bounds[-1][1] > 0:
-        return bounds[-1][1], f"profile {profile.name}'s rdma_write.bandwidth_min at its largest size"
-    return DEFAULT_RATE, f"assumed: profile {profile.name} sets no rdma_write.bandwidth_min; give --rate"
+ENV_RAIL_MODE = "ACCEPTANCE_RAIL_MODE"  # as the pytest plugin reads it
+ENV_BUDGET = model.ENV_BUDGET           # the limit `acceptance run` hands the ranks, in seconds (auto's K)
+RAIL_MODES = ("concurrent", "serial")
 
 
 def format_seconds(seconds: float) -> str:
@@ -125,91 +44,243 @@ def format_seconds(seconds: float) -> str:
     return f"{round(seconds)} s"
 
 
-def plan_text(nodes: int, rails: int, pattern: str | None, profile: Profile | str | None,
-              rate: str | None = None) -> str:
-    """The `acceptance plan` report; ValueError for bad input. pattern None: the profile's."""
+def longest_step(profile: Profile, est: model.Estimate) -> tuple[float, str]:
+    """(seconds, what): the longest stretch between two progress() calls, which the hang timeout must
+    cover (docs/pytest-under-mpi.md): a bandwidth sweep shows progress after each size, a latency test
+    after each pair, a collective sweep after each size."""
+    gbits, sizes = est.rate_gbits, est.sizes
+    largest = max(sizes) if sizes else 0
+    size_step = model.sweep_direction_seconds(profile, [largest], gbits) if largest else 0.0
+    lat = 2 * model.latency_direction_seconds(est.latency_iters, profile.get("latency.warmup"), kinds=2)
+    sweep_max = profile.get("sweep.max_size")
+    iters = max(1, profile.get("sweep.bytes_per_size") // max(1, sweep_max))
+    iters = max(profile.get("sweep.min_iters"), min(profile.get("sweep.max_iters"), iters))
+    collective = iters * 1.1 * 2 * sweep_max * 8 / (gbits * 1e9)  # all-reduce moves ~2x the buffer
+    return max((size_step, f"one size ({format_size(largest)}) of test_write_bandwidth, one direction"),
+               (lat, "a pair of test_write_latency: both directions"),
+               (collective, f"one size ({format_size(sweep_max)}) of test_allreduce"))
+
+
+def step_problem(profile: Profile, est: model.Estimate) -> str | None:
+    """Why the profile's hang timeout cannot cover its longest step, or None."""
+    seconds, what = longest_step(profile, est)
+    timeout = profile.get("run.hang_timeout")
+    if seconds < timeout:
+        return None
+    return (f"the longest step ({what}) takes about {format_seconds(seconds)} at {est.rate_gbits:g} Gbit/s, not "
+            f"within profile {profile.name}'s run.hang_timeout of {format_seconds(timeout)}: every such step "
+            f"would end as a HANG; raise run.hang_timeout or shrink the sweep (sweep.bytes_per_size, "
+            f"sweep.max_iters, sweep.max_time_per_size, latency.iters)")
+
+
+def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, pattern: str | None = None,
+              rail_mode: str | None = None, budget: str | None = None, rate: str | None = None,
+              env=None, slurm_left: float | None | bool = False) -> dict:
+    """The whole plan as one JSON-able dict; ValueError (naming the flag) for bad input.
+
+    pattern None: the profile's rdma_write.pattern; rail_mode None: $ACCEPTANCE_RAIL_MODE, else
+    run.rail_mode; budget None: run.budget. The limit is the smaller of the budget and the Slurm job's
+    time left (slurm_left; False: ask Slurm, as `acceptance run` would)."""
     if not isinstance(profile, Profile):
         profile = load_profile(profile)
+    env = os.environ if env is None else env
     if nodes < 2:
         raise ValueError(f"--nodes must be at least 2 (pairs need two nodes), got {nodes}")
     if rails < 1:
         raise ValueError(f"--rails must be at least 1, got {rails}")
-    pattern = pattern or profile.get("rdma_write.pattern")
-    kind, k = parse_pattern(pattern)
+    rail_mode = rail_mode or env.get(ENV_RAIL_MODE) or profile.get("run.rail_mode")
+    if rail_mode not in RAIL_MODES:
+        raise ValueError(f"--rail-mode: must be one of {', '.join(RAIL_MODES)}, got {rail_mode!r}")
+    asked = (pattern or profile.get("rdma_write.pattern")).strip()
     try:
-        gbits, rate_from = choose_rate(profile, rate)
+        parse_pattern(asked)
+    except ValueError as e:
+        raise ValueError(f"--pattern: {e}" if pattern else f"profile {profile.name}: rdma_write.pattern: {e}") \
+            from None
+    try:
+        model.choose_rate(profile, rate)
     except ValueError as e:
         raise ValueError(f"--rate: {e}") from None
+    budget_s, budget_from = model.budget_of(profile, budget)
+    if slurm_left is False:
+        slurm_left = model.slurm_time_left(env)
+    limits = [(s, w) for s, w in ((budget_s, budget_from), (slurm_left, "the Slurm job's time left")) if s is not None]
+    limit, limit_from = min(limits) if limits else (None, None)
+    chosen, gave_up = model.resolve_pattern(profile, nodes, rails, rail_mode, limit, rate, asked)
+    est = model.estimate(profile, nodes, rails, chosen, rail_mode, rate)
+    other = "serial" if rail_mode == "concurrent" else "concurrent"
+    other_total = model.estimate(profile, nodes, rails, chosen, other, rate).total
+    total = est.total
+    fits = limit is None or total <= limit
+    step, step_what = longest_step(profile, est)
+    plan = {
+        "nodes": nodes, "rails": rails, "profile": profile.name,
+        "estimated_seconds": round(total, 1),
+        "suites": {k: round(v, 1) for k, v in est.suites.items()},
+        "overheads": {k: round(v, 1) for k, v in est.overheads.items()},
+        "tests": {s: {t: round(v, 2) for t, v in tests.items()} for s, tests in est.tests.items()},
+        "pattern": chosen, "pattern_asked": asked, "rounds": est.rounds,
+        "pairs_per_rail": pair_count(nodes, chosen),
+        "screening": parse_pattern(chosen)[0] == "screen",
+        "sizes": est.sizes, "latency_iters": est.latency_iters,
+        "rail_mode": rail_mode, f"estimated_seconds_{other}": round(other_total, 1),
+        "rate_gbits": est.rate_gbits, "rate_from": est.rate_from,
+        "budget_seconds": budget_s, "budget_from": budget_from, "slurm_seconds_left": slurm_left,
+        "limit_seconds": limit, "limit_from": limit_from, "fits": fits, "gave_up": gave_up,
+        "longest_step": {"seconds": round(step, 2), "what": step_what,
+                         "hang_timeout": profile.get("run.hang_timeout")},
+        "assumptions": {name: getattr(model, name) for name in ASSUMPTIONS},
+    }
+    plan["change"] = [] if fits else what_to_change(plan, profile, rate)
+    return plan
 
-    rounds, pairs = round_count(nodes, pattern), pair_count(nodes, pattern)
-    sweep, latency = profile.get("sweep"), profile.get("latency")
-    per = pair_direction_seconds(sweep, latency, gbits)
-    total = estimate_seconds(rails, rounds, sweep, latency, gbits)
-    sizes = sweep_sizes(sweep)
-    span = f"{format_size(sizes[0])}..{format_size(sizes[-1])}" if sizes else "no sizes"
+
+ASSUMPTIONS = ("ITER_OVERHEAD_S", "LATENCY_SAMPLE_S", "PAIR_SETUP_S", "CHECK_OVERHEAD_S", "VERIFY_BYTES_PER_S",
+               "CONFIRM_ROUNDS", "PERFTEST_START_S", "COLLECTIVE_STEP_S", "ALLTOALL_PEER_S", "NVLINK_GBYTES_S",
+               "PCIE_GBYTES_S", "INCAST_ROUND_S", "REG_CALL_S", "REG_BYTES_PER_S", "LAUNCH_S", "PREFLIGHT_S",
+               "COUNTER_SNAPSHOT_S", "OUTCOME_PER_RANK_S", "ANALYSIS_PER_PAIR_DIRECTION_S", "AUTO_MAX_ROUNDS")
+
+
+def what_to_change(plan: dict, profile: Profile, rate: str | None) -> list[str]:
+    """What would make an estimate over its limit fit: more time, a cheaper pattern, concurrent rails,
+    and the largest suite."""
+    total, limit = plan["estimated_seconds"], plan["limit_seconds"]
+    need = math.ceil(total / 60)
+    out = []
+    if plan["limit_from"] == "the Slurm job's time left":
+        out.append(f"a longer Slurm allocation (--time={need + 5}) or a smaller part of the fleet")
+    else:
+        out.append(f"a larger budget: --budget {need}m (or run.budget = \"{need}min\")")
+    if not plan["screening"]:
+        cheaper = model.resolve_pattern(profile, plan["nodes"], plan["rails"], plan["rail_mode"], limit, rate, "auto")[0]
+        cheap = model.estimate(profile, plan["nodes"], plan["rails"], cheaper, plan["rail_mode"], rate).total
+        if cheap <= limit:
+            out.append(f"--pattern {cheaper} (or rdma_write.pattern = \"auto\"): {format_seconds(cheap)}")
+    if plan["rail_mode"] == "serial" and plan["estimated_seconds_concurrent"] <= limit:
+        out.append(f"every rail at once: run.rail_mode = \"concurrent\" "
+                   f"({format_seconds(plan['estimated_seconds_concurrent'])})")
+    name, seconds = max(plan["suites"].items(), key=lambda kv: kv[1])
+    pairwise = "fewer rounds (--pattern screen:K, or auto) or a smaller sweep (sweep.max_size, sweep.bytes_per_size)"
+    hint = {"collectives": "a smaller sweep.max_size or sweep.bytes_per_size, or leave it out: -- -m 'not collective'",
+            "perftest": "a shorter perftest.duration, or fewer rounds (--pattern screen:K)",
+            "incast": "a shorter incast.duration", "rdma_write": pairwise, "gpudirect": pairwise,
+            "intranode": "a smaller intranode.size or intranode.iters"}.get(name)
+    out.append(f"the largest part is {name} ({format_seconds(seconds)})" + (f": {hint}" if hint else ""))
+    return out
+
+
+def plan_text(plan: dict) -> str:
+    """The plan for people: one line per item, then the suites."""
+    nodes, rails, chosen = plan["nodes"], plan["rails"], plan["pattern"]
+    kind, k = parse_pattern(chosen)
     if kind == "all-pairs":
         partners = f"every node meets every other node ({nodes - 1} partners)"
+    elif kind == "screen":
+        partners = (f"{plan['rounds']} rounds of disjoint pairs, every node in each"
+                    f"{' but one' if nodes % 2 else ''}; then confirmation of the suspects")
     else:
-        used = min(k, rounds)
-        each = (f"{used} partners per node" if nodes % 2 == 0
-                else f"{used - 1} or {used} partners per node (with an odd count each node sits out a round)")
-        partners = f"{used} rounds spread over the all-pairs schedule, {each}"
-    idle = "one node idle" if nodes % 2 else "no node idle"
+        partners = f"{plan['rounds']} rounds spread over the all-pairs schedule"
+    asked = "" if plan["pattern_asked"] == chosen else f"   (from {plan['pattern_asked']})"
+    mode = ("every rail at once: each rank drives its own NIC" if plan["rail_mode"] == "concurrent"
+            else "one rail after another")
+    other = "serial" if plan["rail_mode"] == "concurrent" else "concurrent"
+    sizes = ", ".join(format_size(s) for s in plan["sizes"])
     rows = [
-        ("nodes", f"{nodes}"),
-        ("rails", f"{rails}"),
-        ("pattern", f"{pattern}: {partners}"),
-        ("rounds per rail", f"{rounds}   (a round: {nodes // 2} disjoint pairs measured at once, {idle})"),
-        ("node pairs per rail", f"{pairs}"),
-        ("pair-directions per rail", f"{2 * pairs}   (x2: A->B, then B->A)"),
-        ("total pair-directions", f"{2 * pairs * rails}   (x{rails} rails, one after another, one test per rail)"),
-        ("rate", f"{gbits:g} Gbit/s   ({rate_from})"),
-        ("per pair-direction", f"{format_seconds(per)}   (profile {profile.name}: bandwidth sweep "
-                               f"{span}, {len(sizes)} sizes, + {ITER_OVERHEAD_S * 1e6:g} us "
-                               f"per iteration; latency 2 x {latency['iters'] + latency['warmup']} samples "
-                               f"at {LATENCY_SAMPLE_S * 1e6:g} us each)"),
-        ("estimated duration", f"{format_seconds(total)}   ({rails} rails x {rounds} rounds x 2 directions "
-                               f"x {format_seconds(per)}; all pairs of a round at once)"),
+        ("nodes x rails", f"{nodes} x {rails}   (rails {plan['rail_mode']}: {mode})"),
+        ("pattern", f"{chosen}{asked}: {partners}"),
+        ("rounds per rail", f"{plan['rounds']}   (a round: {nodes // 2} disjoint pairs measured at once, "
+                            f"{'one node idle' if nodes % 2 else 'no node idle'})"),
+        ("node pairs per rail", f"{plan['pairs_per_rail']}"),
+        ("sizes", f"{sizes}" + ("   (screening: the smallest and those with bounds)" if plan["screening"] else "")),
+        ("latency samples", f"{plan['latency_iters']} per pair-direction"),
+        ("rate", f"{plan['rate_gbits']:g} Gbit/s   ({plan['rate_from']})"),
     ]
-    step, what = longest_step(sweep, latency, gbits)
-    timeout = profile.get("run.hang_timeout")
-    fits = "fits" if step < timeout else "DOES NOT FIT"
-    rows.append(("longest step", f"{format_seconds(step)}   ({what}); run.hang_timeout "
-                                 f"{format_seconds(timeout)}: {fits} (the deadline bounds a step, not a test)"))
+    for name, seconds in plan["suites"].items():
+        rows.append((f"  {name}", format_seconds(seconds)))
+    for name, seconds in plan["overheads"].items():
+        rows.append((f"  {name}", format_seconds(seconds)))
+    rows.append(("estimated duration", f"{format_seconds(plan['estimated_seconds'])}   (rails {other}: "
+                                       f"{format_seconds(plan[f'estimated_seconds_{other}'])})"))
+    if plan["limit_seconds"] is not None:
+        verdict = "fits" if plan["fits"] else "DOES NOT FIT"
+        rows.append(("limit", f"{format_seconds(plan['limit_seconds'])}   ({plan['limit_from']}): {verdict}"))
+    else:
+        rows.append(("limit", "none (no run.budget, --budget or Slurm job)"))
+    for item in plan["gave_up"]:
+        rows.append(("gave up", item))
+    step = plan["longest_step"]
+    fits = "fits" if step["seconds"] < step["hang_timeout"] else "DOES NOT FIT"
+    rows.append(("longest step", f"{format_seconds(step['seconds'])}   ({step['what']}); run.hang_timeout "
+                                 f"{format_seconds(step['hang_timeout'])}: {fits} (the deadline bounds a step, "
+                                 f"not a test)"))
     width = max(len(label) for label, _ in rows) + 1
     return "\n".join(f"{label + ':':<{width}} {value}" for label, value in rows)
 
 
+def over_limit_message(plan: dict) -> str:
+    """The exit-2 message: the estimate, the limit, and what to change."""
+    lines = [f"the estimate ({format_seconds(plan['estimated_seconds'])} with {plan['pattern']}, rails "
+             f"{plan['rail_mode']}) exceeds {plan['limit_from']} ({format_seconds(plan['limit_seconds'])}); change:"]
+    return "\n".join(lines + [f"  - {c}" for c in plan["change"]])
+
+
 # ---- the command ----
+
+def budget_arg(text: str) -> str:
+    """--budget's check at parse time, so a bad value names the flag (argparse: "argument --budget: ...")."""
+    try:
+        model.parse_budget(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
 
 def add_parser(sub) -> None:
     plan = sub.add_parser(
-        "plan", help="rounds, pair measurements and estimated duration for a cluster size",
+        "plan", help="estimated duration of a whole acceptance, and the pattern that fits a time budget",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Count what the pairwise RDMA-write suite would measure on N nodes x R rails, "
-                    "estimate how long it takes, and check that its longest step fits the hang timeout. "
-                    "Runs nothing.",
+        description="Estimate how long every suite of the profile takes on N nodes x R rails (data checks, "
+                    "launch and analysis included), choose the node-pair pattern that fits the time budget, "
+                    "and check that the longest step fits the hang timeout. Runs nothing.",
         epilog="A round is a set of disjoint node pairs (no node twice), all measured at the same time;\n"
-               "each pair is measured in both directions, one after the other. Rounds run one after\n"
-               "another, and rails one after another (one pytest test per rail, same schedule on each).\n\n"
-               "The hang timeout bounds a step, not a test: a round of pairs, a size of a collective sweep.\n"
-               "When the longest step cannot fit the profile's run.hang_timeout, plan exits 2 saying which.\n\n"
+               "each pair is measured in both directions. With run.rail_mode \"concurrent\" (the default)\n"
+               "every rail walks its rounds at once, each rank on its own NIC; \"serial\" is one rail after\n"
+               "another, R times as long. The models and their assumptions: acceptance/runtime/estimate.py\n"
+               "and docs/plan.md; --json lists them.\n\n"
                "patterns:\n"
                "  all-pairs  every node pair: N-1 rounds for even N, N for odd N (one node idle per round)\n"
-               "  sample:K   K rounds of the all-pairs schedule, spread across it, so each node gets K\n"
-               "             partners at varied distances; for very large clusters\n\n"
+               "  sample:K   K rounds of the all-pairs schedule, spread across it\n"
+               "  screen:K   K rounds of disjoint pairs, every node in each, seeded random or from the switch\n"
+               "             tree; only the sizes with bounds and the latency samples the gated percentile\n"
+               "             needs; then the suspects are measured again (confirmation)\n"
+               "  auto       all-pairs when it fits the budget, else screen:K with the largest K that fits\n"
+               "             (2 <= K <= 16); the hardware profiles use it\n\n"
+               "The limit is the budget (--budget, else run.budget) or, inside a Slurm job, its time left,\n"
+               "whichever is smaller. Exit 2 when the estimate exceeds it, saying what to change, or when\n"
+               "the longest step cannot fit run.hang_timeout; `acceptance run` checks the same first.\n\n"
                "examples:\n"
-               "  acceptance plan --nodes 2048 --rails 8\n"
-               "  acceptance plan --nodes 2048 --rails 8 --pattern sample:16 --rate 400Gbit/s\n"
+               "  acceptance plan --nodes 1024 --rails 8 --profile h100-ndr400\n"
+               "  acceptance plan --nodes 1024 --rails 8 --profile h100-ndr400 --json\n"
+               "  acceptance plan --nodes 128 --rails 8 --profile h100-ndr400 --budget 15m\n"
+               "  acceptance plan --nodes 2048 --rails 8 --pattern screen:8 --rail-mode serial\n"
                "  acceptance plan --rails 8 --pattern sample:16 --topology /etc/slurm/topology.conf\n"
                "  acceptance plan --run reports/RUN_ID   (pairs that would decide its ambiguous findings)\n")
     plan.add_argument("--nodes", type=int, metavar="N",
                       help="nodes in the cluster (>= 2; default with --topology: the tree's nodes)")
     plan.add_argument("--rails", type=int, metavar="R", help="rails (NICs) per node (>= 1; required)")
-    plan.add_argument("--pattern", metavar="all-pairs|sample:K",
-                      help="node pairs per rail (default: the profile's rdma_write.pattern, all-pairs)")
+    plan.add_argument("--pattern", metavar="all-pairs|sample:K|screen:K|auto",
+                      help="node pairs per rail (default: the profile's rdma_write.pattern)")
     plan.add_argument("--profile", metavar="NAME|PATH",
-                      help="profile whose sweep and latency settings time the estimate (default: local)")
+                      help="profile whose suites and settings are estimated (default: local)")
+    plan.add_argument("--budget", type=budget_arg, metavar="DURATION",
+                      help="time the whole acceptance may take, e.g. 30m, 45min, 1h (default: the profile's "
+                           "run.budget; the hardware profiles set 30min)")
+    plan.add_argument("--rail-mode", choices=RAIL_MODES,
+                      help="rails at once or one after another (default: $ACCEPTANCE_RAIL_MODE, else the "
+                           "profile's run.rail_mode, concurrent)")
+    plan.add_argument("--json", action="store_true",
+                      help="print the whole plan as one JSON object (estimated_seconds, suites, pattern, rounds, "
+                           "rail_mode, budget_seconds, fits, gave_up, change, assumptions, ...)")
     plan.add_argument("--rate", metavar="RATE",
                       help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
                            "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
@@ -240,15 +311,35 @@ def cmd_plan(args) -> int:
     if args.rails is None:
         raise UsageError("--rails is required")
     try:
-        print(plan_text(nodes, args.rails, args.pattern, profile, args.rate))
-        problem = step_problem(profile, choose_rate(profile, args.rate)[0])
+        plan = make_plan(nodes, args.rails, profile, args.pattern, args.rail_mode, args.budget, args.rate)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if fabric is not None:
-        print(tree_text(fabric, tree_nodes[:nodes], args.rails, args.pattern or profile.get("rdma_write.pattern")))
+    problem = step_problem(profile, model.estimate(profile, nodes, args.rails, plan["pattern"], plan["rail_mode"],
+                                                   args.rate))
+    if args.json:
+        print(json.dumps(plan, indent=1))
+    else:
+        print(plan_text(plan))
+        if fabric is not None:
+            print(tree_text(fabric, tree_nodes[:nodes], args.rails, plan["pattern"]))
+    if not plan["fits"]:
+        raise UsageError(over_limit_message(plan))
     if problem:
         raise UsageError(problem)
     return EXIT_OK
+
+
+def check_before_run(profile: Profile, nodes: int, rails: int, budget: str | None, env=None) -> dict:
+    """`acceptance run`'s check before it launches anything: the plan, or UsageError (exit 2) naming what to
+    change when the estimate exceeds the budget or the Slurm job's time left."""
+    try:
+        plan = make_plan(max(2, nodes), max(1, rails), profile, budget=budget, env=env)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not plan["fits"]:
+        raise UsageError(over_limit_message(plan) + f"\n  (`acceptance plan --nodes {nodes} --rails {rails} "
+                                                   f"--profile {profile.name}` shows the whole estimate)")
+    return plan
 
 
 def _fabric(profile: Profile, topology: str | None, run_dir: str | None):

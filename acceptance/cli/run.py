@@ -14,7 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import launch
+from . import launch, plan
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
 from ..records.results import ENV_ITERATION, InputError, RunFolder
 from ..runtime.watchdog import END_GRACE_S
@@ -57,6 +57,11 @@ def add_parser(sub) -> None:
                           "reach the sync point are reported as HANG; it bounds one step of a test (a round of "
                           "pairs, a size of a sweep), not the test; > 0: seconds or a duration like 10min "
                           "(default: the profile's run.hang_timeout)")
+    run.add_argument("--budget", type=plan.budget_arg, metavar="DURATION",
+                     help="time the whole acceptance may take, e.g. 30m, 45min, 1h (default: the profile's "
+                          "run.budget; the hardware profiles set 30min): before launching anything, exit 2 "
+                          "when `acceptance plan`'s estimate exceeds it or the Slurm job's time left, naming "
+                          "what to change; rdma_write.pattern \"auto\" screens to fit it")
     burn = run.add_mutually_exclusive_group()
     burn.add_argument("--iterations", type=positive, metavar="K",
                       help="burn-in: run the selected suites K times; records carry `iteration`")
@@ -97,6 +102,7 @@ def cmd_run(args) -> int:
     nodes = args.nodes or profile.get("run.nodes")
     per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
     tree = _switch_tree(profile, args.topology)
+    limit = _check_budget(profile, launcher.name, nodes, per_node, args.budget)
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
     try:
@@ -113,6 +119,8 @@ def cmd_run(args) -> int:
         cmd.append(str(_suites_path(args.suites)))
     cmd += pytest_args
     env["PYTHONHASHSEED"] = "0"  # every rank must collect the same tests in the same order
+    if limit is not None:  # the ranks resolve rdma_write.pattern "auto" against the limit checked here
+        env[plan.ENV_BUDGET] = repr(limit)
     env["ACCEPTANCE_COMMAND"] = shlex.join(["acceptance", *args.argv])
 
     print(f"acceptance: {what}, profile {profile.name}", flush=True)
@@ -193,6 +201,23 @@ def post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
     if drain:
         execute_drains(analysis.drains)
     return analysis.exit_code
+
+
+def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str | None) -> float | None:
+    """Before anything starts: exit 2 (UsageError) when the plan's estimate of the whole acceptance exceeds
+    the budget or the Slurm job's time left; the limit in seconds (None: no limit)."""
+    if launcher == "srun":  # the allocation's nodes and tasks, as Srun.command launches them
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or nodes)
+        per_node = int(re.match(r"\d+", os.environ.get("SLURM_NTASKS_PER_NODE") or str(per_node))[0])
+    rails = profile.get("topology.rails") or per_node
+    if nodes < 2:
+        return None  # nothing pairwise to plan; the suites skip what needs two nodes
+    checked = plan.check_before_run(profile, nodes, rails, budget)
+    if checked["limit_seconds"] is not None:
+        print(f"acceptance: plan {plan.format_seconds(checked['estimated_seconds'])} with {checked['pattern']} "
+              f"(rails {checked['rail_mode']}), within {checked['limit_from']} "
+              f"({plan.format_seconds(checked['limit_seconds'])})", flush=True)
+    return checked["limit_seconds"]
 
 
 def _switch_tree(profile, topology: str | None) -> Path | None:

@@ -1,36 +1,57 @@
-"""Which node pairs talk in which round, for the pairwise RDMA-write measurements.
+"""Which node pairs talk in which round, for the pairwise measurements (RDMA write, perftest, GPUDirect).
 
 A *round* is a set of disjoint node pairs: every node is in at most one pair, so
 all pairs of a round can be measured at the same time without two transfers
-sharing a NIC. Rails are measured one after another and every rail uses the
-same schedule.
+sharing a NIC. Every rail uses the same schedule; with run.rail_mode "concurrent"
+the rails walk it at the same time, each rank on its own rail's NIC.
 
-The rounds come from the circle (Berger) method. With m = n nodes for odd n,
+Patterns (parse_pattern):
+- "all-pairs": every node pair once, n - 1 rounds (n for odd n).
+- "sample:K": K rounds of the all-pairs schedule, spread across it.
+- "screen:K": K rounds of disjoint pairs covering every node K times (once per round; with odd n one
+  node sits out each round, a different one each time). With the switch tree known (`leaves`), the
+  pairs are chosen so that each leaf's nodes meet many other leaves in every round (every leaf meets
+  every other leaf once K >= ceil(leaves / largest leaf)) and every leaf's uplink is crossed;
+  otherwise the rounds are drawn at random from the all-pairs schedule under a random relabelling
+  of the nodes, so no pair repeats. `seed` picks the draw; the driver keeps it in run.json
+  ("schedule").
+- "auto": all-pairs when it fits the time budget, else screen:K with the largest K that fits
+  (choose_pattern; acceptance.runtime.estimate decides what fits). schedule() needs it resolved.
+
+The all-pairs rounds come from the circle (Berger) method. With m = n nodes for odd n,
 or m = n - 1 rotating nodes plus the fixed node n - 1 for even n, round r
 pairs (r + i) mod m with (r - i) mod m for i = 1 .. (m - 1) / 2; node r is left
 over (a bye for odd n, the fixed node's partner for even n). Two nodes a and b
 meet in the one round where a + b = 2r (mod m), which exists and is unique
 because m is odd, so every unordered pair occurs exactly once overall. Each
-round is computed on its own in O(n) (round_of), so a caller can walk the
-schedule of a huge cluster lazily, and the counts are closed forms.
+round is computed on its own in O(n) (round_of, screen_round), so every rank
+computes the same schedule of a huge cluster by itself, and the counts are closed forms.
 """
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Callable, Hashable, Sequence
 
 ALL_PAIRS = "all-pairs"
 SAMPLE = "sample"
-_ACCEPTED = '"all-pairs" (every node pair) or "sample:K" (K partners per node, K a whole number >= 1)'
+SCREEN = "screen"
+AUTO = "auto"
+SCREEN_MIN = 2  # auto never screens with fewer rounds: one partner cannot tell a NIC from its link
+_ACCEPTED = ('"all-pairs" (every node pair), "sample:K" (K partners per node), "screen:K" (K rounds of '
+             'disjoint pairs, every node in each) or "auto" (all-pairs if it fits the time budget, else '
+             'screen:K with the largest K that fits); K a whole number >= 1')
 
 
 def parse_pattern(text: str) -> tuple[str, int | None]:
-    """"all-pairs" -> ("all-pairs", None); "sample:K" -> ("sample", K)."""
+    """"all-pairs" -> ("all-pairs", None); "sample:K" -> ("sample", K); "screen:K" -> ("screen", K);
+    "auto" -> ("auto", None). ValueError naming the accepted forms otherwise."""
     text = str(text).strip()
-    if text == ALL_PAIRS:
-        return ALL_PAIRS, None
-    match = re.fullmatch(r"sample:(\d+)", text)
-    if match and int(match[1]) >= 1:
-        return SAMPLE, int(match[1])
+    if text in (ALL_PAIRS, AUTO):
+        return text, None
+    match = re.fullmatch(r"(sample|screen):(\d+)", text)
+    if match and int(match[2]) >= 1:
+        return match[1], int(match[2])
     raise ValueError(f"unknown pattern {text!r}; expected {_ACCEPTED}")
 
 
@@ -79,17 +100,165 @@ def sample(n: int, k: int) -> list[list[tuple[int, int]]]:
     return [round_of(n, r) for r in sample_rounds(n, k)]
 
 
-def schedule(n: int, pattern: str) -> list[list[tuple[int, int]]]:
+def _relabel(n: int, seed: int) -> list[int]:
+    """A seeded permutation of 0..n-1 (Python's random is the same on every rank and platform)."""
+    order = list(range(n))
+    random.Random(f"screen/{n}/{seed}").shuffle(order)
+    return order
+
+
+def screen_round_indices(n: int, k: int, seed: int = 0) -> list[int]:
+    """The circle rounds random screening uses: min(k, rounds) distinct ones, drawn with `seed`."""
+    rounds = _full_rounds(n)
+    return random.Random(f"rounds/{n}/{seed}").sample(range(rounds), min(k, rounds))
+
+
+def _leaf_slots(n: int, leaves: Sequence[Hashable], seed: int) -> list[list[int]]:
+    """Nodes grouped by leaf, leaves in first-seen order, each leaf's nodes in a seeded order."""
+    if len(leaves) != n:
+        raise ValueError(f"leaves: expected the leaf of each of the {n} nodes, got {len(leaves)}")
+    groups: dict[Hashable, list[int]] = {}
+    for node, leaf in enumerate(leaves):
+        groups.setdefault(leaf, []).append(node)
+    rng = random.Random(f"leaves/{n}/{seed}")
+    out = list(groups.values())
+    for members in out:
+        rng.shuffle(members)
+    return out
+
+
+def _tree_round(slots: list[list[int]], r: int) -> list[tuple[int, int]]:
+    """Round r of tree-aware screening over the leaves' seeded slot lists.
+
+    Slot j of leaf a meets slot j of leaf (c - a) mod L, with c = (j + r * step) mod L: an involution,
+    so the pairs are disjoint. A leaf's slots meet different leaves (up to L - 1 of them in one round),
+    and over the rounds c runs through every residue, so every leaf meets every other leaf once
+    r * largest leaf >= L. Nodes left over (c = 2a, or a partner leaf too small for slot j) pair with
+    each other in (slot, leaf) order, which puts consecutive ones on different leaves; with an odd
+    count the last one sits out.
+    """
+    count = len(slots)
+    biggest = max(len(m) for m in slots)
+    step = biggest % count or 1  # a multiple of L would give every round the same partners
+    pairs, left = [], []
+    for j in range(biggest):
+        c = (j + r * step) % count
+        for a, members in enumerate(slots):
+            if j >= len(members):
+                continue
+            b = (c - a) % count
+            if b == a or j >= len(slots[b]):
+                left.append(members[j])
+            elif a < b:
+                x, y = members[j], slots[b][j]
+                pairs.append((x, y) if x < y else (y, x))
+    for x, y in zip(left[::2], left[1::2]):
+        pairs.append((x, y) if x < y else (y, x))
+    return pairs
+
+
+def screen_round(n: int, r: int, seed: int = 0, leaves: Sequence[Hashable] | None = None,
+                 k: int | None = None) -> list[tuple[int, int]]:
+    """Round r (0-based) of screen:k over nodes 0..n-1, as (low, high) pairs; O(n).
+
+    With `leaves` (the leaf switch of each node, any hashable, two or more distinct) the round is
+    tree-aware (_tree_round); otherwise it is circle round screen_round_indices(n, k, seed)[r] under
+    the seeded relabelling of the nodes (k defaults to r + 1)."""
+    if n < 2:
+        raise IndexError(f"round {r} out of range: {n} nodes have no rounds")
+    if leaves is not None:
+        slots = _leaf_slots(n, leaves, seed)
+        if len(slots) >= 2:
+            if not 0 <= r < min(r + 1 if k is None else k, _full_rounds(n)):
+                raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has "
+                                 f"{min(k, _full_rounds(n))} rounds")
+            return _tree_round(slots, r)
+    indices = screen_round_indices(n, r + 1 if k is None else k, seed)
+    if not 0 <= r < len(indices):
+        raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has {len(indices)} rounds")
+    label = _relabel(n, seed)
+    pairs = []
+    for a, b in round_of(n, indices[r]):
+        x, y = label[a], label[b]
+        pairs.append((x, y) if x < y else (y, x))
+    return pairs
+
+
+def screen(n: int, k: int, seed: int = 0, leaves: Sequence[Hashable] | None = None) -> list[list[tuple[int, int]]]:
+    """screen:k: k rounds of disjoint pairs, every node in each round (odd n: one sits out), O(n) each."""
+    if n < 2:
+        return []
+    if leaves is not None and len(set(leaves)) >= 2:
+        slots = _leaf_slots(n, leaves, seed)
+        return [_tree_round(slots, r) for r in range(min(k, _full_rounds(n)))]
+    label = _relabel(n, seed)
+    return [[(min(label[a], label[b]), max(label[a], label[b])) for a, b in round_of(n, i)]
+            for i in screen_round_indices(n, k, seed)]
+
+
+def tree_aware(pattern: str, leaves: Sequence[Hashable] | None) -> bool:
+    """Whether schedule(n, pattern, leaves=leaves) follows the switch tree (run.json "schedule")."""
+    return parse_pattern(pattern)[0] == SCREEN and leaves is not None and len(set(leaves)) >= 2
+
+
+def schedule(n: int, pattern: str, seed: int = 0,
+             leaves: Sequence[Hashable] | None = None) -> list[list[tuple[int, int]]]:
+    """The rounds of `pattern` over nodes 0..n-1 (a rail's members in rail-communicator order): a list
+    of rounds, each a list of disjoint (low, high) node pairs, measured at the same time.
+
+    n: nodes on the rail. pattern: "all-pairs", "sample:K" or "screen:K" ("auto" must be resolved
+    first: acceptance.runtime.estimate.resolve_pattern). seed: screen:K's draw (ignored by the
+    others). leaves: for screen:K, the leaf switch of each node (len n; any hashable names), which
+    makes the rounds tree-aware; None or a single leaf: random. Every rank computes the identical
+    schedule from (n, pattern, seed, leaves); each round costs O(n). round_count and pair_count give
+    the sizes in closed form.
+    """
     kind, k = parse_pattern(pattern)
-    return round_robin(n) if kind == ALL_PAIRS else sample(n, k)
+    if kind == AUTO:
+        raise ValueError('pattern "auto" must be resolved to all-pairs or screen:K first '
+                         "(acceptance.runtime.estimate.resolve_pattern)")
+    if kind == ALL_PAIRS:
+        return round_robin(n)
+    if kind == SAMPLE:
+        return sample(n, k)
+    return screen(n, k, seed, leaves)
 
 
 def round_count(n: int, pattern: str) -> int:
+    """Rounds of `pattern` over n nodes, in closed form (the same with or without the tree)."""
     kind, k = parse_pattern(pattern)
+    if kind == AUTO:
+        raise ValueError('pattern "auto" has no round count until it is resolved')
     rounds = _full_rounds(n)
-    return rounds if kind == ALL_PAIRS else min(k, rounds)
+    if kind == ALL_PAIRS:
+        return rounds
+    if n < 2:
+        return 0
+    return min(k, rounds)  # sample and screen alike: more rounds than all-pairs has would repeat pairs
 
 
 def pair_count(n: int, pattern: str) -> int:
-    """Unordered node pairs measured per rail."""
-    return round_count(n, pattern) * (n // 2)  # every round has floor(n/2) pairs
+    """Unordered node pairs measured per rail: floor(n/2) in every round."""
+    return round_count(n, pattern) * (n // 2)
+
+
+def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]:
+    """What "auto" becomes: (pattern, what was given up). all-pairs when fits("all-pairs"); else
+    screen:K with the largest K (>= SCREEN_MIN) for which fits() holds, found by bisection (the
+    estimate grows with K); else screen:SCREEN_MIN, which does not fit either (the caller says so).
+
+    fits() is called O(log n) times."""
+    full = _full_rounds(n)
+    if n < 2 or fits(ALL_PAIRS):
+        return ALL_PAIRS, []
+    low, high = SCREEN_MIN, max(SCREEN_MIN, full - 1)  # screen:full would cost as much as all-pairs
+    if not fits(f"{SCREEN}:{low}"):
+        return f"{SCREEN}:{low}", [f"all-pairs ({full} rounds); even screen:{low} does not fit"]
+    while low < high:
+        mid = (low + high + 1) // 2
+        if fits(f"{SCREEN}:{mid}"):
+            low = mid
+        else:
+            high = mid - 1
+    return f"{SCREEN}:{low}", [f"all-pairs ({full} rounds per rail, every node meets all {n - 1} others): "
+                               f"screen:{low} instead, {low} partners per node"]

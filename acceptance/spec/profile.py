@@ -447,6 +447,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
                          help='"concurrent": each rank drives its own rail\'s NIC, so a round of node pairs '
                               'runs on every rail at once (the load of a training step); "serial": one rail '
                               'after another, one test per rail (for diagnosis)'),
+        "budget": Duration(None, positive=True,
+                           help='time the whole acceptance may take, e.g. "30min": `acceptance plan` and '
+                                '`acceptance run` exit 2 before starting when the estimate exceeds it, and '
+                                'rdma_write.pattern "auto" screens to fit it; unset: no budget'),
     },
     "topology": {
         "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),
@@ -507,7 +511,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "leak_size": Size("4MiB", help="region size of the leak check"),
     },
     "rdma_write": {
-        "pattern": Str("all-pairs", help='node pairs per rail: "all-pairs" or "sample:K" (K partners per node)'),
+        "pattern": Str("all-pairs", help='node pairs per rail: "all-pairs", "sample:K" (K partners per node), '
+                                         '"screen:K" (K rounds of disjoint pairs, then confirmation) or "auto" '
+                                         '(all-pairs if it fits run.budget, else screen:K with the largest K '
+                                         'that fits)'),
     },
     "gpudirect": {
     },

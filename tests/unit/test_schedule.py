@@ -1,16 +1,13 @@
-"""Node-pair schedules (acceptance.runtime.schedule) and the `acceptance plan` estimate."""
-import re
-import subprocess
-import sys
+"""Node-pair schedules (acceptance.runtime.schedule): all-pairs, sample:K, screen:K, and what auto chooses.
+The estimate and `acceptance plan`: tests/unit/test_plan.py."""
+import math
 from collections import Counter
 from itertools import combinations
-from pathlib import Path
 
 import pytest
 
-from acceptance.cli.plan import estimate_seconds, format_seconds, pair_direction_seconds, plan_text, step_problem
-from acceptance.spec.profile import load_profile
 from acceptance.runtime.schedule import (
+    choose_pattern,
     pair_count,
     parse_pattern,
     round_count,
@@ -19,10 +16,11 @@ from acceptance.runtime.schedule import (
     sample,
     sample_rounds,
     schedule,
+    screen_round,
+    tree_aware,
 )
 
 SIZES = [*range(2, 13), 17, 31]
-ACCEPTANCE = Path(sys.executable).parent / "acceptance"
 
 
 def partners(rounds) -> dict[int, list[int]]:
@@ -41,17 +39,21 @@ def partners(rounds) -> dict[int, list[int]]:
     ("sample:1", ("sample", 1)),
     ("sample:16", ("sample", 16)),
     (" sample:3 ", ("sample", 3)),
+    ("screen:1", ("screen", 1)),
+    ("screen:8", ("screen", 8)),
+    ("auto", ("auto", None)),
 ])
 def test_parse_pattern_accepts(text, expected):
     assert parse_pattern(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "all", "allpairs", "sample", "sample:", "sample:0", "sample:-1",
-                                  "sample:+2", "sample:1.5", "sample:x", "Sample:2", "sample:2:3"])
+                                  "sample:+2", "sample:1.5", "sample:x", "Sample:2", "sample:2:3", "screen",
+                                  "screen:0", "screen:k", "auto:3"])
 def test_parse_pattern_rejects_naming_the_accepted_forms(text):
     with pytest.raises(ValueError) as e:
         parse_pattern(text)
-    assert "all-pairs" in str(e.value) and "sample:K" in str(e.value)
+    assert all(form in str(e.value) for form in ("all-pairs", "sample:K", "screen:K", "auto"))
 
 
 # ---- round_robin ----------------------------------------------------------------
@@ -141,120 +143,106 @@ def test_counts_for_2048_nodes():
     assert pair_count(2048, "sample:16") == 16 * 1024
 
 
-# ---- estimate -------------------------------------------------------------------
+# ---- screen ---------------------------------------------------------------------
 
-SWEEP = {"min_size": 2**20, "max_size": 2**20, "factor": 2, "bytes_per_size": 64 * 2**20,
-         "min_iters": 5, "max_iters": 1000, "warmup_fraction": 0.1, "window": 4}
-LATENCY = {"iters": 100, "warmup": 0, "size": 8}
-
-
-def test_pair_direction_seconds_by_hand():
-    # 64MiB / (1MiB x 4) = 16 timed + ceil(1.6) = 2 warmup iterations of 4 x 1MiB at 100 Gbit/s,
-    # plus 5 us each, for the write and the read sweep; latency: 100 samples x 2 kinds x 5 us.
-    expected = 2 * (18 * 4 * 2**20 * 8 / 100e9 + 18 * 5e-6) + 100 * 2 * 5e-6
-    assert pair_direction_seconds(SWEEP, LATENCY, 100.0) == pytest.approx(expected)
+def leaves_of(n: int, per_leaf: int) -> list[str]:
+    return [f"leaf{i // per_leaf}" for i in range(n)]
 
 
-def test_estimate_is_linear_in_rails_and_rounds():
-    one = estimate_seconds(1, 1, SWEEP, LATENCY, 100.0)
-    assert one == pytest.approx(2 * pair_direction_seconds(SWEEP, LATENCY, 100.0))  # both directions
-    assert estimate_seconds(8, 1, SWEEP, LATENCY, 100.0) == pytest.approx(8 * one)
-    assert estimate_seconds(1, 2047, SWEEP, LATENCY, 100.0) == pytest.approx(2047 * one)
-    assert estimate_seconds(8, 2047, SWEEP, LATENCY, 100.0) == pytest.approx(8 * 2047 * one)
+def assert_rounds_cover_every_node(n, rounds):
+    for pairs in rounds:
+        nodes = [x for p in pairs for x in p]
+        assert all(0 <= a < b < n for a, b in pairs)
+        assert len(nodes) == len(set(nodes))  # disjoint
+        assert len(nodes) == n - n % 2  # every node but one bye for odd n
 
 
-def test_iterations_are_clamped():
-    tiny = dict(SWEEP, min_size=8, max_size=8)  # 64MiB / 32B would be 2M iterations
-    big = dict(SWEEP, min_size=2**30, max_size=2**30)  # would be 0 iterations
-    assert pair_direction_seconds(tiny, LATENCY, 100.0) == pytest.approx(
-        2 * 1100 * (4 * 8 * 8 / 100e9 + 5e-6) + 1e-3)
-    assert pair_direction_seconds(big, LATENCY, 100.0) == pytest.approx(
-        2 * 6 * (4 * 2**30 * 8 / 100e9 + 5e-6) + 1e-3)
+@pytest.mark.parametrize("n", [*SIZES, 64, 101])
+@pytest.mark.parametrize("tree", [None, 4, 5])
+def test_screen_rounds_are_disjoint_and_cover_every_node(n, tree):
+    leaves = leaves_of(n, tree) if tree else None
+    rounds = schedule(n, "screen:4", seed=7, leaves=leaves)
+    assert len(rounds) == round_count(n, "screen:4") == min(4, n - 1 if n % 2 == 0 else n)
+    assert sum(len(p) for p in rounds) == pair_count(n, "screen:4")
+    assert_rounds_cover_every_node(n, rounds)
+    assert [screen_round(n, r, seed=7, leaves=leaves, k=4) for r in range(len(rounds))] == rounds
 
 
-@pytest.mark.parametrize("seconds, text", [
-    (0.04, "0.04 s"), (45, "45 s"), (725, "12 min 5 s"), (3 * 3600 + 12 * 60, "3 h 12 min"),
-    (3599.7, "1 h 0 min"), (2 * 86400 + 4 * 3600, "2 d 4 h")])
-def test_format_seconds(seconds, text):
-    assert format_seconds(seconds) == text
+def test_random_screen_never_repeats_a_pair_and_gives_byes_to_different_nodes():
+    for n in (10, 31, 64):
+        rounds = schedule(n, "screen:6", seed=1)
+        pairs = [p for r in rounds for p in r]
+        assert len(pairs) == len(set(pairs))  # rounds of the all-pairs schedule, relabelled
+        if n % 2:
+            byes = [next(iter(set(range(n)) - {x for p in r for x in p})) for r in rounds]
+            assert len(byes) == len(set(byes))
 
 
-def test_plan_text_rate_sources(tmp_path):
-    assert "400 Gbit/s   (from --rate)" in plan_text(4, 2, "all-pairs", "local", rate="400Gbit/s")
-    bare = tmp_path / "bare.toml"
-    bare.write_text("")  # no rdma_write.bandwidth_min
-    assert "100 Gbit/s   (assumed" in plan_text(4, 2, None, str(bare))
-    path = tmp_path / "fab.toml"
-    path.write_text('[rdma_write]\nbandwidth_min = { "8B" = "1Gbit/s", "64MiB" = "360Gbit/s" }\n')
-    assert "360 Gbit/s   (profile fab's rdma_write.bandwidth_min" in plan_text(4, 2, None, str(path))
+@pytest.mark.parametrize("tree", [None, 8])
+def test_screen_is_the_same_for_the_same_seed_and_differs_between_seeds(tree):
+    leaves = leaves_of(64, tree) if tree else None
+    assert schedule(64, "screen:3", seed=5, leaves=leaves) == schedule(64, "screen:3", seed=5, leaves=leaves)
+    assert schedule(64, "screen:3", seed=5, leaves=leaves) != schedule(64, "screen:3", seed=6, leaves=leaves)
 
 
-@pytest.mark.parametrize("nodes, rails, pattern, rate, words", [
-    (1, 8, "all-pairs", None, "--nodes"),
-    (4, 0, "all-pairs", None, "--rails"),
-    (4, 8, "pairs", None, "sample:K"),
-    (4, 8, "all-pairs", "400", "has no unit"),
-    (4, 8, "all-pairs", "0Gbit/s", "above zero"),
-])
-def test_plan_text_rejects(nodes, rails, pattern, rate, words):
-    with pytest.raises(ValueError, match=words):
-        plan_text(nodes, rails, pattern, "local", rate=rate)
+@pytest.mark.parametrize("n, per_leaf", [(48, 4), (64, 8), (96, 8), (60, 6), (45, 5)])
+def test_tree_aware_screen_meets_every_leaf_pair_when_k_allows(n, per_leaf):
+    leaves = leaves_of(n, per_leaf)
+    count = len(set(leaves))
+    k = math.ceil(count / per_leaf)  # a leaf's nodes meet up to one other leaf each per round
+    rounds = schedule(n, f"screen:{k}", seed=3, leaves=leaves)
+    met = {frozenset((leaves[a], leaves[b])) for r in rounds for a, b in r if leaves[a] != leaves[b]}
+    assert met == {frozenset(p) for p in combinations(sorted(set(leaves)), 2)}
+    for r in rounds:  # every leaf's uplink is crossed in every round
+        crossing = {leaves[x] for a, b in r if leaves[a] != leaves[b] for x in (a, b)}
+        assert crossing == set(leaves)
+    assert tree_aware(f"screen:{k}", leaves) and not tree_aware(f"screen:{k}", None)
+    assert not tree_aware("all-pairs", leaves) and not tree_aware("screen:2", ["one"] * n)
 
 
-# ---- CLI ------------------------------------------------------------------------
-
-def run_cli(*args):
-    return subprocess.run([str(ACCEPTANCE), "plan", *args], capture_output=True, text=True, timeout=120)
-
-
-def test_cli_plan_2048_nodes():
-    proc = run_cli("--nodes", "2048", "--rails", "8")
-    assert proc.returncode == 0, proc.stderr
-    lines = dict(line.split(":", 1) for line in proc.stdout.splitlines())
-    assert lines["rounds per rail"].split()[0] == "2047"
-    assert lines["node pairs per rail"].split()[0] == "2096128"
-    assert lines["pair-directions per rail"].split()[0] == str(2 * 2096128)
-    assert lines["total pair-directions"].split()[0] == str(8 * 2 * 2096128)
-    assert "estimated duration" in lines
+def test_tree_aware_screen_with_uneven_leaves_and_one_leaf():
+    leaves = ["a"] * 9 + ["b"] * 2 + ["c"] * 5 + ["d"]
+    rounds = schedule(17, "screen:5", seed=0, leaves=leaves)
+    assert len(rounds) == 5
+    assert_rounds_cover_every_node(17, rounds)
+    # one leaf: no tree to follow, so the random screen (same seed, same rounds)
+    assert schedule(12, "screen:3", seed=2, leaves=["x"] * 12) == schedule(12, "screen:3", seed=2)
+    with pytest.raises(ValueError, match="leaf of each"):
+        schedule(5, "screen:2", leaves=["a", "b"])
 
 
-def test_cli_plan_bad_pattern_exits_2():
-    proc = run_cli("--nodes", "16", "--rails", "8", "--pattern", "sample:0")
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert proc.stderr.startswith("acceptance: unknown pattern 'sample:0'")
-    assert "sample:K" in proc.stderr
+def test_screen_at_16000_nodes_is_closed_form_and_one_round_is_linear():
+    assert round_count(16000, "screen:16") == 16 and pair_count(16000, "screen:16") == 16 * 8000
+    one = screen_round(16000, 3, seed=9, leaves=leaves_of(16000, 40), k=16)
+    assert len(one) == 8000
 
 
-def test_cli_plan_too_few_nodes_exits_2():
-    proc = run_cli("--nodes", "1", "--rails", "8")
-    assert proc.returncode == 2 and proc.stderr.startswith("acceptance: --nodes")
+def test_auto_must_be_resolved_before_a_schedule():
+    with pytest.raises(ValueError, match="resolve"):
+        schedule(8, "auto")
+    with pytest.raises(ValueError, match="resolved"):
+        round_count(8, "auto")
 
 
-def test_cli_plan_help_explains_rounds_and_sample():
-    proc = subprocess.run([str(ACCEPTANCE), "plan", "--help"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0
-    assert "A round is" in proc.stdout and "sample:K" in proc.stdout
+# ---- choose_pattern (auto) ---------------------------------------------------------
+
+def test_auto_chooses_all_pairs_when_it_fits():
+    assert choose_pattern(64, lambda p: True) == ("all-pairs", [])
 
 
-def test_plan_checks_the_longest_step_against_the_hang_timeout(tmp_path):
-    # 32 nodes x 8 rails of h100-ndr400: a rail takes far longer than the 15 min deadline, a step does not.
-    text = plan_text(32, 8, None, "h100-ndr400")
-    assert re.search(r"longest step: +\d+ s +\(a round of test_write_bandwidth: one pair's sweep, both directions\); "
-                     r"run.hang_timeout 15 min 0 s: fits", text), text
-    tight = tmp_path / "tight.toml"
-    tight.write_text('extends = "h100-ndr400"\n[run]\nhang_timeout = "20s"\n')
-    assert "DOES NOT FIT" in plan_text(32, 8, None, str(tight))
-    assert step_problem(load_profile(str(tight)), 360).startswith(
-        "the longest step (a round of test_write_bandwidth: one pair's sweep, both directions) takes about")
-    assert step_problem(load_profile("h100-ndr400"), 360) is None
+def test_auto_chooses_the_largest_k_that_fits_with_few_tries():
+    asked = []
+
+    def fits(p):
+        asked.append(p)
+        return p != "all-pairs" and int(p.split(":")[1]) <= 11
+
+    pattern, gave_up = choose_pattern(4096, fits)
+    assert pattern == "screen:11"
+    assert gave_up and "all-pairs" in gave_up[0] and "screen:11" in gave_up[0]
+    assert len(asked) <= 2 + math.ceil(math.log2(4096))  # bisection, not a walk over K
 
 
-def test_plan_exits_2_when_a_step_cannot_fit(acceptance_cli, tmp_path):
-    tight = tmp_path / "tight.toml"
-    tight.write_text('extends = "h100-ndr400"\n[run]\nhang_timeout = "20s"\n')
-    p = acceptance_cli("plan", "--nodes", "32", "--rails", "8", "--profile", str(tight))
-    assert p.returncode == 2, p.stdout + p.stderr
-    assert "DOES NOT FIT" in p.stdout
-    assert "not within profile tight's run.hang_timeout of 20 s" in p.stderr
-    assert acceptance_cli("plan", "--nodes", "32", "--rails", "8", "--profile", "h100-ndr400").returncode == 0
+def test_auto_falls_back_to_the_minimum_and_says_it_does_not_fit():
+    pattern, gave_up = choose_pattern(4096, lambda p: False)
+    assert pattern == "screen:2" and "does not fit" in gave_up[0]

@@ -1,0 +1,386 @@
+"""How long a whole acceptance takes, suite by suite, and what "auto" and a time budget make of it.
+
+Every model is here, in closed form (no schedule is enumerated), so `acceptance plan` at 16,000 nodes is
+instant, and the pairwise drivers resolve rdma_write.pattern = "auto" from the very same numbers
+(resolve_pattern) as the plan and `acceptance run`'s check before it starts.
+
+The assumptions, named once (each a constant below):
+- A timed bandwidth iteration costs its wire time at the link rate plus ITER_OVERHEAD_S (post, poll,
+  flush); a latency sample costs LATENCY_SAMPLE_S (one round trip and the harness around it).
+- Every pair of a round runs at once; with run.rail_mode "concurrent" every rail's rounds run at once
+  too (each rank on its own NIC, no slowdown assumed from sharing the host), with "serial" one rail
+  after another, so the rails multiply the time.
+- Each pair of each pairwise test costs PAIR_SETUP_S to connect (communicator split, queue pairs,
+  registration); each data check costs CHECK_OVERHEAD_S plus poisoning and comparing its bytes at
+  VERIFY_BYTES_PER_S (acceptance.measure.verify: every iteration up to verify.every_max, else
+  verify.samples and the last).
+- Screening (screen:K) measures screening_sizes and screening_latency_iters (acceptance.runtime.screening),
+  then CONFIRM_ROUNDS rounds of confirmation per pairwise test (the suspects of a healthy fleet are
+  few, and their pairs pack into a few rounds of disjoint pairs).
+- perftest: each tool run costs PERFTEST_START_S to start (server, TCP handshake) besides its own time.
+- Collectives: all-reduce moves 2(N-1)/N of the buffer per rank (ring), all-to-all (N-1)/N, at the
+  per-NIC link rate (busbw = the rate of one NIC: each GPU reaches the network through its own NIC);
+  inside a node at the profile's node busbw bound, else NVLINK_GBYTES_S. Latency terms: all-reduce
+  2 log2(N) steps of COLLECTIVE_STEP_S (a tree or recursive doubling at small sizes), all-to-all one
+  message per peer, ALLTOALL_PEER_S each.
+- Incast: senders + 1 rounds per rail of incast.duration and INCAST_ROUND_S.
+- Intranode: every GPU's copies and every GPU pair's, one at a time, at the profile's floors
+  (h2d_min, d2h_min, p2p_min), else PCIE_GBYTES_S / NVLINK_GBYTES_S; all nodes at once.
+- Memory registration: REG_CALL_S plus pinning at REG_BYTES_PER_S, per register and deregister.
+- Fixed costs: LAUNCH_S to start the ranks, PREFLIGHT_S for the node checks, COUNTER_SNAPSHOT_S per
+  port snapshot (before and after each suite file), OUTCOME_PER_RANK_S per test and rank at rank 0
+  (the outcome merge), ANALYSIS_PER_PAIR_DIRECTION_S per measured pair-direction afterwards.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+from ..measure.sweep import sweep_from_profile
+from ..spec import catalog
+from ..spec.profile import parse_duration, parse_rate
+from . import schedule as sched
+from .screening import screening_latency_iters, screening_sizes
+
+ITER_OVERHEAD_S = 5e-6        # per timed or warmup bandwidth iteration, beyond the wire time
+LATENCY_SAMPLE_S = 5e-6       # one latency sample (round trip and harness)
+PAIR_SETUP_S = 0.02           # connecting one pair for one test
+CHECK_OVERHEAD_S = 20e-6      # one data check's fixed cost
+VERIFY_BYTES_PER_S = 5e9      # poisoning and comparing checked bytes (host memory)
+CONFIRM_ROUNDS = 3            # confirmation rounds after screening, per pairwise test
+PERFTEST_START_S = 1.0        # one ib_write_bw / ib_write_lat run's start
+COLLECTIVE_STEP_S = 5e-6      # one step of a collective's latency term
+ALLTOALL_PEER_S = 1e-6        # one peer's message in an all-to-all
+NVLINK_GBYTES_S = 100.0       # inside a node, when the profile sets no node busbw bound
+PCIE_GBYTES_S = 20.0          # host <-> GPU, when the profile sets no floor
+INCAST_ROUND_S = 0.2          # one incast round's setup beyond its duration
+REG_CALL_S = 50e-6            # one register or deregister call
+REG_BYTES_PER_S = 10e9        # pinning pages
+LAUNCH_S = 30.0               # starting the ranks (launcher, MPI init, imports)
+PREFLIGHT_S = 20.0            # the node checks (tools run on every node at once)
+COUNTER_SNAPSHOT_S = 0.5      # one snapshot of a node's ports
+OUTCOME_PER_RANK_S = 20e-6    # rank 0's share of one test's outcome merge, per rank
+ANALYSIS_PER_PAIR_DIRECTION_S = 2e-4  # analysis and report, per measured pair-direction (~40 records)
+DEFAULT_RATE = 100.0          # Gbit/s, when neither --rate nor the profile's bandwidth_min says
+MIN_RATE_GBITS = 10.0         # a bandwidth_min below this is a floor for broken links (emulators), not a rate
+TESTS = 45                    # pytest tests of a run, about (outcome merges)
+SUITE_FILES = 9               # suite files, each with counter snapshots around it
+
+ENV_BUDGET = "ACCEPTANCE_BUDGET"  # the limit `acceptance run` checked, in seconds, for the ranks' "auto"
+AUTO_MAX_ROUNDS = 16  # auto screens with at most this many rounds: a NIC judged on 16 partners' typical value
+
+SUITES = ("preflight", "counters", "memreg", "rdma_write", "perftest", "gpudirect", "incast", "collectives",
+          "intranode")
+
+
+# ---- budget ------------------------------------------------------------------------------------
+
+def parse_budget(text: str) -> float:
+    """Seconds from "30m", "30min", "1h", "1800s" or a plain number of seconds; ValueError otherwise."""
+    raw = str(text).strip()
+    raw = re.sub(r"(?<=\d)\s*m$", "min", raw)  # "30m" as operators write it; "ms" stays milliseconds
+    try:
+        value = parse_duration(raw)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (write e.g. 30m, 45min, 1h or 1800s)") from None
+    if value <= 0:
+        raise ValueError(f"must be more than 0, got {text!r}")
+    return value
+
+
+def slurm_time_left(env=None, run=subprocess.run) -> float | None:
+    """Seconds left in the Slurm job this runs in (SLURM_JOB_END_TIME, else squeue %L); None outside
+    one, for an unlimited job, or when Slurm cannot say."""
+    env = os.environ if env is None else env
+    end = env.get("SLURM_JOB_END_TIME")
+    if end and end.strip().isdigit():
+        import time
+        return max(0.0, float(end) - time.time())
+    job = env.get("SLURM_JOB_ID")
+    if not job:
+        return None
+    try:
+        out = run(["squeue", "-h", "-j", job, "-o", "%L"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_slurm_left(out)
+
+
+def parse_slurm_left(text: str) -> float | None:
+    """squeue's %L ("1-02:03:04", "02:03:04", "03:04", "45", "UNLIMITED") in seconds; None if not a time."""
+    m = re.fullmatch(r"\s*(?:(\d+)-)?(?:(\d+):)?(?:(\d+):)?(\d+)\s*", text or "")
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    parts = [int(x) for x in (a, b) if x is not None] + [int(c)]
+    seconds = 0
+    for p in parts:
+        seconds = seconds * 60 + p
+    if days is not None and len(parts) < 3:  # "D-HH" or "D-HH:MM"
+        seconds *= 60 ** (3 - len(parts))
+    return float(int(days or 0) * 86400 + seconds)
+
+
+# ---- rates -------------------------------------------------------------------------------------
+
+def choose_rate(profile, rate: str | None = None) -> tuple[float, str]:
+    """(Gbit/s, where it came from): --rate, else the profile's bound at its largest size (from
+    MIN_RATE_GBITS up: a lower one only tells a broken link), else DEFAULT_RATE."""
+    if rate is not None:
+        gbits = parse_rate(rate)
+        if gbits <= 0:
+            raise ValueError(f"must be above zero, got {rate!r}")
+        return gbits, "from --rate"
+    bounds = profile.get("rdma_write.bandwidth_min")  # [[bytes, Gbit/s], ...] sorted by size
+    if bounds and bounds[-1][1] >= MIN_RATE_GBITS:
+        return bounds[-1][1], f"profile {profile.name}'s rdma_write.bandwidth_min at its largest size"
+    if bounds and bounds[-1][1] > 0:
+        return DEFAULT_RATE, (f"assumed: profile {profile.name}'s rdma_write.bandwidth_min ({bounds[-1][1]:g} Gbit/s) "
+                              f"only tells a broken link; give --rate")
+    return DEFAULT_RATE, f"assumed: profile {profile.name} sets no rdma_write.bandwidth_min; give --rate"
+
+
+def _gbytes(profile, key: str, default: float) -> float:
+    """A rate setting (stored Gbit/s; a table by size: its largest entry) in GB/s; default when unset or
+    below MIN_RATE_GBITS (a floor for broken hardware, not a rate)."""
+    value = profile.get(key)
+    if isinstance(value, list):
+        value = value[-1][1] if value else None
+    return value / 8 if value and value >= MIN_RATE_GBITS else default
+
+
+# ---- sweeps ------------------------------------------------------------------------------------
+
+def check_seconds(profile, iters: int, bytes_per_iter: int) -> float:
+    """The data checks of one size's loop (acceptance.measure.verify.Policy.iterations)."""
+    every_max, samples = profile.get("verify.every_max"), profile.get("verify.samples")
+    checked = iters if iters * max(bytes_per_iter, 1) <= every_max or iters - 1 <= samples else samples + 1
+    compared = min(bytes_per_iter, profile.get("verify.slot_region"))
+    return checked * (CHECK_OVERHEAD_S + 2 * compared / VERIFY_BYTES_PER_S)
+
+
+def sweep_direction_seconds(profile, sizes, rate_gbits: float) -> float:
+    """One pair's bandwidth sweep in one direction over `sizes` (sweep.rounds times; capped per size by
+    sweep.max_time_per_size), data checks included."""
+    sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
+    cap = profile.get("sweep.max_time_per_size")
+    total = 0.0
+    for size in sizes:
+        iters = sweep.iters(size, size * window)
+        n = iters + sweep.warmup(iters)
+        one = n * window * size * 8 / (rate_gbits * 1e9) + n * ITER_OVERHEAD_S
+        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window)
+    return total * profile.get("sweep.rounds")
+
+
+def latency_direction_seconds(iters: int, warmup: int, kinds: int = 1) -> float:
+    """`kinds` latency tests (put and ping-pong: 2) of one pair in one direction."""
+    return kinds * (iters + warmup) * LATENCY_SAMPLE_S
+
+
+# ---- the plan's numbers --------------------------------------------------------------------------
+
+@dataclass
+class Estimate:
+    """Seconds per suite (and the fixed costs), what they assume, and the pattern's shape."""
+    nodes: int
+    rails: int
+    pattern: str
+    rail_mode: str
+    rate_gbits: float
+    rate_from: str
+    rounds: int
+    suites: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, dict[str, float]] = field(default_factory=dict)
+    overheads: dict[str, float] = field(default_factory=dict)
+    sizes: list[int] = field(default_factory=list)
+    latency_iters: int = 0
+
+    @property
+    def total(self) -> float:
+        return sum(self.suites.values()) + sum(self.overheads.values())
+
+
+def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
+    """(rounds each pairwise test walks, with confirmation; screening or not)."""
+    kind, _ = sched.parse_pattern(pattern)
+    rounds = sched.round_count(nodes, pattern)
+    screening = kind == sched.SCREEN
+    return rounds + (CONFIRM_ROUNDS if screening and rounds else 0), screening
+
+
+def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "concurrent",
+             rate: str | None = None) -> Estimate:
+    """Every suite of the profile on `nodes` x `rails` with a resolved pattern (not "auto")."""
+    gbits, rate_from = choose_rate(profile, rate)
+    rail_times = rails if rail_mode == "serial" else 1  # concurrent: every rail's rounds at once
+    rounds = sched.round_count(nodes, pattern)
+    walked, screening = _pairwise_rounds(profile, nodes, pattern)
+    all_sizes = list(sweep_from_profile(profile).sizes)
+    sizes = screening_sizes(profile) if screening else all_sizes
+    lat_iters = screening_latency_iters(profile) if screening else profile.get("latency.iters")
+    lat_warm = profile.get("latency.warmup")
+    gpus = profile.get("preflight.gpus_per_node") or 0
+    est = Estimate(nodes, rails, pattern, rail_mode, gbits, rate_from, rounds, sizes=sizes, latency_iters=lat_iters)
+
+    def per_rounds(per_pair_both_directions: float, walk: int = walked) -> float:
+        return rail_times * walk * (PAIR_SETUP_S + per_pair_both_directions)
+
+    bw = sweep_direction_seconds(profile, sizes, gbits)
+    rdma = {
+        "test_write_bandwidth": per_rounds(2 * bw),
+        "test_read_bandwidth": per_rounds(2 * bw),
+        "test_write_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm, kinds=2)),
+        "test_read_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm)),
+        "test_atomic_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm)),
+    }
+    est.tests["rdma_write"] = rdma
+
+    # perftest: the largest sweep size (at most perftest.max_size) for perftest.duration, and ib_write_lat.
+    pf_lat = 2 * PERFTEST_START_S + lat_iters * LATENCY_SAMPLE_S
+    pf_bw = PERFTEST_START_S + profile.get("perftest.duration")
+    est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=rounds)}
+
+    memreg_sizes = _geometric(profile.get("memreg.min_size"), profile.get("memreg.max_size"),
+                              profile.get("memreg.factor"))
+    reg = sum(2 * (REG_CALL_S + s / REG_BYTES_PER_S) for s in memreg_sizes) * profile.get("memreg.repeats")
+    est.tests["memreg"] = {
+        "test_registration_time": 2 * reg,  # memory the transport allocates, and our own
+        "test_registration_does_not_leak": profile.get("memreg.leak_cycles")
+                                           * 2 * (REG_CALL_S + profile.get("memreg.leak_size") / REG_BYTES_PER_S),
+    }
+
+    if gpus:
+        est.tests["gpudirect"] = {
+            "test_gpu_write_bandwidth": per_rounds(2 * bw),
+            "test_gpu_write_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm)),
+            "test_gpu_registration_time": reg,
+        }
+        g = gpus
+        n_copies = profile.get("intranode.iters") + profile.get("intranode.warmup")
+        size = profile.get("intranode.size")
+        h2d = _gbytes(profile, "intranode.h2d_min", PCIE_GBYTES_S)
+        d2h = _gbytes(profile, "intranode.d2h_min", PCIE_GBYTES_S)
+        p2p = _gbytes(profile, "intranode.p2p_min", NVLINK_GBYTES_S)
+        est.tests["intranode"] = {
+            "test_host_device_bandwidth": g * n_copies * size * (1 / h2d + 1 / d2h) / 1e9,
+            # every ordered pair one way, then every unordered pair both ways at once
+            "test_gpu_peer_bandwidth": (g * (g - 1) + g * (g - 1) / 2) * n_copies * size / (p2p * 1e9),
+        }
+
+    k = max(1, min(profile.get("incast.senders"), nodes - 1))
+    est.tests["incast"] = {"test_incast": rail_times * (k + 1) * (profile.get("incast.duration") + INCAST_ROUND_S)}
+
+    est.tests["collectives"] = _collectives(profile, nodes, rails, rail_times, gbits)
+
+    est.tests["preflight"] = {"node checks": PREFLIGHT_S}
+    snapshots = 2 * SUITE_FILES if profile.get("counters.enabled") else 0
+    est.tests["counters"] = {"port snapshots": snapshots * COUNTER_SNAPSHOT_S}
+
+    est.suites = {name: sum(est.tests[name].values()) for name in SUITES if name in est.tests}
+    ranks = nodes * max(1, rails)
+    pair_directions = 2 * sched.pair_count(nodes, pattern) * rails * (2 if gpus else 1)
+    est.overheads = {"launch": LAUNCH_S, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
+                     "analysis": pair_directions * ANALYSIS_PER_PAIR_DIRECTION_S}
+    return est
+
+
+def _geometric(low: int, high: int, factor: int) -> list[int]:
+    out, size = [], max(1, low)
+    while size <= high:
+        out.append(size)
+        size *= factor
+    return out
+
+
+def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float) -> dict[str, float]:
+    """All-reduce and all-to-all over the world (nodes x rails ranks), each rail (nodes ranks) and each
+    node (rails ranks), every sweep size, with their data checks."""
+    sweep = sweep_from_profile(profile)
+    nic = gbits / 8  # GB/s: busbw of a ring over NICs is one NIC's rate
+    node_ar = _gbytes(profile, "collectives.node_allreduce_busbw_min", NVLINK_GBYTES_S)
+    node_aa = _gbytes(profile, "collectives.node_alltoall_busbw_min", NVLINK_GBYTES_S)
+
+    def sweep_seconds(op: str, n: int, busbw: float) -> float:
+        if n < 2:
+            return 0.0
+        total = 0.0
+        for size in sweep.sizes:
+            iters = sweep.iters(size)
+            if op == "allreduce":
+                step = 2 * math.ceil(math.log2(n)) * COLLECTIVE_STEP_S + 2 * (n - 1) / n * size / (busbw * 1e9)
+            else:
+                step = (n - 1) * ALLTOALL_PEER_S + (n - 1) / n * size / (busbw * 1e9)
+            total += (iters + sweep.warmup(iters)) * step + check_seconds(profile, iters, size)
+        return total
+
+    out = {}
+    for op in ("allreduce", "alltoall"):
+        out[f"test_{op}[world]"] = sweep_seconds(op, nodes * rails, nic)
+        out[f"test_{op}[rails]"] = rail_times * sweep_seconds(op, nodes, nic)
+        out[f"test_{op}[node]"] = sweep_seconds(op, rails, node_ar if op == "allreduce" else node_aa)
+    return out
+
+
+# ---- auto and the budget -------------------------------------------------------------------------
+
+def resolve_pattern(profile, nodes: int, rails: int, rail_mode: str = "concurrent", budget: float | None = None,
+                    rate: str | None = None, pattern: str | None = None) -> tuple[str, list[str]]:
+    """(the pattern to run, what was given up). `pattern` (default: rdma_write.pattern) other than "auto"
+    comes back as it is. "auto": all-pairs when the whole acceptance fits `budget` seconds (None: no
+    budget, so all-pairs), else screen:K with the largest K (2 <= K <= AUTO_MAX_ROUNDS) that fits
+    (acceptance.runtime.schedule.choose_pattern). Every rank computes the same answer from the same inputs."""
+    pattern = pattern or profile.get("rdma_write.pattern")
+    if sched.parse_pattern(pattern)[0] != sched.AUTO:
+        return pattern, []
+    if budget is None:
+        return sched.ALL_PAIRS, []
+
+    def fits(p: str) -> bool:
+        kind, k = sched.parse_pattern(p)
+        if kind == sched.SCREEN and k > AUTO_MAX_ROUNDS:
+            return False
+        return estimate(profile, nodes, rails, p, rail_mode, rate).total <= budget
+
+    chosen, gave_up = sched.choose_pattern(nodes, fits)
+    kind, k = sched.parse_pattern(chosen)
+    if kind == sched.SCREEN:
+        all_sizes = list(sweep_from_profile(profile).sizes)
+        kept = screening_sizes(profile)
+        if len(kept) < len(all_sizes):
+            gave_up.append(f"the bandwidth sweep's other {len(all_sizes) - len(kept)} sizes in screening: "
+                           f"only the smallest and the sizes with bounds ({len(kept)})")
+        lat = screening_latency_iters(profile)
+        if lat < profile.get("latency.iters"):
+            gave_up.append(f"latency samples in screening: {lat} per pair-direction (what the gated percentile "
+                           f"needs) instead of latency.iters = {profile.get('latency.iters')}")
+    return chosen, gave_up
+
+
+def ranks_budget(profile, env=None) -> float | None:
+    """The limit a rank resolves "auto" against: what `acceptance run` checked and handed down
+    ($ACCEPTANCE_BUDGET, seconds), else run.budget; the same on every rank."""
+    env = os.environ if env is None else env
+    if env.get(ENV_BUDGET):
+        return float(env[ENV_BUDGET])
+    return profile.get("run.budget")
+
+
+def pattern_for_ranks(profile, nodes: int, rails: int, rail_mode: str, env=None) -> tuple[str, list[str]]:
+    """What a pairwise driver runs: rdma_write.pattern, with "auto" resolved as `acceptance run` planned it
+    (nodes: the rail's members; rails: the run's rails)."""
+    return resolve_pattern(profile, nodes, rails, rail_mode, ranks_budget(profile, env))
+
+
+def budget_of(profile, flag: str | None = None) -> tuple[float | None, str]:
+    """(seconds or None, where from): --budget, else run.budget, else none."""
+    if flag is not None:
+        try:
+            return parse_budget(flag), "--budget"
+        except ValueError as e:
+            raise ValueError(f"--budget: {e}") from None
+    value = profile.get("run.budget")
+    return (value, f"profile {profile.name}'s run.budget") if value else (None, "no budget")

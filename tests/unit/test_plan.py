@@ -1,0 +1,267 @@
+"""The estimate of a whole acceptance (acceptance.runtime.estimate), screening's sizes and samples
+(acceptance.runtime.screening), and `acceptance plan` / `acceptance run --budget` (in process: fast)."""
+import json
+
+import pytest
+
+from acceptance.cli import main
+from acceptance.cli.plan import format_seconds, make_plan, step_problem
+from acceptance.runtime import estimate as model
+from acceptance.runtime.screening import gated_percentile, screening_latency_iters, screening_sizes
+from acceptance.spec.profile import load_profile
+
+H100 = "h100-ndr400"
+
+
+@pytest.fixture(autouse=True)
+def outside_slurm(monkeypatch):
+    for name in ("SLURM_JOB_ID", "SLURM_JOB_END_TIME", "ACCEPTANCE_RAIL_MODE", "ACCEPTANCE_BUDGET"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def cli(capsys, *args):
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+# ---- screening ----------------------------------------------------------------------
+
+def test_screening_keeps_the_smallest_size_and_the_sizes_bounds_start_at(tmp_path):
+    h100 = load_profile(H100)
+    assert screening_sizes(h100) == [8, 8 << 20]  # 8 B, and 8 MiB where bandwidth_min starts
+    path = tmp_path / "p.toml"
+    path.write_text('[sweep]\nmin_size = "1KiB"\nmax_size = "1MiB"\nfactor = 4\n'
+                    '[rdma_write]\nbandwidth_min = { "3KiB" = "1Gbit/s", "2MiB" = "2Gbit/s" }\n'
+                    '[fleet]\nbounds = { "rdma_write.read_bandwidth" = { "64KiB" = 0.5 } }\n')
+    # 3 KiB is measured at the next sweep size (4 KiB); 2 MiB is past the sweep's end
+    assert screening_sizes(load_profile(str(path))) == [1024, 4096, 65536]
+
+
+def test_screening_samples_latency_as_deeply_as_the_gated_percentile_needs(tmp_path):
+    assert gated_percentile(load_profile(H100)) == 99.0
+    assert screening_latency_iters(load_profile(H100)) == 10_000  # p99 needs 100 / (1 - 0.99)
+    path = tmp_path / "p.toml"
+    path.write_text('[latency]\niters = 50000\n[rdma_write]\nlatency_p999_max = "9us"\n')
+    assert screening_latency_iters(load_profile(str(path))) == 50_000  # p99.9 needs 1e5, capped by latency.iters
+    path.write_text('[latency]\niters = 50000\n')
+    assert screening_latency_iters(load_profile(str(path))) == 200  # nothing gated: the p50's 200
+
+
+# ---- budget parsing ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, seconds", [("30m", 1800), ("30min", 1800), ("1h", 3600), ("1800s", 1800),
+                                           ("90", 90), ("1.5h", 5400)])
+def test_parse_budget(text, seconds):
+    assert model.parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "-5m", "30 minutes", ""])
+def test_parse_budget_rejects(text):
+    with pytest.raises(ValueError):
+        model.parse_budget(text)
+
+
+@pytest.mark.parametrize("text, seconds", [("1-02:03:04", 93784), ("02:03:04", 7384), ("03:04", 184), ("45", 45),
+                                           ("2-03", 2 * 86400 + 3 * 3600), ("UNLIMITED", None), ("INVALID", None)])
+def test_parse_slurm_time_left(text, seconds):
+    assert model.parse_slurm_left(text) == seconds
+
+
+def test_slurm_time_left_from_the_job():
+    assert model.slurm_time_left({}) is None
+
+    class Done:
+        stdout = "12:00\n"
+    calls = []
+    left = model.slurm_time_left({"SLURM_JOB_ID": "42"}, run=lambda cmd, **kw: calls.append(cmd) or Done())
+    assert left == 720 and calls == [["squeue", "-h", "-j", "42", "-o", "%L"]]
+
+
+# ---- the estimate -----------------------------------------------------------------------------
+
+def test_every_suite_is_estimated_and_rails_concurrent_do_not_multiply():
+    h100 = load_profile(H100)
+    one = model.estimate(h100, 64, 1, "screen:4")
+    eight = model.estimate(h100, 64, 8, "screen:4")
+    serial = model.estimate(h100, 64, 8, "screen:4", rail_mode="serial")
+    assert set(eight.suites) == set(model.SUITES)
+    assert eight.suites["rdma_write"] == pytest.approx(one.suites["rdma_write"])
+    assert serial.suites["rdma_write"] == pytest.approx(8 * eight.suites["rdma_write"])
+    assert serial.suites["incast"] == pytest.approx(8 * eight.suites["incast"])
+    assert set(eight.tests["rdma_write"]) == {"test_write_bandwidth", "test_read_bandwidth", "test_write_latency",
+                                              "test_read_latency", "test_atomic_latency"}
+    assert eight.total == pytest.approx(sum(eight.suites.values()) + sum(eight.overheads.values()))
+
+
+def test_screening_measures_less_than_all_pairs_per_round():
+    h100 = load_profile(H100)
+    full = model.estimate(h100, 64, 8, "sample:4")  # 4 rounds, the full sweep and 1e5 samples
+    screen = model.estimate(h100, 64, 8, "screen:4")  # 4 rounds + confirmation, 2 sizes, 1e4 samples
+    assert screen.sizes == [8, 8 << 20] and screen.latency_iters == 10_000
+    assert screen.suites["rdma_write"] < full.suites["rdma_write"] / 3
+
+
+def test_collectives_all_reduce_moves_twice_the_buffer():
+    # one size, one rank pair's worth: the bandwidth term of a ring all-reduce is 2(N-1)/N x size / busbw
+    tests = model.estimate(load_profile(H100), 1024, 8, "screen:2").tests["collectives"]
+    assert tests["test_allreduce[world]"] > tests["test_allreduce[node]"]
+    assert tests["test_alltoall[world]"] > tests["test_alltoall[rails]"]  # one message per peer
+
+
+def test_auto_without_a_budget_is_all_pairs_and_with_one_the_largest_k_that_fits():
+    h100 = load_profile(H100)
+    assert model.resolve_pattern(h100, 1024, 8, budget=None, pattern="auto") == ("all-pairs", [])
+    assert model.resolve_pattern(h100, 1024, 8, budget=10, pattern="screen:3") == ("screen:3", [])
+    budget = 600.0
+    chosen, gave_up = model.resolve_pattern(h100, 1024, 8, budget=budget, pattern="auto")
+    k = int(chosen.split(":")[1])
+    assert 2 <= k < model.AUTO_MAX_ROUNDS
+    assert model.estimate(h100, 1024, 8, chosen).total <= budget < model.estimate(h100, 1024, 8, f"screen:{k + 1}").total
+    assert any("all-pairs" in g for g in gave_up) and any("sizes" in g for g in gave_up)
+    # small enough for all-pairs within the budget
+    assert model.resolve_pattern(h100, 4, 8, budget=3600, pattern="auto")[0] == "all-pairs"
+
+
+def test_the_hardware_profiles_fit_1024_nodes_in_30_minutes_and_128_in_15():
+    for name in ("h100-ndr400", "h200-ndr400", "a100-hdr200"):
+        profile = load_profile(name)
+        assert profile.get("run.budget") == 1800 and profile.get("rdma_write.pattern") == "auto"
+        big = make_plan(1024, 8, profile, slurm_left=None)
+        assert big["fits"] and big["estimated_seconds"] <= 1800, (name, big)
+        assert big["pattern"].startswith("screen:")
+        assert make_plan(128, 8, profile, slurm_left=None)["estimated_seconds"] <= 900
+
+
+def test_plan_is_closed_form_at_16000_nodes():
+    import time
+    start = time.perf_counter()
+    plan = make_plan(16000, 8, H100, slurm_left=None)
+    assert time.perf_counter() - start < 2.0
+    assert plan["rounds"] == 2 and not plan["fits"] and plan["change"]
+
+
+def test_the_slurm_jobs_time_left_is_a_limit_too():
+    plan = make_plan(1024, 8, H100, slurm_left=600.0)
+    assert plan["limit_seconds"] == 600.0 and plan["limit_from"] == "the Slurm job's time left"
+    assert plan["estimated_seconds"] <= 600 or not plan["fits"]
+
+
+def test_plan_longest_step_against_the_hang_timeout(tmp_path):
+    tight = tmp_path / "tight.toml"
+    tight.write_text('extends = "h100-ndr400"\n[run]\nhang_timeout = "2s"\n')
+    profile = load_profile(str(tight))
+    problem = step_problem(profile, model.estimate(profile, 32, 8, "all-pairs"))
+    assert problem.startswith("the longest step (one size (1GiB) of test_write_bandwidth, one direction) takes about")
+    h100 = load_profile(H100)
+    assert step_problem(h100, model.estimate(h100, 32, 8, "all-pairs")) is None
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0.04, "0.04 s"), (45, "45 s"), (725, "12 min 5 s"), (3 * 3600 + 12 * 60, "3 h 12 min"),
+    (3599.7, "1 h 0 min"), (2 * 86400 + 4 * 3600, "2 d 4 h")])
+def test_format_seconds(seconds, text):
+    assert format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize("nodes, rails, pattern, rate, words", [
+    (1, 8, "all-pairs", None, "--nodes"),
+    (4, 0, "all-pairs", None, "--rails"),
+    (4, 8, "pairs", None, "--pattern: unknown pattern"),
+    (4, 8, "all-pairs", "400", "has no unit"),
+    (4, 8, "all-pairs", "0Gbit/s", "above zero"),
+])
+def test_make_plan_rejects(nodes, rails, pattern, rate, words):
+    with pytest.raises(ValueError, match=words):
+        make_plan(nodes, rails, "local", pattern, rate=rate, slurm_left=None)
+
+
+def test_rate_sources(tmp_path):
+    assert make_plan(4, 2, "local", rate="400Gbit/s", slurm_left=None)["rate_from"] == "from --rate"
+    bare = tmp_path / "bare.toml"
+    bare.write_text("")
+    assert make_plan(4, 2, str(bare), slurm_left=None)["rate_from"].startswith("assumed")
+    path = tmp_path / "fab.toml"
+    path.write_text('[rdma_write]\nbandwidth_min = { "8B" = "1Gbit/s", "64MiB" = "360Gbit/s" }\n')
+    plan = make_plan(4, 2, str(path), slurm_left=None)
+    assert plan["rate_gbits"] == 360 and "bandwidth_min" in plan["rate_from"]
+    floor = tmp_path / "floor.toml"  # a floor that only tells a broken link is no rate to plan with
+    floor.write_text('[rdma_write]\nbandwidth_min = { "8B" = "1Mbit/s" }\n')
+    assert make_plan(4, 2, str(floor), slurm_left=None)["rate_gbits"] == model.DEFAULT_RATE
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+def test_plan_json_is_one_object_with_the_whole_plan(capsys):
+    code, out, _ = cli(capsys, "plan", "--nodes", "1024", "--rails", "8", "--profile", H100, "--json")
+    assert code == 0
+    plan = json.loads(out)  # one object, nothing else on stdout
+    for key in ("estimated_seconds", "suites", "pattern", "rounds", "rail_mode", "budget_seconds", "fits",
+                "gave_up", "tests", "overheads", "assumptions", "estimated_seconds_serial"):
+        assert key in plan, key
+    assert plan["estimated_seconds"] <= 1800 and plan["fits"] is True and plan["budget_seconds"] == 1800
+    assert plan["rail_mode"] == "concurrent" and plan["rounds"] == int(plan["pattern"].split(":")[1])
+    assert set(plan["suites"]) == set(model.SUITES)
+    assert plan["estimated_seconds"] == pytest.approx(sum(plan["suites"].values()) + sum(plan["overheads"].values()),
+                                                      abs=1)
+
+
+def test_plan_text_lists_every_suite_and_the_limit(capsys):
+    code, out, _ = cli(capsys, "plan", "--nodes", "2048", "--rails", "8")
+    assert code == 0
+    lines = dict(line.split(":", 1) for line in out.splitlines())
+    assert lines["rounds per rail"].split()[0] == "2047"
+    assert lines["node pairs per rail"].split()[0] == "2096128"
+    assert all(f"  {s}" in lines for s in ("rdma_write", "collectives", "preflight"))
+    assert "estimated duration" in lines and lines["limit"].strip().startswith("none")
+
+
+def test_plan_exits_2_over_the_budget_naming_what_to_change(capsys):
+    code, out, err = cli(capsys, "plan", "--nodes", "1024", "--rails", "8", "--profile", H100, "--budget", "5m")
+    assert code == 2
+    assert "DOES NOT FIT" in out
+    assert "exceeds --budget (5 min 0 s)" in err and "--budget " in err and "largest part is" in err
+
+
+def test_plan_exits_2_over_the_slurm_jobs_time_left(capsys, monkeypatch):
+    import time
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 300))
+    code, _, err = cli(capsys, "plan", "--nodes", "1024", "--rails", "8", "--profile", H100)
+    assert code == 2 and "the Slurm job's time left" in err and "--time=" in err
+
+
+def test_plan_serial_rails(capsys):
+    code, out, _ = cli(capsys, "plan", "--nodes", "64", "--rails", "8", "--profile", H100, "--rail-mode", "serial",
+                       "--pattern", "screen:4", "--budget", "10h", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["rail_mode"] == "serial"
+    assert plan["estimated_seconds"] > plan["estimated_seconds_concurrent"]
+
+
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_a_bad_budget_names_the_flag(capsys, command):
+    with pytest.raises(SystemExit) as e:
+        main([command, "--nodes", "4", "--rails", "2", "--budget", "soon"] if command == "plan"
+             else [command, "--budget", "soon"])
+    assert e.value.code == 2
+    assert "argument --budget: not a duration: 'soon'" in capsys.readouterr().err
+
+
+def test_a_bad_pattern_exits_2(capsys):
+    code, out, err = cli(capsys, "plan", "--nodes", "16", "--rails", "8", "--pattern", "sample:0")
+    assert code == 2 and out == ""
+    assert err.startswith("acceptance: --pattern: unknown pattern 'sample:0'") and "screen:K" in err
+
+
+def test_plan_help_explains_rounds_and_patterns(capsys):
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    assert "A round is" in out and all(p in out for p in ("sample:K", "screen:K", "auto", "--budget", "--json"))
+
+
+def test_run_checks_the_budget_before_it_launches_anything(capsys, tmp_path):
+    code, _, err = cli(capsys, "run", "--budget", "1s", "--output", str(tmp_path / "reports"))
+    assert code == 2, err
+    assert "exceeds --budget (1 s)" in err and "acceptance plan --nodes" in err
+    assert not (tmp_path / "reports").exists()  # no run folder, no MPI
