@@ -1,17 +1,22 @@
 """Localization accuracy, measured: synthetic runs with known faults through the real analysis.
 
-    .venv/bin/python benchmarks/localization.py [--nodes 16,64,256] [--cases 4] [--rails 4]
-                                                [--noise 0.03 | --noise-from RUN_DIR] [--factors 0.5,0.8]
+    .venv/bin/python benchmarks/localization.py [--nodes 16,256,1024] [--rails 8] [--partners 8]
+                                                [--cases 4] [--clean 20] [--noise 0.01] [--noise-tail 3]
+                                                [--noise-from RUN_DIR] [--factors 0.5,0.8]
                                                 [--seed 0] [--quick] [--json] [--keep DIR]
 
-For every node count and every fault class, --cases synthetic runs (tests/synthetic.py make_run:
-rdma_write bandwidth at 8 MiB for every ordered node pair on every rail; no latency, collectives
-or memreg records) are written with faults injected at random positions with random factors
-(--factors: 0.5-0.8 of healthy), each beside a Slurm topology.conf (sqrt(nodes) leaves of contiguous
-nodes, one spine; synthetic.topology_conf), and analysed as `acceptance report RUN --topology
-topology.conf` does (acceptance.analysis.analyze). Classes:
+Per node count, one run is written as a screening schedule measures it (tests/synthetic.py
+make_run_sampled): per rail, --partners rounds of random disjoint node pairs (seeded; 0: every
+pair), each pair both ways, with rdma_write bandwidth at 64 KiB and 8 MiB and write latency p50,
+p99, p99.9 and max at 8 B, beside a Slurm topology.conf (sqrt(nodes) leaves of contiguous nodes,
+one spine; synthetic.topology_conf). Its records are loaded once as `acceptance report` loads them
+(acceptance.analysis.load_records); each case then draws fresh noise and its faults into those
+records' values (synthetic.sampled_values) and is analysed with the run's profile and switch tree
+(acceptance.analysis.find, then drain_lines), as `acceptance report RUN --topology topology.conf`
+does. Faults sit at random positions with random factors (--factors: 0.5-0.8 of healthy; a
+latency is divided by the factor). Classes:
 
-  clean    no fault
+  clean    no fault (--clean runs; the false findings of a healthy run)
   link     one pair, both directions, on one rail
   nic      one node's NIC on one rail
   node     one node on every rail
@@ -22,10 +27,11 @@ topology.conf` does (acceptance.analysis.analyze). Classes:
   two      two faults on one rail, by case: an uplink and a NIC on another leaf; a link and a
            NIC; two NICs on two leaves; a leaf and a link away from it
 
-The bandwidth noise is uniform, +-noise of healthy; --noise-from RUN_DIR measures it from a
-healthy run of the site's own instead: the 95th percentile of |value / median - 1| of its
-rdma_write bandwidths at their largest size, per rail (so +-noise covers 95% of what that
-fabric measured; the p95 of a uniform +-a is 0.95a).
+The noise is multiplicative, exp(g) with g Student-t of --noise-tail degrees of freedom (heavy
+tails; 0: uniform +-noise instead), scaled to a robust spread (1.4826 MAD) of --noise for
+bandwidth and LATENCY_NOISE times that for the latency percentiles (2x p50, 4x p99, 10x p99.9,
+20x max). --noise-from RUN_DIR measures the spread from a healthy run of the site's own instead:
+the robust spread of log(value / median) of its rdma_write bandwidths at their largest size, per rail.
 
 Every fail or warn finding is held against the injected faults. It is a hit when its scope and
 component are the fault's: link (scope link, the pair, the rail), nic (node, rail), node (node),
@@ -34,7 +40,8 @@ rail), spine (scope switch, the spine, the rail). Only the finding's own scope a
 count: one that names the fault only among its alternatives (pairs that cannot tell them apart)
 is a false positive, and is counted in the `alt` column too. precision = hits / findings (1.0
 when there are none), recall = faults hit / faults injected (1.0 when none were), wrong drains
-= drain lines (analysis.drains) for nodes that are not an injected NIC or node fault's.
+= drain lines for nodes that are not an injected NIC or node fault's; false fail / false warn:
+findings that hit nothing, by severity (for clean, the false findings of a healthy run).
 
 Prints one table per node count (a line per class and a total line), then every case that
 missed, misnamed or drained wrongly; --json prints one JSON object instead. Progress goes to
@@ -59,12 +66,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import synthetic  # noqa: E402
-from acceptance.analysis import analyze  # noqa: E402
+from acceptance.analysis import drain_lines, find, load_records  # noqa: E402
+from acceptance.analysis.pipeline import resolve_fabric, run_profile  # noqa: E402
+from acceptance.analysis.validate import topology_nodes  # noqa: E402
 
 CLASSES = ("clean", "link", "nic", "node", "rail", "leaf", "uplink", "spine", "two")
 TWO = ("uplink+nic", "link+nic", "nic+nic", "leaf+link")
 FACTORS = (0.5, 0.8)
-SIZE = 8388608
+SIZES = (65536, 8388608)
 DRAIN_NODE = re.compile(r"NodeName=(\S+)")
 KWARG = {"link": "slow_link", "nic": "slow_nic", "node": "slow_node", "rail": "slow_rail", "leaf": "slow_leaf",
          "uplink": "slow_uplink", "spine": "slow_spine"}
@@ -80,8 +89,8 @@ class Picker:
     """Random fault positions on one run's nodes, leaves and rails."""
 
     def __init__(self, rng: np.random.Generator, names: list[str], leaves: int, rails: int,
-                 factors: tuple[float, float] = FACTORS):
-        self.rng, self.names, self.rails, self.factors = rng, names, rails, factors
+                 factors: tuple[float, float] = FACTORS, measured: list[list[tuple[str, str]]] | None = None):
+        self.rng, self.names, self.rails, self.factors, self.measured = rng, names, rails, factors, measured
         self.tree = synthetic.leaf_nodes(names, leaves)
         self.leaf_of = {n: leaf for leaf, ns in self.tree.items() for n in ns}
 
@@ -97,16 +106,21 @@ class Picker:
     def node(self, besides=(), off_leaves=()) -> str:
         return str(self.rng.choice([n for n in self.names if n not in besides and self.leaf_of[n] not in off_leaves]))
 
-    def pair(self, besides=(), off_leaves=()) -> tuple[str, str]:
-        a = self.node(besides, off_leaves)
-        return a, self.node((*besides, a), off_leaves)
+    def pair(self, rail: int, besides=(), off_leaves=()) -> tuple[str, str]:
+        """A pair the schedule measures on the rail (a fault on a pair nobody measures is no case)."""
+        if self.measured is None:
+            a = self.node(besides, off_leaves)
+            return a, self.node((*besides, a), off_leaves)
+        ok = [(a, b) for a, b in self.measured[rail] if a not in besides and b not in besides
+              and self.leaf_of[a] not in off_leaves and self.leaf_of[b] not in off_leaves]
+        return ok[int(self.rng.integers(len(ok)))]
 
 
 def fault(kind: str, p: Picker, rail: int | None = None, **where) -> dict:
     """One injected fault: {"kind", its component's fields, "factor"}."""
     rail = p.rail() if rail is None else rail
     if kind == "link":
-        a, b = p.pair(**where)
+        a, b = p.pair(rail, **where)
         return {"kind": "link", "nodes": [a, b], "rail": rail, "factor": p.factor()}
     if kind == "nic":
         return {"kind": "nic", "node": p.node(**where), "rail": rail, "factor": p.factor()}
@@ -201,6 +215,8 @@ def score(faults: list[dict], findings: list[dict], drains: list[str]) -> dict:
     drainable = {t["node"] for t in faults if t["kind"] in ("nic", "node")}
     drained = [m.group(1) for m in map(DRAIN_NODE.search, drains) if m]
     return {"findings": len(found), "hits": sum(hits), "false_positives": [short(f) for f, h in zip(found, hits) if not h],
+            "false_fail": sum(1 for f, h in zip(found, hits) if not h and f["severity"] == "fail"),
+            "false_warn": sum(1 for f, h in zip(found, hits) if not h and f["severity"] == "warn"),
             "alt": sum(alt), "injected": len(faults), "recalled": sum(recalled),
             "missed": [describe(t) for t, r in zip(faults, recalled) if not r],
             "wrong_drains": [n for n in drained if n not in drainable]}
@@ -208,39 +224,58 @@ def score(faults: list[dict], findings: list[dict], drains: list[str]) -> dict:
 
 # ---- running ----
 
-def run_case(tmp: Path, nodes: int, rails: int, noise: float, seed: int, cls: str, i: int,
-             factors: tuple[float, float] = FACTORS) -> dict:
-    names = synthetic.node_names(nodes)
-    leaves = leaves_for(nodes)
-    case_seed = seed * 1_000_003 + nodes * 1009 + CLASSES.index(cls) * 101 + i
-    picker = Picker(np.random.default_rng(case_seed), names, leaves, rails, factors)
+class Base:
+    """One node count's schedule: its run written and loaded once, its profile, tree and node names."""
+
+    def __init__(self, tmp: Path, nodes: int, args: argparse.Namespace):
+        self.nodes, self.leaves = nodes, leaves_for(nodes)
+        self.names = synthetic.node_names(nodes)
+        self.dir = tmp / f"n{nodes}"
+        synthetic.make_run_sampled(self.dir, nodes=nodes, rails=args.rails, partners=args.partners, sizes=SIZES,
+                                   noise=args.noise, tail=args.noise_tail, seed=args.seed * 1_000_003 + nodes,
+                                   leaves=self.leaves)
+        conf = self.dir / "topology.conf"
+        conf.write_text(synthetic.topology_conf(self.names, self.leaves))
+        run = json.loads((self.dir / "run.json").read_text())
+        self.records = load_records(self.dir)
+        self.profile = run_profile(self.dir)
+        self.fabric = resolve_fabric(run, self.profile, conf)
+        self.known = topology_nodes(run, self.dir / "run.json")
+        bw = self.records[self.records["metric"].astype(str) == "bandwidth"]
+        links = bw[bw["src"].astype(str) < bw["dst"].astype(str)].drop_duplicates(["rail", "src", "dst"])
+        self.measured = [list(zip(g["src"].astype(str), g["dst"].astype(str)))
+                         for _, g in links.groupby("rail", sort=True)]
+
+
+def run_case(base: Base, args: argparse.Namespace, cls: str, i: int) -> dict:
+    nodes = base.nodes
+    case_seed = args.seed * 1_000_003 + nodes * 1009 + CLASSES.index(cls) * 101 + i
+    rng = np.random.default_rng(case_seed)
+    picker = Picker(rng, base.names, base.leaves, args.rails, args.factors, base.measured)
     faults, label = case_faults(cls, i, picker)
-    run_dir = tmp / f"n{nodes}-{cls}-{i}"
     t0 = time.perf_counter()
-    synthetic.make_run(run_dir, nodes=nodes, rails=rails, sizes=(SIZE,), collectives=False, memreg=False,
-                       latency=False, seed=case_seed, leaves=leaves, bw_noise=noise, **make_kwargs(faults))
-    conf = run_dir / "topology.conf"
-    conf.write_text(synthetic.topology_conf(names, leaves))
+    values = synthetic.sampled_values(base.records, nodes, args.rails, rng, args.noise, args.noise_tail,
+                                      base.leaves, **make_kwargs(faults))
     t1 = time.perf_counter()
-    a = analyze(run_dir, topology=conf)
+    findings = find(base.records.assign(value=values), base.profile, fabric=base.fabric)
+    drains = drain_lines(findings, base.known)
     t2 = time.perf_counter()
-    return {"nodes": nodes, "leaves": leaves, "class": cls, "case": i, "label": label, "seed": case_seed,
-            "faults": faults, "found": [short(f) for f in a.findings], **score(faults, a.findings, a.drains),
+    return {"nodes": nodes, "leaves": base.leaves, "class": cls, "case": i, "label": label, "seed": case_seed,
+            "faults": faults, "found": [short(f) for f in findings], **score(faults, findings, drains),
             "seconds": {"generate": round(t1 - t0, 2), "analyze": round(t2 - t1, 2)}}
 
 
 def measured_noise(run_dir: Path) -> tuple[float, int]:
-    """(+-noise, values): the healthy spread of a real run's rdma_write bandwidths (see the top)."""
-    from acceptance.analysis.load import load_records
+    """(robust spread, values): the healthy spread of a real run's rdma_write bandwidths (see the top)."""
     df = load_records(run_dir)
     bw = df[(df["suite"].astype(str) == "rdma_write") & (df["metric"].astype(str) == "bandwidth")
             & df["rail"].notna() & df["size"].notna()]
     bw = bw[bw["size"] == bw["size"].max()]
     if len(bw) < 4:
-        raise ValueError(f"{run_dir}: {len(bw)} rdma_write bandwidth records; a healthy all-pairs run has more")
+        raise ValueError(f"{run_dir}: {len(bw)} rdma_write bandwidth records; a healthy run has more")
     value = bw["value"].astype(float)
-    dev = (value / value.groupby(bw["rail"]).transform("median") - 1).abs()
-    return float(np.percentile(dev, 95)) / 0.95, len(bw)
+    g = np.log(value / value.groupby(bw["rail"]).transform("median"))
+    return float(1.4826 * np.median(np.abs(g))), len(bw)
 
 
 def summarize(cases: list[dict]) -> dict:
@@ -250,29 +285,37 @@ def summarize(cases: list[dict]) -> dict:
     recalled = sum(c["recalled"] for c in cases)
     return {"cases": len(cases), "injected": injected, "recalled": recalled, "findings": findings, "hits": hits,
             "false_positives": findings - hits, "alt": sum(c["alt"] for c in cases),
+            "false_fail": sum(c["false_fail"] for c in cases), "false_warn": sum(c["false_warn"] for c in cases),
             "precision": hits / findings if findings else 1.0, "recall": recalled / injected if injected else 1.0,
             "wrong_drains": sum(len(c["wrong_drains"]) for c in cases)}
 
 
-HEADER = f"{'class':<8} {'cases':>5} {'faults':>6} {'found':>5} {'findings':>8} {'false+':>6} {'alt':>3} " \
-         f"{'precision':>9} {'recall':>6} {'wrong drains':>12}"
+HEADER = f"{'class':<8} {'cases':>5} {'faults':>6} {'found':>5} {'findings':>8} {'false+':>6} {'fail':>4} " \
+         f"{'warn':>4} {'alt':>3} {'precision':>9} {'recall':>6} {'wrong drains':>12}"
 
 
 def row(name: str, s: dict) -> str:
     return (f"{name:<8} {s['cases']:>5} {s['injected']:>6} {s['recalled']:>5} {s['findings']:>8} "
-            f"{s['false_positives']:>6} {s['alt']:>3} {s['precision']:>9.2f} {s['recall']:>6.2f} "
+            f"{s['false_positives']:>6} {s['false_fail']:>4} {s['false_warn']:>4} {s['alt']:>3} "
+            f"{s['precision']:>9.2f} {s['recall']:>6.2f} "
             f"{s['wrong_drains']:>12}")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", default="16,64,256", help="node counts, comma-separated (default 16,64,256)")
-    ap.add_argument("--cases", type=int, default=4, help="cases per class and node count (default 4: each pair of faults of `two` once)")
-    ap.add_argument("--rails", type=int, default=4)
-    ap.add_argument("--noise", type=float, default=0.03,
-                    help="uniform bandwidth noise, +-fraction of healthy (default 0.03; synthetic's own is 0.01)")
+    ap.add_argument("--nodes", default="16,256,1024", help="node counts, comma-separated (default 16,256,1024)")
+    ap.add_argument("--rails", type=int, default=8, help="rails (default 8)")
+    ap.add_argument("--partners", type=int, default=8,
+                    help="K: rounds of random disjoint pairs per rail, each node meeting K partners (default 8; "
+                         "0: every pair)")
+    ap.add_argument("--cases", type=int, default=4, help="cases per fault class and node count (default 4: each pair of faults of `two` once)")
+    ap.add_argument("--clean", type=int, default=20, help="clean (healthy) runs per node count (default 20)")
+    ap.add_argument("--noise", type=float, default=0.01,
+                    help="robust relative spread (1.4826 MAD) of the bandwidth noise (default 0.01)")
+    ap.add_argument("--noise-tail", type=float, default=3.0, metavar="DOF",
+                    help="Student-t degrees of freedom of the noise: heavy tails (default 3; 0: uniform +-noise)")
     ap.add_argument("--noise-from", metavar="RUN_DIR", type=Path,
-                    help="measure the noise from a healthy run folder of your own (see the top) instead")
+                    help="measure the spread from a healthy run folder of your own (see the top) instead")
     ap.add_argument("--factors", default="0.5,0.8", metavar="LO,HI",
                     help="a fault multiplies healthy bandwidth by U(LO, HI) (default 0.5,0.8)")
     ap.add_argument("--seed", type=int, default=0)
@@ -282,8 +325,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.sizes = [16] if args.quick else [int(x) for x in args.nodes.split(",") if x.strip()]
     args.cases = 1 if args.quick else args.cases
-    if args.cases < 1 or args.rails < 1 or any(n < 4 for n in args.sizes):
-        ap.error("--cases and --rails must be >= 1 and every --nodes >= 4")
+    args.clean = 1 if args.quick else args.clean
+    if args.cases < 1 or args.clean < 1 or args.rails < 1 or args.partners < 0 or any(n < 4 for n in args.sizes):
+        ap.error("--cases, --clean and --rails must be >= 1, --partners >= 0 and every --nodes >= 4")
     try:
         lo, hi = (float(x) for x in args.factors.split(","))
     except ValueError:
@@ -306,21 +350,25 @@ def main(argv=None) -> int:
     results: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix="localization-") as tmp:
-            base = Path(args.keep) if args.keep else Path(tmp)
-            total = len(args.sizes) * len(CLASSES) * args.cases
+            root = Path(args.keep) if args.keep else Path(tmp)
+            total = len(args.sizes) * (args.clean + (len(CLASSES) - 1) * args.cases)
             for nodes in args.sizes:
+                t0 = time.perf_counter()
+                base = Base(root, nodes, args)
+                print(f"localization: {nodes} nodes: {len(base.records):,} records written and loaded "
+                      f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
                 for cls in CLASSES:
-                    for i in range(args.cases):
-                        c = run_case(base, nodes, args.rails, args.noise, args.seed, cls, i, args.factors)
+                    for i in range(args.clean if cls == "clean" else args.cases):
+                        c = run_case(base, args, cls, i)
                         results.append(c)
                         bad = " MISLOCALIZED" if c["false_positives"] or c["missed"] or c["wrong_drains"] else ""
                         print(f"localization: {len(results)}/{total} {nodes} nodes {c['label']} case {i}: "
                               f"{c['hits']}/{c['findings']} findings hit, {c['recalled']}/{c['injected']} faults "
                               f"found ({c['seconds']['generate'] + c['seconds']['analyze']:.1f} s){bad}",
                               file=sys.stderr, flush=True)
-                        if not args.keep:
-                            for f in (base / f"n{nodes}-{cls}-{i}").iterdir():
-                                f.unlink()
+                if not args.keep:
+                    for f in base.dir.iterdir():
+                        f.unlink()
     except Exception:  # noqa: BLE001 - a benchmark reports and exits 1
         traceback.print_exc()
         print("localization: error", file=sys.stderr)
@@ -329,25 +377,35 @@ def main(argv=None) -> int:
     by_size = {}
     for nodes in args.sizes:
         mine = [c for c in results if c["nodes"] == nodes]
+        clean = [c for c in mine if c["class"] == "clean"]
         by_size[str(nodes)] = {"leaves": leaves_for(nodes),
                                "classes": {cls: summarize([c for c in mine if c["class"] == cls]) for cls in CLASSES},
-                               "total": summarize(mine)}
-    config = {"nodes": args.sizes, "cases": args.cases, "rails": args.rails, "noise": args.noise, "seed": args.seed,
+                               "total": summarize(mine),
+                               "faulty": summarize([c for c in mine if c["class"] != "clean"]),
+                               "clean_false_fail_per_run": sum(c["false_fail"] for c in clean) / len(clean),
+                               "clean_false_warn_per_run": sum(c["false_warn"] for c in clean) / len(clean)}
+    config = {"nodes": args.sizes, "rails": args.rails, "partners": args.partners, "cases": args.cases,
+              "clean": args.clean, "noise": args.noise, "noise_tail": args.noise_tail, "seed": args.seed,
               "noise_from": str(args.noise_from) if args.noise_from else None, "noise_values": args.noise_values,
-              "factors": list(args.factors), "size": SIZE}
+              "factors": list(args.factors), "sizes": list(SIZES)}
     if args.json:
         print(json.dumps({"config": config, "sizes": by_size, "total": summarize(results),
                           "cases": results, "seconds": round(seconds, 1)}))
         return 0
+    schedule = f"{args.partners} partners per node and rail" if args.partners else "all pairs"
+    tail = f"Student-t {args.noise_tail:g} dof" if args.noise_tail else "uniform"
     for nodes in args.sizes:
         s = by_size[str(nodes)]
         source = f" (measured: {args.noise_values} values of {args.noise_from})" if args.noise_from else ""
-        print(f"{nodes} nodes, {s['leaves']} leaves, {args.rails} rails, noise +-{args.noise:.1%}{source}, "
-              f"faults x{args.factors[0]}-{args.factors[1]}, {args.cases} case(s) per class")
+        print(f"{nodes} nodes, {s['leaves']} leaves, {args.rails} rails, {schedule}, noise {args.noise:.1%} "
+              f"({tail}){source}, faults x{args.factors[0]}-{args.factors[1]}, {args.clean} clean run(s), "
+              f"{args.cases} case(s) per fault class")
         print(HEADER)
         for cls in CLASSES:
             print(row(cls, s["classes"][cls]))
-        print(row("total", s["total"]))
+        print(row("faults", s["faulty"]))
+        print(f"false findings per clean run: {s['clean_false_fail_per_run']:.2f} fail, "
+              f"{s['clean_false_warn_per_run']:.2f} warn")
         print()
     wrong = [c for c in results if c["false_positives"] or c["missed"] or c["wrong_drains"]]
     for c in wrong:
@@ -357,7 +415,8 @@ def main(argv=None) -> int:
               + (f"; wrong drains {', '.join(c['wrong_drains'])}" if c["wrong_drains"] else ""))
     t = summarize(results)
     print(f"localization: {len(results)} cases, precision {t['precision']:.2f}, recall {t['recall']:.2f}, "
-          f"{t['wrong_drains']} wrong drains, {len(wrong)} case(s) wrong, {seconds:.0f} s")
+          f"{t['wrong_drains']} wrong drains, {t['false_fail']} false fail, {len(wrong)} case(s) wrong, "
+          f"{seconds:.0f} s")
     return 0
 
 

@@ -385,3 +385,114 @@ def make_run_fast(directory, nodes: int = 1024, rails: int = 8, size: int = 8388
            "complete": True, "exit_code": 0, "missing_ranks": [], "iterations": 1}
     (directory / "run.json").write_text(json.dumps(run) + "\n")
     return directory
+
+
+def sampled_pairs(nodes: int, rails: int, partners: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Per rail, the undirected node pairs (an (m, 2) array, i < j) of `partners` rounds of random
+    disjoint pairs (each round a random perfect matching; an odd node out sits a round out), a pair
+    met twice measured once; partners 0: every pair."""
+    if partners <= 0:
+        iu, ju = np.triu_indices(nodes, k=1)
+        return [np.stack([iu, ju], axis=1)] * rails
+    out = []
+    for _ in range(rails):
+        rounds = []
+        for _ in range(partners):
+            perm = rng.permutation(nodes)[: nodes - nodes % 2]
+            rounds.append(np.stack([perm[0::2], perm[1::2]], axis=1))
+        p = np.sort(np.concatenate(rounds), axis=1)
+        out.append(np.unique(p, axis=0))
+    return out
+
+
+def heavy_noise(rng: np.random.Generator, scale: float, dof: float, size) -> np.ndarray:
+    """Multiplicative noise exp(g): g Student-t with `dof` degrees of freedom, scaled so that its robust
+    spread (1.4826 MAD) is `scale`; dof 0: the uniform 1 + U(-scale, scale) of make_run."""
+    if not dof:
+        return 1 + rng.uniform(-1.0, 1.0, size=size) * scale
+    from acceptance.analysis.noise import ROBUST_SIGMA, t_isf
+    return np.exp(rng.standard_t(dof, size=size) * scale / (ROBUST_SIGMA * t_isf(0.25, float(dof))))
+
+
+# Latency noise against bandwidth noise, by percentile: the tail of a latency distribution is
+# noisier than its median (p99.9 and max are a few samples of 10,000).
+LATENCY_NOISE = {"latency_p50": 2.0, "latency_p99": 4.0, "latency_p999": 10.0, "latency_max": 20.0}
+
+
+def make_run_sampled(directory, nodes: int = 1024, rails: int = 8, partners: int = 8, sizes=DEFAULT_SIZES,
+                     noise: float = BW_NOISE, tail: float = 0.0, latency: bool = True, seed: int = 0,
+                     leaves: int | None = None, profile: str = SYNTHETIC_PROFILE, **faults) -> Path:
+    """A large run as a screening schedule measures it, built with numpy: per rail, `partners` rounds
+    of random disjoint pairs (sampled_pairs), each pair both ways, with rdma_write bandwidth at
+    `sizes` and (latency) write latency p50, p99, p99.9 and max at 8 B.
+
+    noise: the bandwidth's robust relative spread; tail: Student-t degrees of freedom of the noise
+    (heavy_noise; 0: uniform +-noise); latency percentiles are LATENCY_NOISE times noisier. The
+    faults are make_run's (slow_link, slow_nic, slow_node, slow_rail; with leaves=K slow_leaf,
+    slow_uplink, slow_spine). 1024 x 8 with 8 partners: 65,536 pair-directions, 393,216 records.
+    """
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    names = np.array(node_names(nodes))
+    prof = load_profile(profile)
+    known = {"slow_link", "slow_nic", "slow_node", "slow_rail", "slow_leaf", "slow_uplink", "slow_spine"}
+    if set(faults) - known:
+        raise TypeError(f"unknown faults {sorted(set(faults) - known)}")
+    f = _factors(list(names), rails, 1, faults.get("slow_link"), faults.get("slow_nic"), faults.get("slow_node"),
+                 faults.get("slow_rail"), None, None, rng, leaves, faults.get("slow_leaf"), faults.get("slow_uplink"),
+                 faults.get("slow_spine"))[0]
+    schedule = sampled_pairs(nodes, rails, partners, rng)
+    head = ('{"test": "%s", "suite": "rdma_write", "metric": "%s", "value": %.6g, "unit": "%s", "size": %d, '
+            '"rail": %d, "nodes": ["%s", "%s"], "ranks": [%d, %d], "engine": "verbs", "memory": "host", '
+            '"iteration": 0, "time": "%s", "samples": %d, "threshold": null, "verdict": "info"}\n')
+    with open(directory / "results.jsonl", "w") as fh:
+        for rail, pairs in enumerate(schedule):
+            src = np.concatenate([pairs[:, 0], pairs[:, 1]])
+            dst = np.concatenate([pairs[:, 1], pairs[:, 0]])
+            factor = f[rail, src, dst]
+            s_names, d_names = names[src].tolist(), names[dst].tolist()
+            s_ranks, d_ranks = (src * rails + rail).tolist(), (dst * rails + rail).tolist()
+            time = _time(0, rail * 60)
+            series = [(BW_TEST.format(rail), "bandwidth", "Gbit/s", size, 1000,
+                       healthy_bandwidth(size) * heavy_noise(rng, noise, tail, src.size) * factor) for size in sizes]
+            if latency:
+                series += [(LAT_TEST.format(rail), metric, "us", LATENCY_SIZE, 10000,
+                            nominal * heavy_noise(rng, noise * LATENCY_NOISE[metric], tail, src.size) / factor)
+                           for metric, nominal in LATENCY.items()]
+            for test, metric, unit, size, samples, values in series:
+                vals = values.tolist()
+                fh.write("".join([head % (test, metric, vals[k], unit, size, rail, s_names[k], d_names[k],
+                                          s_ranks[k], d_ranks[k], time, samples) for k in range(src.size)]))
+    run = {"run_id": f"synthetic-sampled-{nodes}x{rails}-{seed}", "schema": SCHEMA_VERSION, "start": _time(0),
+           "end": _time(1), "command": "synthetic sampled", "launcher": "synthetic", "profile": prof.to_json(),
+           "topology": {"nodes": names.tolist(), "rails": list(range(rails)), "ranks": nodes * rails,
+                        "ranks_per_node": rails},
+           "schedule": {"pattern": f"screen:{partners}" if partners > 0 else "all-pairs",
+                        "rounds": partners, "seed": seed, "tree_aware": False},
+           "complete": True, "exit_code": 0, "missing_ranks": [], "iterations": 1}
+    (directory / "run.json").write_text(json.dumps(run) + "\n")
+    return directory
+
+
+def sampled_values(records, nodes: int, rails: int, rng: np.random.Generator, noise: float = BW_NOISE,
+                   tail: float = 0.0, leaves: int | None = None, **faults) -> np.ndarray:
+    """New values for the records of a make_run_sampled run (as load_records reads them): the same
+    healthy figures, fresh noise from `rng` and these faults, so that one schedule, written and
+    loaded once, serves many cases (benchmarks/localization.py)."""
+    import pandas as pd
+    names = node_names(nodes)
+    src = pd.Categorical(records["src"].astype(str), categories=names).codes
+    dst = pd.Categorical(records["dst"].astype(str), categories=names).codes
+    rail = records["rail"].to_numpy(np.int64)
+    metric = records["metric"].astype(str).to_numpy()
+    size = records["size"].to_numpy(np.float64)
+    f = _factors(names, rails, 1, faults.get("slow_link"), faults.get("slow_nic"), faults.get("slow_node"),
+                 faults.get("slow_rail"), None, None, rng, leaves, faults.get("slow_leaf"), faults.get("slow_uplink"),
+                 faults.get("slow_spine"))[0]
+    factor = f[rail, src, dst]
+    is_bw = metric == "bandwidth"
+    nominal = np.where(is_bw, BW_PEAK * size / (size + BW_HALF), pd.Series(metric).map(LATENCY).to_numpy(np.float64))
+    scale = noise * pd.Series(metric).map(LATENCY_NOISE).fillna(1.0).to_numpy(np.float64)
+    values = nominal * heavy_noise(rng, scale, tail, len(metric))
+    return np.where(is_bw, values * factor, values / factor)

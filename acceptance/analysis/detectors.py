@@ -25,11 +25,16 @@ from .outliers import (
     against_switches,
     bad_pairs,
     fleet_outliers,
+    gated,
     measured_pairs,
+    nic_outliers,
+    nic_rows,
     node_names,
     pair_values,
     pairwise_view,
+    power,
     rail_planes,
+    with_nics,
 )
 from .trends import burnin_findings, regression_findings
 
@@ -81,18 +86,23 @@ Detector = Callable[[Context], list]
 
 def pairwise(ctx: Context) -> list[dict]:
     """Bounds and fleet outliers of every pairwise suite, localized to link, NIC, node or rail plane
-    (and, with the switch tree, leaf, uplink or spine), each suite against its own fleet."""
+    (and, with the switch tree, leaf, uplink or spine), each suite against its own fleet, on the
+    metrics and sizes the profile gates (outliers.gated)."""
     out = []
     for view in ctx.views:
         name = view.suite.name
-        pairs = pair_values(view.pairs, name)
-        outliers = fleet_outliers(pairs, ctx.profile)
+        pairs = gated(pair_values(view.pairs, name), ctx.profile, name)
+        nics = nic_outliers(pairs, ctx.profile, name)
+        on_nics = nic_rows(pairs, nics)
+        outliers = fleet_outliers(pairs, ctx.profile, on_nics)
         planes = rail_planes(pairs, ctx.profile) if pairs["rail"].nunique() >= 3 else None
         bad = bad_pairs(view.pairs, outliers, ctx.profile, name)
+        bad = with_nics(bad, pairs, nics, ctx.profile, name)
         if planes is not None and len(planes):
-            bad = against_rails(bad, pairs, planes, ctx.profile, name)
+            bad = against_rails(bad, pairs, planes, ctx.profile, name, on_nics)
         bad = against_switches(bad, pairs, ctx.names, ctx.fabric, ctx.profile, name)
-        for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes, ctx.fabric):
+        for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes, ctx.fabric,
+                          nics=nics[["rail", "node"]].drop_duplicates() if len(nics) else None):
             f["suite"] = name
             f["message"] = view.suite.finding + f["message"]
             out.append(f)
@@ -127,3 +137,10 @@ def baseline(ctx: Context) -> list[dict]:
 
 
 DETECTORS: tuple[Detector, ...] = (pairwise, bounds, tests, counters, too_few, burnin, baseline)
+
+
+def pairwise_power(ctx: Context) -> list[dict]:
+    """What the pairwise rules detect at this run's size and noise (outliers.power), per suite."""
+    return [entry for view in ctx.views
+            for entry in power(gated(pair_values(view.pairs, view.suite.name), ctx.profile, view.suite.name),
+                               ctx.profile, view.suite.name)]

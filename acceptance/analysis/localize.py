@@ -63,9 +63,11 @@ class _Owner:
 
 
 def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile, kind: str,
-              planes: pd.DataFrame | None = None, fabric: Fabric | None = None) -> list[dict]:
+              planes: pd.DataFrame | None = None, fabric: Fabric | None = None,
+              nics: pd.DataFrame | None = None) -> list[dict]:
     """Bad pair evidence on the rails' graphs -> switch, uplink (given the tree), rail, node, NIC,
-    link (or cluster) findings."""
+    link (or cluster) findings. `nics` (rail, node): NICs already judged bad on their typical
+    partner (outliers.nic_outliers), beside those most of whose links are bad."""
     planes = planes if planes is not None else pd.DataFrame(columns=["rail"])
     if bad.empty and planes.empty:
         return []
@@ -73,7 +75,7 @@ def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profil
     network, claimed, explained, nic_alts = _tree_step(bad, measured, names, profile, fabric, n_nodes)
     rest = np.flatnonzero(~claimed)
     owners, owner = _endpoint_owners(bad.iloc[rest].reset_index(drop=True), measured[~explained], names,
-                                     profile, planes, n_nodes, nic_alts, offset=len(network))
+                                     profile, planes, n_nodes, nic_alts, offset=len(network), nics=nics)
     all_owner = np.full(len(bad), -1, dtype=np.int64)
     for i, c in enumerate(network):
         all_owner[c.rows] = i
@@ -140,7 +142,8 @@ def _tree_step(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], prof
 
 
 def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile,
-                     planes: pd.DataFrame, n_nodes: int, nic_alts: dict, offset: int):
+                     planes: pd.DataFrame, n_nodes: int, nic_alts: dict, offset: int,
+                     nics: pd.DataFrame | None = None):
     """Rail, node, NIC and link owners of the bad rows (owner codes from `offset` on)."""
     rails_measured = np.unique(measured["rail"].to_numpy()) if len(measured) else np.zeros(0, np.int64)
     rails_all = np.union1d(rails_measured, np.unique(bad["rail"].to_numpy()))
@@ -164,6 +167,21 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
                                      profile.get("analysis.nic_fraction")):
             nic[rail, node] = True
             nic_info[(int(rail), node)] = (badc, deg)
+    if nics is not None and len(nics) and len(m_rail):
+        # judged on their typical partner: counted as the peel counts (partners with a bad link)
+        deg = np.zeros((n_rails, n_nodes), np.int64)
+        np.add.at(deg, (m_rail, m_u), 1)
+        np.add.at(deg, (m_rail, m_v), 1)
+        badc = np.zeros((n_rails, n_nodes), np.int64)
+        np.add.at(badc, (e_rail, e_u), 1)
+        np.add.at(badc, (e_rail, e_v), 1)
+        for rail, node in zip(nics["rail"].to_numpy(np.int64), nics["node"].to_numpy(np.int64)):
+            # most of its links slow (its slow links may be a switch's or its uplink's: the tree step
+            # explained them, and it has none left)
+            if rail < n_rails and has[rail, node] and not nic[rail, node] and badc[rail, node] >= 2 \
+                    and 2 * badc[rail, node] > deg[rail, node]:
+                nic[rail, node] = True
+                nic_info[(int(rail), int(node))] = (int(badc[rail, node]), int(deg[rail, node]))
 
     # rail planes: against the other rails, or by how many of their nodes have a bad NIC
     rail_fraction, node_fraction = profile.get("analysis.rail_fraction"), profile.get("analysis.node_fraction")

@@ -42,6 +42,17 @@ class Analysis:
         return self.extra["fleet"]
 
     @property
+    def power(self) -> list[dict]:
+        """What a PASS rules out: per rule, gated metric and size, the smallest slowdown it detects at
+        this run's size and noise ({rule, metric, size, rail, population, comparisons, noise,
+        detectable, ...}; analysis.outliers.power)."""
+        if "power" not in self.extra:
+            from .detectors import Context, pairwise_power
+            self.extra["power"] = pairwise_power(Context.of(self.records, self.profile, None, self.fabric)) \
+                if len(self.records) else []
+        return self.extra["power"]
+
+    @property
     def verdict(self) -> str:
         """The run's verdict: "pass", "fail" or "incomplete" (analysis.verdict)."""
         return run_verdict(self.run or {}, self.records, self.findings)[0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..spec import judge
+from ..spec import catalog, judge
 from ..measure.stats import samples_needed
 from ..records.results import FAILED_METRIC
 from ..spec.fabric import Fabric
@@ -14,6 +14,7 @@ from ..spec.profile import Profile
 from . import tree
 from .base import MAD_SCALE, MIN_GROUP, codes_of, floats_of
 from .evaluate import OUTLIER_METRICS, OUTLIERS_BY_SUITE
+from .noise import ROBUST_SIGMA, favourable_median, tail_dof, typical_tail, z_of
 from .wording import fleet_basis
 
 
@@ -110,21 +111,301 @@ def _higher(metrics) -> np.ndarray:
     return np.array([OUTLIER_METRICS.get(m, True) for m in metrics], dtype=bool)
 
 
-def fleet_outliers(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
-    """Outlier pairs per (metric, size, rail), with the group median."""
+def gated(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+    """The pair values of the gated metrics and sizes: those the profile holds to a bound (absolute,
+    line rate or fleet) at that size. Where the profile gates none of the suite's outlier metrics,
+    its higher-is-better metric (bandwidth) at the largest size measured, so that a run is still
+    localized. A metric no profile gates (latency p99.9, a percentile the profile leaves unset) is
+    information: it never makes a finding or condemns a NIC."""
+    if pairs.empty:
+        return pairs
+    names = pairs["metric"].astype(str).to_numpy()
+    sizes = pairs["size"].to_numpy(np.float64)
+    keep = np.zeros(len(pairs), bool)
+    for name in pd.unique(names):
+        m = catalog.metric(suite, name)
+        if m is None:
+            continue
+        rows = np.flatnonzero(names == name)
+        uniq = np.unique(sizes[rows])
+        bound = judge.absolute_bounds(m, np.zeros(len(uniq)), uniq, profile)[0]
+        on = np.isfinite(bound) & ((bound > 0) if m.higher else True)
+        factor = judge.fleet_factor(profile, suite, name)
+        if factor is not None:
+            on |= np.isfinite(judge.fleet_factors(factor, uniq))
+        keep[rows] = np.isin(sizes[rows], uniq[on])
+    if not keep.any():
+        higher = [n for n, h in OUTLIERS_BY_SUITE.get(suite, {}).items() if h]
+        first = next((n for n in higher if (names == n).any()), None)
+        if first is not None:
+            keep = (names == first) & (sizes == np.nanmax(sizes[names == first]))
+    return pairs.loc[keep].reset_index(drop=True)
+
+
+def _alpha(profile: Profile) -> float:
+    return float(profile.get("analysis.false_findings"))
+
+
+def _family_stats(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | None = None):
+    """Per row: family code (metric, size, rail), the family's median and size, g (the log ratio
+    to the median, negative on the bad side), the family's robust sigma of g; per metric the tails'
+    degrees of freedom (analysis.noise). Rows in `exclude` (the links of NICs already judged bad)
+    are held to the others' median, noise and tails, not counted in them."""
+    key = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
+    v = pairs["value"].to_numpy(np.float64)
+    keep = np.ones(len(v), bool) if exclude is None else ~exclude
+    higher = _higher(pairs["metric"].astype(str))
+    med = pd.Series(np.where(keep, v, np.nan)).groupby(key).transform("median").to_numpy()
+    med = np.where(np.isnan(med), pd.Series(v).groupby(key).transform("median").to_numpy(), med)
+    n = pd.Series(keep).groupby(key).transform("sum").to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lg = np.where((v > 0) & (med > 0), np.log(v / med), np.nan) * np.where(higher, 1.0, -1.0)
+    sigma = ROBUST_SIGMA * pd.Series(np.where(keep, np.abs(lg), np.nan)).groupby(key).transform("median").to_numpy()
+    sigma = np.nan_to_num(sigma, nan=0.0)
+    dof = _dofs(pairs["metric"].astype(str).to_numpy(), lg, sigma, n, keep, profile)
+    return key, med, n, lg, sigma, higher, dof
+
+
+def nic_rows(pairs: pd.DataFrame, nics: pd.DataFrame) -> np.ndarray:
+    """The pair rows with an end on a flagged NIC (any metric and size of its rail)."""
+    if nics is None or nics.empty or pairs.empty:
+        return np.zeros(len(pairs), bool)
+    rail, s, d = (pairs[c].to_numpy(np.int64) for c in ("rail", "s", "d"))
+    n = int(max(s.max(), d.max(), nics["node"].max())) + 1
+    flagged = np.unique(nics["rail"].to_numpy(np.int64) * n + nics["node"].to_numpy(np.int64))
+    return np.isin(rail * n + s, flagged) | np.isin(rail * n + d, flagged)
+
+
+def _dofs(names: np.ndarray, lg: np.ndarray, sigma: np.ndarray, n: np.ndarray, keep: np.ndarray,
+          profile: Profile) -> np.ndarray:
+    """Each row's metric's tail degrees of freedom, from its standardized values over every family."""
+    out = np.full(len(names), np.nan)
+    default = float(profile.get("analysis.noise_dof"))
+    for name in pd.unique(names):
+        rows = names == name
+        ok = rows & keep & (sigma > 0) & (n >= MIN_GROUP)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[rows] = tail_dof(lg[ok] / sigma[ok], default)
+    return out
+
+
+def _worse(value, reference, higher) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(higher, 1.0, -1.0) * (reference - value) / reference
+
+
+def fleet_outliers(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | None = None) -> pd.DataFrame:
+    """Outlier pair-directions per (metric, size, rail), with the group median, allowing for the
+    number of comparisons (the run's expected false outliers stay under analysis.false_findings):
+
+    - a pair-direction alone: beyond the Bonferroni threshold of every pair-direction compared;
+    - a link: both its directions beyond the threshold at which both are, by chance, as rarely
+      (each direction's tail probability the square root of the link's share).
+
+    Either also outlier_min_deviation off the median. The noise is the family's robust sigma with
+    its metric's tails (analysis.noise), without the rows in `exclude` (nic_rows)."""
     if pairs.empty:
         return pairs.assign(median=[], worse=[])
-    key = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
-    metric_codes = pairs["metric"].cat.codes.to_numpy() if isinstance(pairs["metric"].dtype, pd.CategoricalDtype) \
-        else pd.factorize(pairs["metric"])[0]
-    cats = (pairs["metric"].cat.categories if isinstance(pairs["metric"].dtype, pd.CategoricalDtype)
-            else pd.factorize(pairs["metric"])[1])
-    higher = _higher(cats)[metric_codes]
-    med, _n, worse, outlier = _robust(pairs["value"].to_numpy(), key, higher, profile)
+    key, med, n, lg, sigma, higher, dof = _family_stats(pairs, profile, exclude)
+    outlier, worse = _outliers(pairs, key, med, n >= MIN_GROUP, sigma, dof, higher, profile)
     out = pairs.loc[outlier].copy()
     out["median"] = med[outlier]
     out["worse"] = worse[outlier]
     return out.reset_index(drop=True)
+
+
+def _outliers(pairs: pd.DataFrame, key: np.ndarray, med: np.ndarray, enough: np.ndarray, sigma: np.ndarray,
+              dof: np.ndarray, higher: np.ndarray, profile: Profile) -> tuple[np.ndarray, np.ndarray]:
+    """(outlier, worse) of each pair-direction against `med` (fleet_outliers' two rules)."""
+    v = pairs["value"].to_numpy(np.float64)
+    worse = _worse(v, med, higher)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lg = np.where((v > 0) & (med > 0), np.log(v / med), np.nan) * np.where(higher, 1.0, -1.0)
+    min_dev, alpha = profile.get("analysis.outlier_min_deviation"), _alpha(profile)
+    tested = enough & (med > 0) & np.isfinite(lg)
+    m1 = max(int(tested.sum()), 1)
+    z1 = _z_by_dof(alpha / m1, dof)
+    row = tested & (worse >= min_dev) & (lg <= -z1 * sigma)
+    # links measured both ways: the better direction must be bad too
+    s, d = pairs["s"].to_numpy(np.int64), pairs["d"].to_numpy(np.int64)
+    n = int(max(s.max(), d.max())) + 1
+    lid = pd.factorize((key.astype(np.int64) * n + np.minimum(s, d)) * n + np.maximum(s, d))[0]
+    both = np.bincount(lid, weights=tested, minlength=lid.max() + 1)[lid] == 2
+    best = pd.Series(np.where(tested, lg, -np.inf)).groupby(lid).transform("max").to_numpy()
+    least = pd.Series(np.where(tested, worse, -np.inf)).groupby(lid).transform("min").to_numpy()
+    m2 = max(int(len(np.unique(lid[both]))), 1)
+    z2 = _z_by_dof(np.sqrt(alpha / m2), dof)
+    link = tested & both & (least >= min_dev) & (best <= -z2 * sigma)
+    return row | link, worse
+
+
+def _z_by_dof(p: float, dof: np.ndarray) -> np.ndarray:
+    """z_of(p, dof) for every row (a few distinct dof)."""
+    if not len(dof):
+        return np.zeros(0)
+    uniq, inv = np.unique(np.nan_to_num(dof, nan=3.0), return_inverse=True)
+    return np.array([z_of(p, float(x)) for x in uniq])[inv]
+
+
+def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+    """NICs judged on the typical value over their partners, per gated (metric, size).
+
+    Each link's value is its better direction's ratio to the reference (the median of the fleet
+    population of fleet.pairs: every rail's pairs, or the rail's, leaving out the NICs that look
+    bad at first sight); a NIC's typical ratio is the favourable median over its partners (more
+    than half of them at least that bad), so one bad partner, or one bad link of two, cannot move
+    it. A NIC warns when its typical ratio is outlier_min_deviation worse and beyond the threshold
+    at which the NICs compared stay under analysis.false_findings false ones; it fails at twice the
+    deviation (a fleet-bound metric: the judge's business, so it warns), and always where the typical
+    ratio is analysis.nic_fail_ratio or worse with at least 2 partners (every partner sees it slow).
+
+    Returns one row per flagged (metric, size, rail, node): typical (ratio), partners, reference,
+    value (the typical value), worse, fail."""
+    cols = ["metric", "size", "rail", "node", "typical", "partners", "reference", "value", "worse", "fail", "unit"]
+    if pairs.empty:
+        return pd.DataFrame(columns=cols)
+    t = _typical(pairs, profile)
+    min_dev = profile.get("analysis.outlier_min_deviation")
+    flag = (t["warn"] | t["half"]).to_numpy()
+    x = t.loc[flag].copy()
+    statistical = _statistical(x["metric"], profile, suite)
+    x["fail"] = x["half"].to_numpy() | (x["warn"].to_numpy() & (x["worse"].to_numpy() >= 2 * min_dev) & statistical)
+    return x[cols].reset_index(drop=True)
+
+
+def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
+    """Every NIC's typical ratio per (metric, size, rail) with its threshold (nic_outliers)."""
+    population = ["metric", "size"] + (["rail"] if profile.get("fleet.pairs") == "rail" else [])
+    pop = pairs.groupby(population, observed=True, sort=False).ngroup().to_numpy()
+    fam = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
+    v = pairs["value"].to_numpy(np.float64)
+    names = pairs["metric"].astype(str).to_numpy()
+    higher = _higher(names)
+    sign = np.where(higher, 1.0, -1.0)
+    s, d = pairs["s"].to_numpy(np.int64), pairs["d"].to_numpy(np.int64)
+    n_nodes = int(max(s.max(), d.max())) + 1
+    lid, luniq = pd.factorize((fam.astype(np.int64) * n_nodes + np.minimum(s, d)) * n_nodes + np.maximum(s, d))
+    l_fam = luniq // (n_nodes * n_nodes)
+    # each link counts once at each of its two ends: NIC (family, node) groups
+    nic_id, nic_uniq = pd.factorize(np.concatenate([l_fam * n_nodes + (luniq // n_nodes) % n_nodes,
+                                                    l_fam * n_nodes + luniq % n_nodes]))
+    nf = nic_uniq // n_nodes                      # each NIC's family
+    first = pd.Series(np.arange(len(fam))).groupby(fam).first().to_numpy()
+    n_higher = higher[first][nf]
+    min_dev, half = profile.get("analysis.outlier_min_deviation"), profile.get("analysis.nic_fail_ratio")
+    exclude = np.zeros(len(v), bool)
+    whole = pd.Series(np.where(v > 0, v, np.nan)).groupby(pop).transform("median").to_numpy()
+    for _ in range(2):   # the reference without the NICs that look bad at first sight
+        ref = pd.Series(np.where(exclude | ~(v > 0), np.nan, v)).groupby(pop).transform("median").to_numpy()
+        ref = np.where(np.isnan(ref), whole, ref)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lg = np.where((v > 0) & (ref > 0), sign * np.log(v / ref), np.nan)
+        link_g = pd.Series(lg).groupby(lid).max().to_numpy()          # the better direction
+        typ, partners = favourable_median(np.nan_to_num(np.concatenate([link_g, link_g]), nan=0.0), nic_id)
+        worse = np.where(n_higher, 1 - np.exp(typ), np.exp(-typ) - 1)
+        suspect = (partners >= 2) & ((worse >= min_dev) | (np.exp(typ) <= half))
+        if not suspect.any():
+            break
+        exclude = np.isin(fam * n_nodes + s, nic_uniq[suspect]) | np.isin(fam * n_nodes + d, nic_uniq[suspect])
+    ok = ~exclude & np.isfinite(lg)
+    sigma_pop = ROBUST_SIGMA * pd.Series(np.where(ok, np.abs(lg), np.nan)).groupby(pop).median().to_numpy()
+    default = float(profile.get("analysis.noise_dof"))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z_all = lg / sigma_pop[pop]
+    dof_of = {nm: tail_dof(z_all[ok & (names == nm)], default) for nm in pd.unique(names)}
+    sigma = np.nan_to_num(sigma_pop[pop[first]][nf], nan=0.0)
+    fam_name = names[first][nf]
+    dof = np.array([dof_of[x] for x in fam_name], dtype=np.float64)
+    tested = partners >= 2
+    m3 = max(int(tested.sum()), 1)
+    alpha = _alpha(profile)
+    cache: dict = {}
+
+    def z_for(k: int, df: float) -> float:
+        if (k, df) not in cache:
+            cache[(k, df)] = z_of(typical_tail(alpha / m3, k), df) if k >= 2 else np.inf
+        return cache[(k, df)]
+    z3 = np.array([z_for(int(k), df) for k, df in zip(partners, dof)])
+    warn = tested & (worse >= min_dev) & (typ <= -z3 * sigma)
+    fref = ref[first][nf]
+    return pd.DataFrame({"metric": fam_name, "size": pairs["size"].to_numpy()[first][nf],
+                         "rail": pairs["rail"].to_numpy()[first][nf], "node": nic_uniq % n_nodes,
+                         "typical": np.exp(typ), "partners": partners, "reference": fref,
+                         "value": np.where(n_higher, fref * np.exp(typ), fref / np.exp(typ)), "worse": worse,
+                         "warn": warn, "half": tested & (np.exp(typ) <= half), "sigma": sigma, "dof": dof, "z": z3,
+                         "unit": pairs["unit"].to_numpy()[first][nf]})
+
+
+def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profile: Profile,
+              suite: str = "rdma_write") -> pd.DataFrame:
+    """bad, plus the rows of each flagged NIC's slow links (against the reference its typical ratio
+    was taken against), graded as the NIC is."""
+    if nics.empty or pairs.empty:
+        return bad
+    key = ["metric", "size", "rail"]
+    x = pairs.astype({"metric": str})
+    flagged = nics.astype({"metric": str})[[*key, "node", "reference", "fail", "worse"]].rename(
+        columns={"worse": "typical_worse"})
+    parts = []
+    for end in ("s", "d"):
+        parts.append(x.merge(flagged.rename(columns={"node": end}), on=[*key, end], how="inner"))
+    x = pd.concat(parts, ignore_index=True)
+    x = x.sort_values("fail", ascending=False, kind="stable").drop_duplicates(["rail", "s", "d", "metric", "size"])
+    higher = _higher(x["metric"])
+    worse = _worse(x["value"].to_numpy(np.float64), x["reference"].to_numpy(np.float64), higher)
+    # a link is evidence when it is itself as slow as a NIC must typically be to be flagged
+    # (outlier_min_deviation, or the half rate that fails a NIC), and at least half as slow as this
+    # NIC typically is: its healthy links are no evidence, for the switch tree neither
+    half = profile.get("analysis.nic_fail_ratio")
+    enough = np.minimum(profile.get("analysis.outlier_min_deviation"), np.where(higher, 1 - half, 1 / half - 1))
+    enough = np.maximum(enough, x["typical_worse"].to_numpy(np.float64) / 2)
+    x = x.assign(median=x["reference"], worse=worse)[worse >= enough]
+    return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool))
+
+
+def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> list[dict]:
+    """What each rule detects at this run's size and noise: per gated (metric, size), the smallest
+    slowdown (a fraction: 0.12 = 12% slower) a link and a NIC of typical partners are found at
+    (a warning; a failure from twice outlier_min_deviation, and for a NIC at analysis.nic_fail_ratio)."""
+    if pairs.empty:
+        return []
+    out = []
+    t = _typical(pairs, profile)
+    flagged = t[(t["warn"] | t["half"]).to_numpy()]
+    key, med, n, lg, sigma, higher, dof = _family_stats(pairs, profile, nic_rows(pairs, flagged))
+    min_dev, alpha = profile.get("analysis.outlier_min_deviation"), _alpha(profile)
+    tested = (n >= MIN_GROUP) & (med > 0) & np.isfinite(lg)
+    m1 = max(int(tested.sum()), 1)
+    s, d = pairs["s"].to_numpy(), pairs["d"].to_numpy()
+    links = pd.Series(np.minimum(s, d) * (int(max(s.max(), d.max())) + 1) + np.maximum(s, d))
+    m2 = max(int((pd.Series(key).astype(str) + ":" + links.astype(str))[tested].nunique()), 1)
+    frame = pd.DataFrame({"metric": pairs["metric"].astype(str).to_numpy(), "size": pairs["size"].to_numpy(),
+                          "sigma": sigma, "dof": dof, "higher": higher, "tested": tested})
+    tt = t[t["partners"] >= 2]
+    for (metric, size), g in frame[frame["tested"]].groupby(["metric", "size"], sort=True):
+        noise, df, hi = float(np.median(g["sigma"])), float(g["dof"].iloc[0]), bool(g["higher"].iloc[0])
+
+        def slowdown(z_sigma: float, floor: float) -> float:
+            drop = 1 - np.exp(-z_sigma) if hi else np.exp(z_sigma) - 1
+            return round(float(max(drop, floor)), 4)
+        common = {"metric": metric, "size": None if np.isnan(size) else int(size), "rail": None,
+                  "noise": round(noise, 5), "suite": suite}
+        out.append({"rule": "link", **common, "population": int(len(g)), "comparisons": m2,
+                    "detectable": slowdown(z_of(np.sqrt(alpha / m2), df) * noise, min_dev),
+                    "fails": slowdown(z_of(np.sqrt(alpha / m2), df) * noise, 2 * min_dev)})
+        out.append({"rule": "pair-direction", **common, "population": int(len(g)), "comparisons": m1,
+                    "detectable": slowdown(z_of(alpha / m1, df) * noise, min_dev),
+                    "fails": slowdown(z_of(alpha / m1, df) * noise, 2 * min_dev)})
+        mine = tt[(tt["metric"].astype(str) == metric) & (tt["size"] == size)]
+        if len(mine):
+            z = float(np.median(mine["z"]) * np.median(mine["sigma"]))
+            half = 1 - profile.get("analysis.nic_fail_ratio") if hi else 1 / profile.get("analysis.nic_fail_ratio") - 1
+            out.append({"rule": "nic", **common, "noise": round(float(np.median(mine["sigma"])), 5),
+                        "population": int(len(mine)), "comparisons": int(len(tt)),
+                        "partners": int(np.median(mine["partners"])),
+                        "detectable": min(slowdown(z, min_dev), round(half, 4)),
+                        "fails": min(slowdown(z, 2 * min_dev), round(half, 4))})
+    return out
 
 
 def rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
@@ -195,16 +476,20 @@ def _statistical(metrics: pd.Series, profile: Profile, suite: str = "rdma_write"
 
 
 def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile,
-                   suite: str = "rdma_write") -> pd.DataFrame:
+                   suite: str = "rdma_write", exclude: np.ndarray | None = None) -> pd.DataFrame:
     """On a rail slow against the others, its pairs that are slow against the other rails' median
-    become evidence too (localization then decides: the plane, or a few NICs or links on it)."""
-    ref = planes[["rail", "metric", "size", "median"]].astype({"metric": str})
-    x = pairs.astype({"metric": str}).merge(ref, on=["rail", "metric", "size"], how="inner")
-    higher = _higher(x["metric"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        worse = np.where(higher, 1.0, -1.0) * (x["median"] - x["value"]) / x["median"]
-    min_dev = profile.get("analysis.outlier_min_deviation")
-    return _with_evidence(bad, x[worse >= min_dev].assign(worse=worse[worse >= min_dev]), profile, suite)
+    become evidence too, by fleet_outliers' rules against that median (with the noise of their own
+    rail's pairs); localization then decides: the plane, or a few NICs or links on it."""
+    ref = planes[["rail", "metric", "size", "median"]].astype({"metric": str}).rename(columns={"median": "ref"})
+    key, _med, n, _lg, sigma, higher, dof = _family_stats(pairs, profile, exclude)
+    x = pairs.astype({"metric": str}).assign(_k=key, _sigma=sigma, _dof=dof, _n=n, _higher=higher)
+    x = x.merge(ref, on=["rail", "metric", "size"], how="inner")
+    if x.empty:
+        return bad
+    outlier, worse = _outliers(x, x["_k"].to_numpy(), x["ref"].to_numpy(np.float64), x["_n"].to_numpy() >= MIN_GROUP,
+                               x["_sigma"].to_numpy(), x["_dof"].to_numpy(), x["_higher"].to_numpy(bool), profile)
+    x = x.assign(median=x["ref"], worse=worse)
+    return _with_evidence(bad, x[outlier], profile, suite)
 
 
 def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], fabric: Fabric | None,
@@ -272,17 +557,21 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
     return _with_evidence(bad, x, profile, suite)
 
 
-def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: str) -> pd.DataFrame:
-    """bad, plus the pairs of x (their value against x's median) as evidence rows not there yet."""
+def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: str,
+                   grade: np.ndarray | None = None) -> pd.DataFrame:
+    """bad, plus the pairs of x (their value against x's median) as evidence rows not there yet
+    (graded by `grade`, else failing at twice outlier_min_deviation)."""
     if x.empty:
         return bad
     min_dev = profile.get("analysis.outlier_min_deviation")
+    if grade is None:
+        grade = (x["worse"].to_numpy() >= 2 * min_dev) & _statistical(x["metric"], profile, suite)
     extra = pd.DataFrame({"rail": x["rail"].to_numpy(np.int64), "s": x["s"].to_numpy(np.int64),
                           "d": x["d"].to_numpy(np.int64), "metric": x["metric"].to_numpy(object),
                           "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),
                           "expected": x["median"].to_numpy(float), "median": x["median"].to_numpy(float),
                           "bound": np.nan, "worse": x["worse"].to_numpy(float),
-                          "grade": (x["worse"].to_numpy() >= 2 * min_dev) & _statistical(x["metric"], profile, suite),
+                          "grade": grade,
                           "unit": x["unit"].to_numpy(object),
                           "how": None, "basis": None})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra

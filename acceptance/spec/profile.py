@@ -515,6 +515,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                          '"screen:K" (K rounds of disjoint pairs, then confirmation) or "auto" '
                                          '(all-pairs if it fits run.budget, else screen:K with the largest K '
                                          'that fits)'),
+        "confirm": Bool(True, help="after the scheduled rounds, measure every suspect pair again alone on its "
+                                   "rail, and each of its ends against a partner that measured clean: only "
+                                   "what reproduces fails; the rest is reported as transient (congestion)"),
     },
     "gpudirect": {
     },
@@ -570,6 +573,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                      "with the switch tree, also the rank-test z a switch's group of pairs must reach"),
         "outlier_min_deviation": Float(0.10, help="an outlier must also be this far from the median (fraction)"),
         "nic_fraction": Float(0.5, help="a node's NIC on a rail is bad when its links to this fraction of partners are"),
+        "nic_fail_ratio": Float(0.5, help="a NIC fails when its typical link (the favourable median over its "
+                                          "partners, 2 at least) is at this fraction of the fleet's rate or worse "
+                                          "(a latency: its inverse multiple), whatever the noise"),
+        "false_findings": Float(0.01, help="expected false findings of a healthy run each statistical rule allows: "
+                                           "a rule making N comparisons holds each to this / N (Bonferroni)"),
+        "noise_dof": Float(3.0, help="the tails (Student-t degrees of freedom) assumed where too few values "
+                                     "measure them; elsewhere they are estimated from the run"),
         "node_fraction": Float(0.5, help="a node is bad when its NICs on this fraction of rails are"),
         "switch_fraction": Float(0.8, help="with the switch tree known: a leaf, its uplink or a spine is bad when "
                                            "this fraction of the pairs through it are (inside and crossing a leaf "

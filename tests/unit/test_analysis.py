@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -91,7 +92,9 @@ def test_evidence_is_capped_and_readable(tmp_path):
     (nic,) = a.findings
     assert len(nic["evidence"]) == 11 and nic["evidence"][-1].startswith("and ")
     first = nic["evidence"][0]
-    assert "rail 4, bandwidth " in first and " B: " in first and "Gbit/s vs median" in first and "(-40%)" in first
+    # the worst of its links first: 0.6x healthy, with the synthetic noise of +-1% on either end
+    assert "rail 4, bandwidth " in first and " B: " in first and "Gbit/s vs median" in first
+    assert re.search(r"\(-4[01]%\)", first)
 
 
 def test_warn_for_a_mildly_slow_link(tmp_path):
