@@ -1,15 +1,16 @@
-"""Screening, then confirmation: a pair measured again supersedes its screening, and a suspect that
-did not reproduce is transient.
+"""Measured, then confirmed: a pair measured again supersedes its first measurement, and a suspect
+that did not reproduce is transient.
 
-Under a screening pattern (runtime.schedule, drivers.confirm) a pairwise suite's records carry
-`phase`: "screen" for the K rounds every node took part in, "confirm" for the suspects measured
-again after them, alone on their rail, and each suspect end against a partner that screened clean.
-The later, quieter measurement is the one that counts: a confirm record replaces the screen record of
-the same suite, metric, size, rail, direction, op and iteration before the detectors run, so a link,
-NIC or switch fails only on what was confirmed, and a clean partner's pairs add evidence for a NIC.
+With rdma_write.confirm (the default) a pairwise suite's records carry `phase`: "screen" for the
+scheduled rounds (all-pairs, or a screening pattern's K rounds), "confirm" for the suspects measured
+again after them, alone on their rail, and each suspect end against a partner that measured clean
+(drivers.confirm). The later, quieter measurement is the one that counts: a confirm record replaces
+the screen record of the same suite, metric, size, rail, direction, op and iteration before the
+detectors run, so a link, NIC or switch fails only on what was confirmed, and a clean partner's
+pairs add evidence for a NIC.
 
-A link whose screening was bad (a failed bound, or outlier_min_deviation worse than its rail's
-screening median) and whose confirmation is normal becomes one transient finding: a warning, never a
+A link whose first measurement was bad (a failed bound, or outlier_min_deviation worse than its
+rail's median) and whose confirmation is normal becomes one transient finding: a warning, never a
 drain. Counted per rail they are the fabric's congestion signal.
 """
 

@@ -1,13 +1,14 @@
-"""Confirmation after screening: which pairs of a rail to measure again, and in which rounds.
+"""Confirmation after the scheduled rounds: which pairs of a rail to measure again, and in which rounds.
 
-Screening (a pattern of K rounds, runtime.schedule) measures every node K times, beside every other
-pair of its round and every other rail: a pair can be slow there because of congestion that a
+The scheduled rounds (all-pairs, or screening's K rounds that cover every node K times; runtime.schedule)
+measure each pair beside every other pair of its round and every other rail: a pair can be slow there because of congestion that a
 training step would also see, or because of a fault. Each rank of the rail contributes the headline
 values it timed (Headline); every rank then computes the same suspects and the same confirmation
 rounds from the gathered list, so no rank decides alone and nothing is sent twice.
 
-A suspect is a pair-direction that failed its bound, or is `deviation` (analysis.outlier_min_deviation)
-worse than the rail's median for its metric. Each suspect pair is measured again, and each of its
+A suspect is a pair-direction that failed its bound, or is worse than the rail's median for its
+metric by `deviation` (analysis.outlier_min_deviation) or by its fleet bound's factor (fleet.bounds),
+whichever is nearer: what analysis would call an outlier or fail against the fleet. Each suspect pair is measured again, and each of its
 ends against a partner that screened clean (a different one per end where the rail has enough), so a
 slow NIC shows with partners that are known to be good, a slow link only with its own partner, and a
 pair that was merely congested does not reproduce. Confirmation pairs run in rounds of disjoint
@@ -24,17 +25,20 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Headline:
-    """One timed pair-direction of the screening: rail indices, the metric, its value, failed its bound."""
+    """One timed pair-direction: rail indices, the metric, its value, whether any bound failed, and
+    the fleet factor of the value's metric and size (NaN: no fleet bound)."""
     src: int
     dst: int
     metric: str
     value: float
     failed: bool
+    factor: float = float("nan")
 
 
 def suspects(values: list[Headline], higher: dict[str, bool], deviation: float) -> list[tuple[int, int]]:
-    """Undirected suspect pairs (low, high), sorted: any direction failed, or is `deviation` worse than
-    the median of its metric over the rail (at least 3 values; fewer: only a failed bound counts)."""
+    """Undirected suspect pairs (low, high), sorted: any direction failed, or is worse than the median
+    of its metric over the rail by `deviation` or past its fleet factor (at least 3 values; fewer: only a
+    failed bound counts)."""
     out: set[tuple[int, int]] = set()
     by_metric: dict[str, list[Headline]] = {}
     for h in values:
@@ -44,7 +48,10 @@ def suspects(values: list[Headline], higher: dict[str, bool], deviation: float) 
         median = float(np.median(vals)) if len(vals) >= 3 else float("nan")
         up = higher.get(metric, True)
         for h, v in zip(hs, vals):
-            slow = median > 0 and ((v < (1 - deviation) * median) if up else (v > (1 + deviation) * median))
+            # The nearer of the two limits: a fraction (higher is better) or a multiple of the median.
+            low = max(1 - deviation, h.factor) if up and h.factor == h.factor else 1 - deviation
+            high = min(1 + deviation, h.factor) if not up and h.factor == h.factor else 1 + deviation
+            slow = median > 0 and ((v < low * median) if up else (v > high * median))
             if h.failed or slow:
                 out.add((min(h.src, h.dst), max(h.src, h.dst)))
     return sorted(out)

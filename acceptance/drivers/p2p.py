@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 from mpi4py import MPI
 
 from ..spec import catalog, judge
 from ..runtime import pulse
 from ..spec.profile import Profile
-from ..runtime.schedule import parse_pattern, schedule
+from ..runtime.schedule import schedule
 from . import confirm
 from ..runtime.topology import Topology
 from ..measure.stats import iteration_time, percentiles
@@ -48,8 +49,6 @@ class RailPairs:
         self.world_ranks = [r for r, _ in members]
         self.nodes = [n for _, n in members]
         self.rounds = schedule(len(members), pattern)
-        # A screening pattern covers each node K times; its suspects are then confirmed (drivers.confirm).
-        self.screening = parse_pattern(pattern)[0] == "screen"
 
     def pairs(self, rounds: list[list[tuple[int, int]]] | None = None):
         """Yield (pair communicator, low, high) for each round (default: the schedule's) this rank takes
@@ -127,7 +126,8 @@ class PairwiseDriver:
         self.rail = rail
         self.policy = Policy.from_profile(profile)
         self.problems: list[str] = []
-        self.phase: str | None = "screen" if self.rp.active and self.rp.screening else None
+        # The scheduled rounds, then their suspects confirmed (rdma_write.confirm; drivers.confirm).
+        self.phase: str | None = "screen" if self.rp.active and profile.get("rdma_write.confirm") else None
         self.headlines: list[confirm.Headline] = []  # what this rank timed, for the suspects
         self.suspected: list[str] = []  # bounds failed in screening: problems only once confirmed
 
@@ -162,11 +162,14 @@ class PairwiseDriver:
                           self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
                           rounds=rounds, phase="confirm")
 
-    def headline(self, low: int, high: int, origin: int, metric: str, value: float, failed: bool) -> None:
+    def headline(self, low: int, high: int, origin: int, metric: str, value: float, failed: bool,
+                 size: int) -> None:
         """A value this rank timed, for the screening's suspects (the largest size of a sweep, a p50),
         and whether any bound of that direction failed."""
         src, dst, _, _ = self.rp.direction(low, high, origin)
-        self.headlines.append(confirm.Headline(src, dst, metric, float(value), failed))
+        factor = judge.fleet_factor(self.profile, self.suite, metric)
+        at = float(judge.fleet_factors(factor, np.array([float(size)]))[0]) if factor is not None else float("nan")
+        self.headlines.append(confirm.Headline(src, dst, metric, float(value), failed, at))
 
     def bound_failed(self, message: str) -> None:
         """A bound failed: a problem, except in screening, where it is a suspect until confirmed."""
@@ -238,7 +241,7 @@ class Bandwidth(PairwiseDriver):
         for origin in (0, 1):
             nodes, _, common = self.direction(low, high, origin)
             where = f"{nodes[0]} -> {nodes[1]} rail {self.rail}"
-            failed, top = False, None
+            failed, top, top_size = False, None, 0
             for i, size in enumerate(sweep.sizes):
                 if (origin, i) in checked:
                     self.checked(self.errors_metric, checked[origin, i], self.noun, f"{where}, size {size} B",
@@ -247,12 +250,12 @@ class Bandwidth(PairwiseDriver):
                     continue
                 value, iters = best[origin, i]
                 bound, verdict = self.judged(self.metric, value, samples=iters, size=size, **common)
-                failed, top = failed or verdict == "fail", value
+                failed, top, top_size = failed or verdict == "fail", value, size
                 if verdict == "fail":
                     self.bound_failed(f"{where}, size {size} B: {self.op} bandwidth {value:.3f} Gbit/s "
                                       f"< bound {bound:g} Gbit/s")
             if top is not None:  # the largest size timed: the rate a fault shows in
-                self.headline(low, high, origin, self.metric, top, failed)
+                self.headline(low, high, origin, self.metric, top, failed, top_size)
 
 
 def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
@@ -325,7 +328,7 @@ class Latency(PairwiseDriver):
                 if verdict == "fail":
                     self.bound_failed(f"{where}: {self.what} latency {field} {value:.2f} us > bound "
                                       f"{bound:g} us ({stats.samples} samples)")
-            self.headline(low, high, origin, self.metric, stats.p50, failed)
+            self.headline(low, high, origin, self.metric, stats.p50, failed, self.size)
             if pingpong is not None:
                 pp = percentiles(us(pingpong))
                 for field, metric in LATENCY_METRICS:

@@ -16,6 +16,10 @@ def test_suspects_are_failed_bounds_and_pairs_well_off_their_rails_median():
           Headline(0, 1, "latency_p50", 2.0, False), Headline(2, 3, "latency_p50", 2.0, False),
           Headline(4, 5, "latency_p50", 2.1, False), Headline(5, 4, "latency_p50", 3.0, False)]  # 45% slow
     assert suspects(hs, {"bandwidth": True, "latency_p50": False}, 0.10) == [(2, 3), (4, 5)]
+    # A fleet bound nearer than the deviation (a noisy fleet's loose outlier rule, a 0.5 fleet factor).
+    loose = [Headline(0, 1, "bandwidth", 100.0, False, 0.5), Headline(2, 3, "bandwidth", 100.0, False, 0.5),
+             Headline(4, 5, "bandwidth", 30.0, False, 0.5), Headline(6, 7, "bandwidth", 60.0, False, 0.5)]
+    assert suspects(loose, {"bandwidth": True}, 3.0) == [(4, 5)]
     # Too few values for a median: only a failed bound makes a suspect.
     assert suspects(hs[:2], {"bandwidth": True}, 0.10) == []
 
