@@ -356,7 +356,6 @@ def _fabric(profile: Profile, topology: str | None, run_dir: str | None):
 
 def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str:
     """Per rail's tree: what the pattern's pairs cannot tell apart, and the pairs that would."""
-    pairs = {(nodes[a], nodes[b]) for rnd in schedule(len(nodes), pattern) for a, b in rnd}
     lines = [f"switch tree: {fabric.format} {fabric.source}"]
     shown = set()
     for rail in range(rails):
@@ -368,6 +367,10 @@ def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str
         if key in shown:
             continue
         shown.add(key)
+        # screen:K follows the tree (seed 0 here: the plan shows the shape, a run draws its own seed)
+        leaf_of = {node: leaf for leaf, members in tree.leaves.items() for node in members}
+        leaves = [leaf_of.get(node, f"(no leaf) {node}") for node in nodes]
+        pairs = {(nodes[a], nodes[b]) for rnd in schedule(len(nodes), pattern, leaves=leaves) for a, b in rnd}
         which = f"rail {rail}" if None not in fabric.trees else "every rail"
         sizes = ", ".join(f"{leaf} ({len(ns)})" for leaf, ns in list(tree.leaves.items())[:12])
         more = f", +{len(tree.leaves) - 12} more" if len(tree.leaves) > 12 else ""

@@ -313,7 +313,8 @@ def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float)
             if op == "allreduce":
                 step = 2 * math.ceil(math.log2(n)) * COLLECTIVE_STEP_S + 2 * (n - 1) / n * size / (busbw * 1e9)
             else:
-                step = (n - 1) * ALLTOALL_PEER_S + (n - 1) / n * size / (busbw * 1e9)
+                moved = max(size, 8 * n)  # a block of at least one float64 per peer (nccl-tests' count)
+                step = (n - 1) * ALLTOALL_PEER_S + (n - 1) / n * moved / (busbw * 1e9)
             total += (iters + sweep.warmup(iters)) * step + check_seconds(profile, iters, size)
         return total
 

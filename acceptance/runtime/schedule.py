@@ -11,7 +11,8 @@ Patterns (parse_pattern):
 - "screen:K": K rounds of disjoint pairs covering every node K times (once per round; with odd n one
   node sits out each round, a different one each time). With the switch tree known (`leaves`), the
   pairs are chosen so that each leaf's nodes meet many other leaves in every round (every leaf meets
-  every other leaf once K >= ceil(leaves / largest leaf)) and every leaf's uplink is crossed;
+  every other leaf once K >= ceil(leaves / largest leaf)) and every leaf's uplink is crossed, and
+  later rounds add a pair inside each leaf (which tells a leaf from its uplink);
   otherwise the rounds are drawn at random from the all-pairs schedule under a random relabelling
   of the nodes, so no pair repeats. `seed` picks the draw; the driver keeps it in run.json
   ("schedule").
@@ -31,7 +32,8 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 ALL_PAIRS = "all-pairs"
 SAMPLE = "sample"
@@ -132,22 +134,35 @@ def _tree_round(slots: list[list[int]], r: int) -> list[tuple[int, int]]:
 
     Slot j of leaf a meets slot j of leaf (c - a) mod L, with c = (j + r * step) mod L: an involution,
     so the pairs are disjoint. A leaf's slots meet different leaves (up to L - 1 of them in one round),
-    and over the rounds c runs through every residue, so every leaf meets every other leaf once
-    r * largest leaf >= L. Nodes left over (c = 2a, or a partner leaf too small for slot j) pair with
-    each other in (slot, leaf) order, which puts consecutive ones on different leaves; with an odd
-    count the last one sits out.
+    and over the rounds c runs through every residue, so every leaf meets every other leaf in the
+    first ceil(L / largest leaf) rounds. Every later round also pairs two nodes inside each leaf of 3
+    or more (slots j0, j0 + 1, moving with r): a pair that crosses no uplink tells a leaf from its
+    uplink. Nodes left over (c = 2a, a partner leaf too small for slot j, a partner taken inside its
+    leaf) pair with each other in (slot, leaf) order, which puts consecutive ones on different
+    leaves; with an odd count the last one sits out.
     """
     count = len(slots)
     biggest = max(len(m) for m in slots)
     step = biggest % count or 1  # a multiple of L would give every round the same partners
+    inside: list[int | None] = [None] * count  # the first of the two slots paired inside each leaf
+    if r >= -(-count // biggest):
+        inside = [(2 * r) % (len(m) - 1) if len(m) >= 3 else None for m in slots]
+
+    def taken(leaf: int, j: int) -> bool:
+        return inside[leaf] is not None and j - inside[leaf] in (0, 1)
+
     pairs, left = [], []
+    for a, members in enumerate(slots):
+        if inside[a] is not None:
+            x, y = members[inside[a]], members[inside[a] + 1]
+            pairs.append((x, y) if x < y else (y, x))
     for j in range(biggest):
         c = (j + r * step) % count
         for a, members in enumerate(slots):
-            if j >= len(members):
+            if j >= len(members) or taken(a, j):
                 continue
             b = (c - a) % count
-            if b == a or j >= len(slots[b]):
+            if b == a or j >= len(slots[b]) or taken(b, j):
                 left.append(members[j])
             elif a < b:
                 x, y = members[j], slots[b][j]
@@ -262,3 +277,35 @@ def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]
             high = mid - 1
     return f"{SCREEN}:{low}", [f"all-pairs ({full} rounds per rail, every node meets all {n - 1} others): "
                                f"screen:{low} instead, {low} partners per node"]
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """How this run pairs nodes on every rail: the resolved pattern (never "auto"), the seed of a
+    screening draw, and each rail's leaf of every node where the switch tree is known (rail -> node ->
+    leaf; the key None: the same tree on every rail). Every rank holds the same Pairing, so every rank
+    computes the same rounds."""
+
+    pattern: str
+    seed: int = 0
+    leaves: Mapping[int | None, Mapping[str, str]] = field(default_factory=dict)
+
+    def leaves_of(self, rail: int, nodes: Sequence[str]) -> list[str] | None:
+        """The leaf of each of `nodes` on `rail` (an unknown node: a leaf of its own), or None without a tree."""
+        tree = self.leaves.get(rail, self.leaves.get(None))
+        if not tree:
+            return None
+        return [tree.get(n, f"?{n}") for n in nodes]
+
+    def rounds(self, rail: int, nodes: Sequence[str]) -> list[list[tuple[int, int]]]:
+        """The rounds of `rail` over its members `nodes` (rail-communicator order)."""
+        return schedule(len(nodes), self.pattern, self.seed, self.leaves_of(rail, nodes))
+
+    def screening(self) -> bool:
+        return parse_pattern(self.pattern)[0] == SCREEN
+
+    def to_json(self, nodes: int, requested: str, gave_up: Sequence[str] = ()) -> dict:
+        """run.json "schedule": what ran, what was asked for, and what "auto" gave up to fit the budget."""
+        tree = self.screening() and any(len(set(t.values())) >= 2 for t in self.leaves.values())
+        return {"pattern": self.pattern, "requested": requested, "rounds": round_count(nodes, self.pattern),
+                "seed": self.seed, "tree_aware": tree, "gave_up": list(gave_up)}

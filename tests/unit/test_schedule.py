@@ -200,6 +200,15 @@ def test_tree_aware_screen_meets_every_leaf_pair_when_k_allows(n, per_leaf):
     assert not tree_aware("all-pairs", leaves) and not tree_aware("screen:2", ["one"] * n)
 
 
+@pytest.mark.parametrize("n, per_leaf", [(8, 4), (48, 4), (45, 5)])
+def test_tree_aware_screen_pairs_inside_every_leaf_once_the_leaves_have_met(n, per_leaf):
+    leaves = leaves_of(n, per_leaf)
+    k = math.ceil(len(set(leaves)) / per_leaf) + 1
+    rounds = schedule(n, f"screen:{k}", seed=4, leaves=leaves)
+    inside = {leaves[a] for a, b in rounds[-1] if leaves[a] == leaves[b]}
+    assert inside == set(leaves)  # a pair that crosses no uplink tells a leaf from its uplink
+
+
 def test_tree_aware_screen_with_uneven_leaves_and_one_leaf():
     leaves = ["a"] * 9 + ["b"] * 2 + ["c"] * 5 + ["d"]
     rounds = schedule(17, "screen:5", seed=0, leaves=leaves)
