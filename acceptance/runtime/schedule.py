@@ -309,3 +309,32 @@ class Pairing:
         tree = self.screening() and any(len(set(t.values())) >= 2 for t in self.leaves.values())
         return {"pattern": self.pattern, "requested": requested, "rounds": round_count(nodes, self.pattern),
                 "seed": self.seed, "tree_aware": tree, "gave_up": list(gave_up)}
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """A run's node pairing, the same on every rank: a resolved pattern (not "auto"), the seed of a
+    screening draw, and where the switch tree is known each rail's leaf of each node (by node name;
+    rail None: every rail, as acceptance.spec.fabric.Fabric.trees keys it)."""
+    pattern: str
+    seed: int = 0
+    leaves: Mapping[int | None, Mapping[str, Hashable]] = field(default_factory=dict)
+
+    def leaves_of(self, nodes: Sequence[str], rail: int | None) -> list[Hashable] | None:
+        """The leaf of each of `nodes` on `rail` (nodes the tree lacks share one unnamed leaf), or None."""
+        tree = self.leaves.get(rail, self.leaves.get(None))
+        return [tree.get(node, "(not in the tree)") for node in nodes] if tree else None
+
+    def rounds(self, nodes: Sequence[str], rail: int | None = None) -> list[list[tuple[int, int]]]:
+        """The rounds over a rail's members, `nodes` in rail-communicator order (schedule())."""
+        return schedule(len(nodes), self.pattern, self.seed, self.leaves_of(nodes, rail))
+
+    def to_json(self, nodes: int, requested: str | None = None, gave_up: Sequence[str] = ()) -> dict:
+        """run.json "schedule": {"pattern", "rounds", "seed", "tree_aware"}, and what was asked and given up."""
+        out = {"pattern": self.pattern, "rounds": round_count(nodes, self.pattern), "seed": self.seed,
+               "tree_aware": parse_pattern(self.pattern)[0] == SCREEN and bool(self.leaves)}
+        if requested is not None and requested != self.pattern:
+            out["requested"] = requested
+        if gave_up:
+            out["gave_up"] = list(gave_up)
+        return out

@@ -7,6 +7,7 @@ from itertools import combinations
 import pytest
 
 from acceptance.runtime.schedule import (
+    Pairing,
     choose_pattern,
     pair_count,
     parse_pattern,
@@ -255,3 +256,19 @@ def test_auto_chooses_the_largest_k_that_fits_with_few_tries():
 def test_auto_falls_back_to_the_minimum_and_says_it_does_not_fit():
     pattern, gave_up = choose_pattern(4096, lambda p: False)
     assert pattern == "screen:2" and "does not fit" in gave_up[0]
+
+
+# ---- Pairing (what every rank of a run computes) ------------------------------------------
+
+def test_pairing_follows_each_rails_tree_by_node_name():
+    nodes = [f"node{i}" for i in range(1, 9)]
+    tree = {n: ("s1" if i < 4 else "s2") for i, n in enumerate(nodes)}
+    pairing = Pairing("screen:3", seed=11, leaves={None: tree})
+    assert pairing.leaves_of(nodes, 5) == [tree[n] for n in nodes]
+    assert pairing.rounds(nodes, 0) == schedule(8, "screen:3", seed=11, leaves=[tree[n] for n in nodes])
+    assert Pairing("screen:3", seed=11).rounds(nodes) == schedule(8, "screen:3", seed=11)
+    assert Pairing("screen:3", 11, {None: tree}).to_json(8, "auto", ["all-pairs"]) == {
+        "pattern": "screen:3", "rounds": 3, "seed": 11, "tree_aware": True, "requested": "auto",
+        "gave_up": ["all-pairs"]}
+    assert Pairing("all-pairs").to_json(8, "all-pairs") == {"pattern": "all-pairs", "rounds": 7, "seed": 0,
+                                                            "tree_aware": False}
