@@ -133,11 +133,18 @@ def run_shape(run: dict) -> list[str]:
     return out
 
 
-def _pct(x) -> str:
+NEVER = 10.0  # a detectable change above 1000% is no guarantee at all: said so, not as a number
+
+
+def pct(x) -> str:
+    """0.12 -> "12%"; a detectable change beyond NEVER -> "over 1000%" (practically nothing ruled out)."""
+    if x > NEVER:
+        return f"over {100 * NEVER:.0f}%"
     return f"{100 * x:.0f}%" if x >= 0.01 else f"{100 * x:.1f}%"
 
 
 def detectable(entry: dict) -> float | None:
+    """An entry's smallest detectable slowdown (0.12 = 12%); None when the rule detects nothing."""
     try:
         d = float(entry.get("detectable"))
     except (TypeError, ValueError):
@@ -145,57 +152,68 @@ def detectable(entry: dict) -> float | None:
     return d if math.isfinite(d) and d > 0 else None
 
 
-def _what(entry: dict) -> str:
-    metric = str(entry.get("metric") or "?")
-    size = entry.get("size")
-    return metric + (f" at {format_size(int(size))}" if isinstance(size, (int, float)) and size == size else "")
+def _size_words(sizes: list) -> str:
+    named = [format_size(int(s)) for s in sorted({s for s in sizes if isinstance(s, (int, float)) and s == s})]
+    return " at " + (", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]) if named else ""
 
 
-def power_groups(power: list[dict]) -> list[dict]:
-    """Power entries grouped by (rule, metric, size) over their rails: {rule, what, rails, low, high,
-    blind} with low/high the smallest and largest detectable slowdown (None when no entry detects
-    anything), blind the rails where the rule detects nothing (too few comparisons)."""
-    groups: dict[tuple, dict] = {}
+def _whats(keys: list[tuple]) -> str:
+    """[(metric, size), ...] -> "bandwidth at 64KiB and 8MiB; latency_p50 at 8B" (metrics in first-seen order)."""
+    by_metric: dict[str, list] = {}
+    for metric, size in keys:
+        by_metric.setdefault(metric, []).append(size)
+    return "; ".join(m + _size_words(sizes) for m, sizes in by_metric.items())
+
+
+def power_rules(power: list[dict]) -> list[dict]:
+    """Per rule, widest scope first: {rule, who, levels: [(pct text, [(metric, size), ...])], blind:
+    [(metric, size), ...], per_rail: bool}. A metric and size's guarantee is its weakest rail's (the
+    largest detectable slowdown over its entries); metrics with the same guarantee share a level, the
+    strongest level first; blind: where the rule detects nothing."""
+    rules: dict[str, dict] = {}
     for e in power or []:
         if not isinstance(e, dict):
             continue
-        key = (str(e.get("rule") or "?"), _what(e))
-        g = groups.setdefault(key, {"rule": key[0], "what": key[1], "rails": [], "values": [], "blind": []})
-        rail = _rail(e)
-        g["rails"].append(rail)
+        rule = str(e.get("rule") or "?")
+        size = e.get("size")
+        key = (str(e.get("metric") or "?"), size if isinstance(size, (int, float)) and size == size else None)
+        r = rules.setdefault(rule, {"worst": {}, "blind": [], "per_rail": False})
+        r["per_rail"] |= _rail(e) is not NO_RAIL
         d = detectable(e)
-        (g["values"].append(d) if d is not None else g["blind"].append(rail))
+        if d is None:
+            r["blind"].append(key)
+        else:
+            r["worst"][key] = max(d, r["worst"].get(key, 0.0))
     out = []
-    for g in groups.values():
-        vals = g.pop("values")
-        g["low"], g["high"] = (min(vals), max(vals)) if vals else (None, None)
-        out.append(g)
-    out.sort(key=lambda g: (scope_rank(g["rule"]), g["what"]))
+    for rule, r in rules.items():
+        levels: dict[str, list] = {}
+        for key, d in sorted(r["worst"].items(), key=lambda t: t[1]):
+            levels.setdefault(pct(d), []).append(key)
+        blind = [k for k in dict.fromkeys(r["blind"]) if k not in r["worst"]]
+        out.append({"rule": rule, "who": SCOPE_WORDS.get(rule, rule), "levels": list(levels.items()),
+                    "blind": blind, "per_rail": r["per_rail"]})
+    out.sort(key=lambda r: scope_rank(r["rule"]))
     return out
 
 
-def _rails_words(rails: list) -> str:
-    named = sorted({r for r in rails if r is not NO_RAIL})
-    if not named:
-        return ""
-    return f"rail {named[0]}" if len(named) == 1 else f"any of rails {named[0]}-{named[-1]}" \
-        if named == list(range(named[0], named[-1] + 1)) else "rails " + ",".join(map(str, named))
-
-
-def power_sentence(power: list[dict], limit: int = 4) -> str:
-    """"What a PASS rules out: a NIC 12% slow (bandwidth at 8 MiB, any of rails 0-7; 9-12% by rail); ..."
-    The guarantee is the weakest rail's (the largest detectable slowdown); '' without power entries."""
+def power_sentence(power: list[dict], limit: int = 3) -> str:
+    """"What a PASS rules out: a NIC 10% slow (bandwidth at 64KiB and 8MiB; latency_p50 at 8B); a link 14%
+    slow (...) or 171% (...)"; '' without power entries. Each rule's guarantee holds on every rail (the
+    weakest rail's); the folded table has every rule, metric, size and rail."""
+    rules = power_rules(power)
     parts = []
-    for g in power_groups(power)[:limit]:
-        who = SCOPE_WORDS.get(g["rule"], g["rule"])
-        where = _rails_words(g["rails"])
-        if g["high"] is None:
-            parts.append(f"nothing by the {who} rule ({g['what']}: too few comparisons)")
-            continue
-        spread = f"; {_pct(g['low'])}-{_pct(g['high'])} by rail" if g["high"] - g["low"] >= 0.005 else ""
-        blind = f"; blind on {_rails_words(g['blind'])}" if g["blind"] else ""
-        parts.append(f"a {who} {_pct(g['high'])} slow ({g['what']}{', ' + where if where else ''}{spread}{blind})")
+    for r in rules[:limit]:
+        levels = [f"{text} ({_whats(keys)})" for text, keys in r["levels"]]
+        if levels:
+            text = f"a {r['who']} " + " or ".join(levels).replace(" (", " slow (", 1)
+            text += ", on every rail" if r["per_rail"] else ""
+        else:
+            text = f"nothing by the {r['who']} rule"
+        if r["blind"]:
+            text += f" (blind, too few comparisons: {_whats(r['blind'])})"
+        parts.append(text)
     if not parts:
         return ""
-    more = len(power_groups(power)) - limit
-    return "What a PASS rules out: " + "; ".join(parts) + (f"; {more} more rule(s)" if more > 0 else "") + "."
+    more = len(rules) - limit
+    return ("What a PASS rules out: " + "; ".join(parts)
+            + (f"; {more} more rule{'s' if more != 1 else ''} in the table" if more > 0 else "") + ".")

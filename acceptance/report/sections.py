@@ -32,8 +32,10 @@ from .data import (
 )
 
 MAX_ROWS = 50          # rows of a capped table
-MAX_FINDINGS = 50      # confirmed failing findings shown, worst first
+SHOWN_FINDINGS = 20    # confirmed failing findings shown, worst first; the next ones folded
+MAX_FINDINGS = 100     # confirmed failing findings in the page at most (shown and folded)
 MAX_FOLDED = 50        # warnings, and transients, listed in their folded tables
+SHOWN_DRAINS = 20      # drain lines shown; the rest folded (all of them are in drain.txt)
 MAX_EVIDENCE = 25      # evidence lines per finding
 SEVERITY_ORDER = {"fail": 0, "warn": 1}
 # Point-to-point latency metrics the report plots, in the catalog's order, and their short labels.
@@ -176,15 +178,18 @@ def findings(analysis, units: dict, rails=()) -> dict:
     all_ = analysis.findings or []
     parts = digest.split(all_)
 
-    def table(items: list[dict], cap: int) -> dict:
+    def table(items: list[dict], cap: int, shown: int | None = None) -> dict:
         rows = [_finding_row(f, units) for f in items[:cap]]
-        return {"rows": rows, "total": len(items), "more": _more(len(items), len(rows), "findings.json")}
+        shown = len(rows) if shown is None else shown
+        return {"rows": rows[:shown], "folded": rows[shown:], "total": len(items),
+                "more": _more(len(items), len(rows), "findings.json")}
 
+    drains = [str(d) for d in (analysis.drains or [])]
     return {"total": len(all_), "counts": finding_counts(all_, rails),
-            "confirmed": table(parts["confirmed"], MAX_FINDINGS),
+            "confirmed": table(parts["confirmed"], MAX_FINDINGS, SHOWN_FINDINGS),
             "warnings": table(parts["warnings"], MAX_FOLDED),
             "transient": table(parts["transient"], MAX_FOLDED),
-            "drains": [str(d) for d in (analysis.drains or [])]}
+            "drains": drains, "drains_shown": drains[:SHOWN_DRAINS], "drains_folded": drains[SHOWN_DRAINS:]}
 
 
 def power(analysis) -> dict:
@@ -200,7 +205,7 @@ def power(analysis) -> dict:
     entries.sort(key=lambda e: (digest.scope_rank(e.get("rule")), str(e.get("metric")),
                                 -1 if e.get("rail") is None else e.get("rail")))
 
-    def pct(x) -> str:
+    def spread(x) -> str:
         try:
             return f"{100 * float(x):.1f}%"
         except (TypeError, ValueError):
@@ -209,8 +214,8 @@ def power(analysis) -> dict:
     rows = [{"rule": digest.SCOPE_WORDS.get(e.get("rule"), fmt_text(e.get("rule"))), "metric": fmt_text(e.get("metric")),
              "size": fmt_size(e.get("size")), "rail": fmt_int(e.get("rail")),
              "population": fmt_num(e.get("population")), "comparisons": fmt_num(e.get("comparisons")),
-             "noise": pct(e.get("noise")),
-             "detectable": pct(e.get("detectable")) if digest.detectable(e) is not None else "nothing"}
+             "noise": spread(e.get("noise")),
+             "detectable": "nothing" if digest.detectable(e) is None else digest.pct(digest.detectable(e))}
             for e in entries[:MAX_ROWS]]
     return {"sentence": digest.power_sentence(entries), "rows": rows,
             "more": _more(len(entries), len(rows), 'run.json "power"'), "error": ""}

@@ -337,7 +337,12 @@ def test_large_cluster_gets_node_strips(tmp_path):
         assert abs(float(first.group(3)) - (0.5 if "bandwidth" in metric else 2.0)) < 0.05
         assert 'class="row-fail"' in block[:block.index("</table>")]  # its finding's mark
     findings_html = _section(html, "findings")
-    assert "201 more in findings.json" in findings_html  # 251 confirmed, 50 shown
+    shown = findings_html[:findings_html.index('id="confirmed-more"')]
+    assert shown.count('<tr class="row-fail">') == 20  # the worst 20 shown, the next 80 folded
+    assert "The next 80 confirmed failing findings" in findings_html
+    assert "151 more in findings.json" in findings_html  # 251 confirmed, 100 in the page
+    drains = findings_html[findings_html.index("<h3>Nodes to drain (250)</h3>"):]
+    assert drains.index("NodeName=gpu0020 ") < drains.index("The other 230 drain lines") < drains.index("NodeName=gpu0021 ")
     assert findings_html.index("gpu0042&#39;s NIC") < findings_html.index("slow 1<")  # the NIC before links
     counts = findings_html[findings_html.index('<table class="counts">'):]
     counts = counts[:counts.index("</table>")]
@@ -388,10 +393,10 @@ def test_findings_fold_warnings_and_transients_and_show_power(tmp_path):
     html = render(Powered(**vars(analysis)), tmp_path).read_text(encoding="utf-8")
     banner = html[html.index('<header id="verdict"'):html.index("</header>")]
     assert "1 confirmed failing finding," in banner and "1 warning" in banner and "1 transient" in banner
-    assert "What a PASS rules out: a NIC 35% slow (bandwidth at 2MiB, any of rails 0-1; 30%-35% by rail)." in banner
+    assert "What a PASS rules out: a NIC 35% slow (bandwidth at 2MiB), on every rail." in banner
     assert "rails measured concurrently" in banner and "pair schedule screen:3 (3 rounds, random pairs, seed 11)" in banner
     power = html[html.index('<details class="fold" id="power">'):]
-    assert "35.0%" in power[:power.index("</details>")] and "1.3%" in power[:power.index("</details>")]
+    assert "<td class=\"num\">35%</td>" in power[:power.index("</details>")] and "1.3%" in power[:power.index("</details>")]
     findings = _section(html, "findings")
     shown = findings[:findings.index('<details class="fold"')]
     assert "node1 -&gt; node3 on rail 0" in shown and "latency p99 high" not in shown

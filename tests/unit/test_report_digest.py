@@ -66,11 +66,21 @@ POWER = [{"rule": "nic", "metric": "bandwidth", "size": 8388608, "rail": r, "pop
 
 
 def test_power_sentence_and_run_shape():
-    sentence = digest.power_sentence(POWER)
     # the guarantee on every rail is the weakest rail's
-    assert sentence.startswith("What a PASS rules out: a NIC 19% slow (bandwidth at 8MiB, any of rails 0-7; 12%-19% by rail)")
-    assert "nothing by the link rule (latency_p50 at 8B: too few comparisons)" in sentence
+    assert digest.power_sentence(POWER) == ("What a PASS rules out: a NIC 19% slow (bandwidth at 8MiB), on every rail; "
+                                            "nothing by the link rule (blind, too few comparisons: latency_p50 at 8B).")
     assert digest.power_sentence([]) == ""
+    # as Analysis.power gives it: rails pooled (rail None), metrics with one guarantee together, a
+    # guarantee of no practical use said as such, widest rule first, extra keys ignored
+    run_wide = [{"rule": rule, "metric": m, "size": s, "rail": None, "detectable": d, "suite": "rdma_write"}
+                for rule, m, s, d in (("pair-direction", "bandwidth", 65536, 0.93), ("link", "bandwidth", 65536, 0.138),
+                                      ("link", "bandwidth", 8388608, 0.1382), ("link", "latency_p50", 8, 1.7082),
+                                      ("nic", "bandwidth", 65536, 0.1), ("nic", "latency_p50", 8, 0.1),
+                                      ("pair-direction", "latency_p50", 8, 1.4e50))]
+    assert digest.power_sentence(run_wide) == (
+        "What a PASS rules out: a NIC 10% slow (bandwidth at 64KiB; latency_p50 at 8B); a link 14% slow (bandwidth "
+        "at 64KiB and 8MiB) or 171% (latency_p50 at 8B); a pair-direction 93% slow (bandwidth at 64KiB) or over "
+        "1000% (latency_p50 at 8B).")
     shape = digest.run_shape({"rail_mode": "serial", "schedule": {"pattern": "screen:4", "rounds": 4, "seed": 7,
                                                                   "tree_aware": True}})
     assert shape[0].startswith("rails measured one at a time (serial")
