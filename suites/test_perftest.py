@@ -99,7 +99,7 @@ def test_perftest_crosscheck(request, topology, rail, profile, record, progress)
     if why:
         pytest.skip(why)
     me = every[topology.world.Get_rank()]
-    rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
+    rp = RailPairs(topology, rail, progress)
     if not rp.active:
         return
     # -u: the QP's ACK timeout exponent, the verbs engine's ([verbs] timeout): one connection setting for both.

@@ -82,13 +82,14 @@ def _transients(both: pd.DataFrame) -> list[dict]:
         size = None if pd.isna(h["size"]) else int(h["size"])
         where = f" at {size} B" if size is not None else ""
         lines = [f"{r.src} -> {r.dst}, {r.metric}{f' at {int(r.size)} B' if not pd.isna(r.size) else ''}: "
-                 f"{fmt_value(r.value)} in screening (rail median {fmt_value(r.median)}), "
-                 f"{fmt_value(r.value_again)} alone" for r in g[g["bad"]].head(4).itertuples()]
+                 f"{fmt_value(r.value)} {r.unit} first (rail median {fmt_value(r.median)}), "
+                 f"{fmt_value(r.value_again)} {r.unit} alone" for r in g[g["bad"]].head(4).itertuples()]
         out.append(make_finding(
             severity="warn", scope="link", node=str(u), rail=int(rail), peer=str(v), suite=suite,
             metric=str(h["metric"]), value=float(h["value"]), expected=float(h["median"]), unit=h["unit"], size=size,
             kind="transient", evidence=lines, transient=True,
-            message=(f"link {u} <-> {v} on rail {int(rail)}: {h['metric']}{where} {fmt_value(h['value'])} "
-                     f"{h['unit']} in screening, {fmt_value(h['value_again'])} measured again alone: transient "
-                     f"(congestion or a passing stall, not reproduced; nothing to drain)")))
+            message=(f"link {u} <-> {v} on rail {int(rail)}: {catalog.label(suite, str(h['metric']))}{where} "
+                     f"{fmt_value(h['value'])} {h['unit']} in the scheduled rounds, {fmt_value(h['value_again'])} "
+                     f"{h['unit']} measured again alone: transient (congestion or a passing stall, not "
+                     f"reproduced; nothing to drain)")))
     return out

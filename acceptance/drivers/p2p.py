@@ -13,6 +13,7 @@ and Latency give only their operation, sizes and metric.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -21,7 +22,7 @@ from mpi4py import MPI
 from ..spec import catalog, judge
 from ..runtime import pulse
 from ..spec.profile import Profile
-from ..runtime.schedule import schedule
+from ..runtime.screening import screening_latency_iters, screening_sizes
 from . import confirm
 from ..runtime.topology import Topology
 from ..measure.stats import iteration_time, percentiles
@@ -36,7 +37,7 @@ LATENCY_METRICS = (("p50", "latency_p50"), ("p99", "latency_p99"), ("p999", "lat
 class RailPairs:
     """This rank's view of one rail's schedule. Ranks not on the rail have nothing to do."""
 
-    def __init__(self, topology: Topology, rail: int, pattern: str, progress: Callable[[], None] | None):
+    def __init__(self, topology: Topology, rail: int, progress: Callable[[], None] | None):
         self.active = topology.rail == rail
         self.rail = rail
         self.progress = progress or (lambda: None)
@@ -48,7 +49,7 @@ class RailPairs:
         members = self.comm.allgather((topology.rank, topology.node))
         self.world_ranks = [r for r, _ in members]
         self.nodes = [n for _, n in members]
-        self.rounds = schedule(len(members), pattern)
+        self.rounds = topology.pairing.rounds(self.nodes, rail)  # the run's pattern (runtime.schedule.Pairing)
 
     def pairs(self, rounds: list[list[tuple[int, int]]] | None = None):
         """Yield (pair communicator, low, high) for each round (default: the schedule's) this rank takes
@@ -122,7 +123,8 @@ class PairwiseDriver:
                  suite: str = "rdma_write"):
         self.engine, self.profile, self.record, self.op, self.memory, self.suite = (
             engine, profile, record, op, memory, suite)
-        self.rp = RailPairs(topology, rail, profile.get("rdma_write.pattern"), progress)
+        self.rp = RailPairs(topology, rail, progress)
+        self.screening = topology.pairing.screening()  # screening measures less (runtime.screening)
         self.rail = rail
         self.policy = Policy.from_profile(profile)
         self.problems: list[str] = []
@@ -206,6 +208,8 @@ class Bandwidth(PairwiseDriver):
         super().__init__(*args, **kwargs)
         self.metric, self.errors_metric, self.noun, self.method = BANDWIDTH_OPS[self.op]
         self.sweep = sweep_from_profile(self.profile)
+        if self.screening:  # the smallest size and the sizes with bounds
+            self.sweep = dataclasses.replace(self.sweep, sizes=tuple(screening_sizes(self.profile)))
         self.window = self.profile.get("sweep.window")
 
     def link_size(self) -> int:
@@ -291,6 +295,8 @@ class Latency(PairwiseDriver):
         self.metric = f"{self.prefix}latency_p50"
         self.size = 8 if self.op == "atomic" else self.profile.get("latency.size")
         self.iters, self.warmup = self.profile.get("latency.iters"), self.profile.get("latency.warmup")
+        if self.screening:  # as many samples as the gated percentile needs
+            self.iters = screening_latency_iters(self.profile)
 
     def link_size(self) -> int:
         return self.size

@@ -49,6 +49,8 @@ from ..records.results import (
     new_run_id,
     utc_now,
 )
+from . import estimate
+from .schedule import Pairing
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
 from .watchdog import END_GRACE_S, Phase, Watchdog
@@ -106,6 +108,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          'another (test_x[rail0], test_x[rail1], ...), to tell a fault that needs full load '
                          "from one that does not (default: $ACCEPTANCE_RAIL_MODE, else the profile's "
                          "run.rail_mode, concurrent)")
+    group.addoption("--schedule-seed", metavar="N", type=int, default=None,
+                    help="seed of a screening pattern's random pairs (rdma_write.pattern screen:K without a "
+                         "switch tree): give a past run's run.json schedule.seed to measure the same pairs "
+                         "again (default: derived from the run id)")
     group.addoption("--hang-timeout", metavar="SECONDS", type=positive_seconds, default=None,
                     help="how long the job may go without progress on any rank (progress() or a rank "
                          "arriving at the sync point): then the ranks that did not reach the sync point "
@@ -288,9 +294,29 @@ class CollectivePlugin:
         physical = self.world.gather(self._physical_identity(ident), root=0)
         self.watchdog.disarm()
         self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration)
+        self.topology.pairing, self.schedule = self._pairing(self.folder.run_id)
         if self.rank == 0:
             self._write_run_start(census["ranks"],
                                   merge_identities([(r.node, p) for r, p in zip(self.topology.ranks, physical)]))
+
+    def _pairing(self, run_id: str) -> tuple[Pairing, dict]:
+        """The run's node pairing (every rank computes the same): rdma_write.pattern with "auto" resolved
+        against the budget `acceptance run` checked; a screening draw's seed (--schedule-seed, else one
+        derived from the run id, kept in run.json "schedule" so a run can be repeated); each rail's leaves
+        where the switch tree is known. Exits 2 on a pattern that cannot be used."""
+        requested = self.profile.get("rdma_write.pattern")
+        nodes = len(self.topology.nodes)
+        try:
+            pattern, gave_up = estimate.pattern_for_ranks(self.profile, nodes, len(self.topology.rails), self.rail_mode)
+        except ValueError as e:
+            self._exit(EXIT_USAGE, f"rdma_write.pattern {requested!r}: {e}")
+        seed = self.config.getoption("schedule_seed")
+        if seed is None:
+            seed = int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16)
+        leaves = ({rail: {n: leaf for leaf, ns in tree.leaves.items() for n in ns}
+                   for rail, tree in self.fabric.trees.items()} if self.fabric else {})
+        pairing = Pairing(pattern, seed, leaves)
+        return pairing, pairing.to_json(nodes, requested, gave_up)
 
     @staticmethod
     def _physical_identity(me) -> dict:
@@ -328,6 +354,7 @@ class CollectivePlugin:
             "profile": self.profile.to_json(),
             "topology": self.topology.to_json(),
             "rail_mode": self.rail_mode,
+            "schedule": self.schedule,
             **({"fabric": self.fabric.to_json(),
                 "fabric_unknown": self.fabric.unknown(self.topology.nodes)} if self.fabric else {}),
             "software": software,
@@ -354,6 +381,11 @@ class CollectivePlugin:
         t = self.topology
         return [f"acceptance: {self.size} ranks on {len(t.nodes)} nodes, rails {t.rails}, "
                 f"profile {self.profile.name}, rails {self.rail_mode}, hang timeout {self.default_timeout:g} s",
+                f"pairs: {self.schedule['pattern']}, {self.schedule['rounds']} rounds per rail"
+                + (f" (seed {self.schedule['seed']}{', tree-aware' if self.schedule['tree_aware'] else ''})"
+                   if t.pairing.screening() else "")
+                + (f"; {self.schedule['requested']}: " + "; ".join(self.schedule["gave_up"])
+                   if self.schedule.get("gave_up") else ""),
                 f"run folder: {self.folder.path}", *self._fabric_header()]
 
     def _fabric_header(self) -> list[str]:

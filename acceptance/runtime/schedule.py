@@ -281,38 +281,6 @@ def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]
 
 @dataclass(frozen=True)
 class Pairing:
-    """How this run pairs nodes on every rail: the resolved pattern (never "auto"), the seed of a
-    screening draw, and each rail's leaf of every node where the switch tree is known (rail -> node ->
-    leaf; the key None: the same tree on every rail). Every rank holds the same Pairing, so every rank
-    computes the same rounds."""
-
-    pattern: str
-    seed: int = 0
-    leaves: Mapping[int | None, Mapping[str, str]] = field(default_factory=dict)
-
-    def leaves_of(self, rail: int, nodes: Sequence[str]) -> list[str] | None:
-        """The leaf of each of `nodes` on `rail` (an unknown node: a leaf of its own), or None without a tree."""
-        tree = self.leaves.get(rail, self.leaves.get(None))
-        if not tree:
-            return None
-        return [tree.get(n, f"?{n}") for n in nodes]
-
-    def rounds(self, rail: int, nodes: Sequence[str]) -> list[list[tuple[int, int]]]:
-        """The rounds of `rail` over its members `nodes` (rail-communicator order)."""
-        return schedule(len(nodes), self.pattern, self.seed, self.leaves_of(rail, nodes))
-
-    def screening(self) -> bool:
-        return parse_pattern(self.pattern)[0] == SCREEN
-
-    def to_json(self, nodes: int, requested: str, gave_up: Sequence[str] = ()) -> dict:
-        """run.json "schedule": what ran, what was asked for, and what "auto" gave up to fit the budget."""
-        tree = self.screening() and any(len(set(t.values())) >= 2 for t in self.leaves.values())
-        return {"pattern": self.pattern, "requested": requested, "rounds": round_count(nodes, self.pattern),
-                "seed": self.seed, "tree_aware": tree, "gave_up": list(gave_up)}
-
-
-@dataclass(frozen=True)
-class Pairing:
     """A run's node pairing, the same on every rank: a resolved pattern (not "auto"), the seed of a
     screening draw, and where the switch tree is known each rail's leaf of each node (by node name;
     rail None: every rail, as acceptance.spec.fabric.Fabric.trees keys it)."""
@@ -328,6 +296,10 @@ class Pairing:
     def rounds(self, nodes: Sequence[str], rail: int | None = None) -> list[list[tuple[int, int]]]:
         """The rounds over a rail's members, `nodes` in rail-communicator order (schedule())."""
         return schedule(len(nodes), self.pattern, self.seed, self.leaves_of(nodes, rail))
+
+    def screening(self) -> bool:
+        """A screening pattern (screen:K): fewer sizes and samples (runtime.screening)."""
+        return parse_pattern(self.pattern)[0] == SCREEN
 
     def to_json(self, nodes: int, requested: str | None = None, gave_up: Sequence[str] = ()) -> dict:
         """run.json "schedule": {"pattern", "rounds", "seed", "tree_aware"}, and what was asked and given up."""

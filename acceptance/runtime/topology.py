@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 from ..host import nics
 from ..records.naming import natural_key
+from .schedule import ALL_PAIRS, Pairing
 
 # Set by `acceptance run` for local emulation: ranks r*R .. r*R+R-1 form node r+1.
 ENV_NODES = "ACCEPTANCE_VIRTUAL_NODES"
@@ -100,7 +101,13 @@ class Topology:
         self.me = ranks[world.Get_rank()]
         self.nodes = sorted({r.node for r in ranks}, key=natural_key)
         self.rails = sorted({r.rail for r in ranks})
+        # How node pairs meet on each rail (the pytest plugin resolves it from the profile).
+        self.pairing = Pairing(ALL_PAIRS)
         node_index = {n: i for i, n in enumerate(self.nodes)}
+        # Each node's ranks, grouped once: a scan of every rank per node is O(N^2) at thousands of ranks.
+        self._on: dict[str, list[RankInfo]] = {n: [] for n in self.nodes}
+        for r in ranks:
+            self._on[r.node].append(r)
         # Collective: every rank creates both communicators at the same time.
         self.node_comm = world.Split(node_index[self.me.node], self.me.local_rank)
         self.rail_comm = world.Split(self.me.rail, node_index[self.me.node])
@@ -118,7 +125,7 @@ class Topology:
         return self.me.rail
 
     def ranks_on(self, node: str) -> list[RankInfo]:
-        return [r for r in self.ranks if r.node == node]
+        return list(self._on.get(node, ()))
 
     def label(self, rank: int) -> str:
         return f"{rank}@{self.ranks[rank].node}"
