@@ -102,7 +102,7 @@ def cmd_run(args) -> int:
     nodes = args.nodes or profile.get("run.nodes")
     per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
     tree = _switch_tree(profile, args.topology)
-    limit = _check_budget(profile, launcher.name, nodes, per_node, args.budget)
+    limit = _check_budget(profile, launcher.name, nodes, per_node, args.budget, args.iterations, args.duration)
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
     try:
@@ -203,9 +203,11 @@ def post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
     return analysis.exit_code
 
 
-def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str | None) -> float | None:
+def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str | None,
+                  iterations: int | None = None, duration: float | None = None) -> float | None:
     """Before anything starts: exit 2 (UsageError) when the plan's estimate of the whole acceptance exceeds
-    the budget or the Slurm job's time left; the limit in seconds (None: no limit)."""
+    the budget or the Slurm job's time left, or a burn-in (every pass, or its duration and one more pass)
+    cannot end within the job; the limit of one pass in seconds (None: no limit)."""
     if launcher == "srun":  # the allocation's nodes and tasks, as Srun.command launches them
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or nodes)
         per_node = int(re.match(r"\d+", os.environ.get("SLURM_NTASKS_PER_NODE") or str(per_node))[0])
@@ -213,6 +215,14 @@ def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str
     if nodes < 2:
         return None  # nothing pairwise to plan; the suites skip what needs two nodes
     checked = plan.check_before_run(profile, nodes, rails, budget)
+    left, one = checked["slurm_seconds_left"], checked["estimated_seconds"]
+    burn = one * iterations if iterations else duration + one if duration else None
+    if burn and left is not None and burn > left:
+        what = f"--iterations {iterations}" if iterations else f"--duration {plan.format_seconds(duration)}"
+        raise UsageError(f"the burn-in ({what}, about {plan.format_seconds(one)} a pass) needs about "
+                         f"{plan.format_seconds(burn)}, more than the Slurm job's time left "
+                         f"({plan.format_seconds(left)}): fewer iterations, a shorter --duration, or a longer "
+                         f"allocation (--time)")
     if checked["limit_seconds"] is not None:
         print(f"acceptance: plan {plan.format_seconds(checked['estimated_seconds'])} with {checked['pattern']} "
               f"(rails {checked['rail_mode']}), within {checked['limit_from']} "

@@ -265,3 +265,12 @@ def test_run_checks_the_budget_before_it_launches_anything(capsys, tmp_path):
     assert code == 2, err
     assert "exceeds --budget (1 s)" in err and "acceptance plan --nodes" in err
     assert not (tmp_path / "reports").exists()  # no run folder, no MPI
+
+
+def test_run_checks_a_burn_in_against_the_slurm_jobs_time_left(capsys, tmp_path, monkeypatch):
+    import time
+    monkeypatch.setenv("SLURM_JOB_END_TIME", str(int(time.time()) + 3600))
+    code, _, err = cli(capsys, "run", "--launcher", "local", "--duration", "2h", "--output", str(tmp_path / "r"))
+    assert code == 2, err
+    assert "the burn-in (--duration 2 h 0 min" in err and "Slurm job's time left" in err
+    assert not (tmp_path / "r").exists()
