@@ -285,6 +285,27 @@ def test_report_in_headless_chromium(real_run, tmp_path):
     print(f"report {html} ({how}); screenshot {screenshot}")
 
 
+def test_report_of_a_large_fleet_in_headless_chromium(tmp_path):
+    """Above 64 nodes the heatmaps are node strips (a rails x nodes image per metric), not a matrix per rail;
+    the slow NIC heads the worst-NIC table. 80 nodes x 2 rails, all pairs at one size (a few seconds)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from synthetic import make_run_fast
+
+    from acceptance.analysis import analyze
+    from acceptance.report import render
+
+    run = make_run_fast(tmp_path / "run", nodes=80, rails=2, slow_nic=("node07", 1, 0.5))
+    html = render(analyze(run), run)
+    page = load_page(html, _profile_dir(tmp_path), run / "report.png")
+    assert page["errors"] == [], page["errors"]
+    facts = page["facts"]
+    assert facts["heatmaps"] == 1 and facts["heatmapsDecoded"] == 1, facts  # one strip: one metric, both rails
+    assert "node07" in facts["findings"] and "Nodes to drain (1)" in facts["findings"], facts["findings"]
+    text = html.read_text(encoding="utf-8")
+    worst = text[text.index("<h3>write bandwidth at 8MiB</h3>"):]
+    assert worst.index("<td>node07</td>") < worst.index("</table>"), "the slow NIC heads the worst-NIC table"
+
+
 def _profile_dir(tmp_path: Path) -> Path:
     path = tmp_path / "chromium-profile"
     path.mkdir(parents=True, exist_ok=True)
