@@ -26,6 +26,8 @@ Families:
   acceptance_run_iterations                         burn-in iterations seen in the records
   acceptance_findings{severity,scope}               count; every fail/warn x scope, zeros included
   acceptance_finding{severity,scope,kind,node,rail,peer,metric,size_bytes}   findings with those labels (1)
+  acceptance_transient_findings{rail}               count of suspects that did not reproduce (neither of the
+        above: never a fail or warning); every rail of the run, zeros included
   acceptance_nic_<metric>_bytes_per_second{node,rail,size_bytes}   (or _seconds for a latency)
         median of the NIC (both directions, every partner) at the largest size (the latency size), for
         every pairwise metric the catalog exports (acceptance.spec.catalog Metric.export): write_bandwidth,
@@ -60,6 +62,7 @@ import pandas as pd
 
 from ..history.checked import SHOWN_KINDS
 from ..history.store import HISTORY_KINDS
+from ..report import digest
 from ..spec import catalog
 
 PREFIX = "acceptance_"
@@ -319,6 +322,8 @@ _HELP = {
     "run_iterations": "Burn-in iterations in the records (1 without burn-in).",
     "findings": "Findings of the run by severity and scope.",
     "finding": f"One series per finding (value: how many findings share these labels); at most {FINDINGS_MAX}.",
+    "transient_findings": "Suspects that did not reproduce when measured again (never a fail, never drained), "
+                          "per rail: the fabric's congestion signal.",
     **_EXPORTED_HELP,
     "collective_busbw_bytes_per_second": "Median collective bus bandwidth at the largest size, per operation "
                                          "and communicator (world, rail, node: median over nodes).",
@@ -376,14 +381,19 @@ def render(analysis, history: dict | None = None) -> str:
     if len(records):
         fams["run_iterations"].add({}, int(pd.Series(records["iteration"]).nunique()))
 
+    # A transient (a suspect that did not reproduce) is no fail or warning: counted apart, per rail.
+    standing = [f for f in analysis.findings if not digest.is_transient(f)]
     counts = {(sev, scope): 0 for sev in SEVERITIES for scope in SCOPES}
-    for f in analysis.findings:
+    for f in standing:
         key = (f.get("severity"), f.get("scope"))
         counts[key] = counts.get(key, 0) + 1
     for (sev, scope), n in counts.items():
         fams["findings"].add({"severity": sev, "scope": scope}, n)
+    transient = digest.counts(analysis.findings, (run.get("topology") or {}).get("rails") or ())["transient"]
+    for rail, n in transient.items():
+        fams["transient_findings"].add({"rail": rail}, n)
     shown: dict[tuple, int] = {}
-    for f in analysis.findings[:FINDINGS_MAX]:
+    for f in standing[:FINDINGS_MAX]:
         labels = (("severity", f.get("severity")), ("scope", f.get("scope")), ("kind", f.get("kind")),
                   ("node", f.get("node")), ("rail", None if f.get("rail") is None else int(f["rail"])),
                   ("peer", f.get("peer")), ("switch", f.get("switch")), ("metric", f.get("metric")),

@@ -155,3 +155,23 @@ def test_a_run_writes_its_power_to_run_json(tmp_path):
     assert report is None and written["verdict"] == analysis.verdict
     assert written["power"] == json.loads(json.dumps(analysis.power))
     assert written["power"] and all({"rule", "metric", "detectable"} <= set(e) for e in written["power"])
+
+
+def test_prometheus_counts_transients_apart():
+    """A transient is neither a fail nor a warning in acceptance_findings / acceptance_finding; it is counted
+    per rail in acceptance_transient_findings (every rail of the run, zeros included)."""
+    from acceptance.export import prometheus
+
+    text = prometheus.render(_analysis(FINDINGS, []))
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+
+    def value(prefix: str) -> float:
+        [line] = [line for line in lines if line.startswith(prefix)]
+        return float(line.rsplit(" ", 1)[1])
+
+    base = 'run_id="big",profile="local"'
+    assert value(f'acceptance_findings{{{base},severity="fail",scope="link"}}') == 2  # not the transient one
+    assert value(f'acceptance_findings{{{base},severity="warn",scope="nic"}}') == 0
+    assert sum(line.startswith("acceptance_finding{") for line in lines) == 6
+    assert value(f'acceptance_transient_findings{{{base},rail="3"}}') == 2
+    assert value(f'acceptance_transient_findings{{{base},rail="7"}}') == 0
