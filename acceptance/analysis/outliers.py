@@ -142,8 +142,8 @@ def gated(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> p
     return pairs.loc[keep].reset_index(drop=True)
 
 
-def _alpha(profile: Profile) -> float:
-    return float(profile.get("analysis.false_findings"))
+def _alpha(profile: Profile, fail: bool = False) -> float:
+    return float(profile.get("analysis.false_failures" if fail else "analysis.false_findings"))
 
 
 def _family_stats(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | None = None):
@@ -203,29 +203,31 @@ def fleet_outliers(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | 
       (each direction's tail probability the square root of the link's share).
 
     Either also outlier_min_deviation off the median. The noise is the family's robust sigma with
-    its metric's tails (analysis.noise), without the rows in `exclude` (nic_rows)."""
+    its metric's tails (analysis.noise), without the rows in `exclude` (nic_rows). `failing`: the
+    same rules at analysis.false_failures and twice the deviation (bad_pairs grades by it)."""
     if pairs.empty:
-        return pairs.assign(median=[], worse=[])
+        return pairs.assign(median=[], worse=[], failing=[])
     key, med, n, lg, sigma, higher, dof = _family_stats(pairs, profile, exclude)
-    outlier, worse = _outliers(pairs, key, med, n >= MIN_GROUP, sigma, dof, higher, profile)
+    outlier, failing, worse = _outliers(pairs, key, med, n >= MIN_GROUP, sigma, dof, higher, profile)
     out = pairs.loc[outlier].copy()
     out["median"] = med[outlier]
     out["worse"] = worse[outlier]
+    out["failing"] = failing[outlier]
     return out.reset_index(drop=True)
 
 
 def _outliers(pairs: pd.DataFrame, key: np.ndarray, med: np.ndarray, enough: np.ndarray, sigma: np.ndarray,
-              dof: np.ndarray, higher: np.ndarray, profile: Profile) -> tuple[np.ndarray, np.ndarray]:
-    """(outlier, worse) of each pair-direction against `med` (fleet_outliers' two rules)."""
+              dof: np.ndarray, higher: np.ndarray, profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(outlier, failing, worse) of each pair-direction against `med` (fleet_outliers' two rules):
+    an outlier at analysis.false_findings and outlier_min_deviation, failing at
+    analysis.false_failures and twice the deviation."""
     v = pairs["value"].to_numpy(np.float64)
     worse = _worse(v, med, higher)
     with np.errstate(divide="ignore", invalid="ignore"):
         lg = np.where((v > 0) & (med > 0), np.log(v / med), np.nan) * np.where(higher, 1.0, -1.0)
-    min_dev, alpha = profile.get("analysis.outlier_min_deviation"), _alpha(profile)
+    min_dev = profile.get("analysis.outlier_min_deviation")
     tested = enough & (med > 0) & np.isfinite(lg)
     m1 = max(int(tested.sum()), 1)
-    z1 = _z_by_dof(alpha / m1, dof)
-    row = tested & (worse >= min_dev) & (lg <= -z1 * sigma)
     # links measured both ways: the better direction must be bad too
     s, d = pairs["s"].to_numpy(np.int64), pairs["d"].to_numpy(np.int64)
     n = int(max(s.max(), d.max())) + 1
@@ -234,9 +236,12 @@ def _outliers(pairs: pd.DataFrame, key: np.ndarray, med: np.ndarray, enough: np.
     best = pd.Series(np.where(tested, lg, -np.inf)).groupby(lid).transform("max").to_numpy()
     least = pd.Series(np.where(tested, worse, -np.inf)).groupby(lid).transform("min").to_numpy()
     m2 = max(int(len(np.unique(lid[both]))), 1)
-    z2 = _z_by_dof(np.sqrt(alpha / m2), dof)
-    link = tested & both & (least >= min_dev) & (best <= -z2 * sigma)
-    return row | link, worse
+    out = []
+    for alpha, dev in ((_alpha(profile), min_dev), (_alpha(profile, fail=True), 2 * min_dev)):
+        row = tested & (worse >= dev) & (lg <= -_z_by_dof(alpha / m1, dof) * sigma)
+        link = tested & both & (least >= dev) & (best <= -_z_by_dof(np.sqrt(alpha / m2), dof) * sigma)
+        out.append(row | link)
+    return out[0], out[1], worse
 
 
 def _z_by_dof(p: float, dof: np.ndarray) -> np.ndarray:
@@ -256,8 +261,9 @@ def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write
     than half of them at least that bad), so one bad partner, or one bad link of two, cannot move
     it. A NIC warns when its typical ratio is outlier_min_deviation worse and beyond the threshold
     at which the NICs compared stay under analysis.false_findings false ones; it fails at twice the
-    deviation (a fleet-bound metric: the judge's business, so it warns), and always where the typical
-    ratio is analysis.nic_fail_ratio or worse with at least 2 partners (every partner sees it slow).
+    deviation and analysis.false_failures (a fleet-bound metric: the judge's business, so it warns),
+    and always where the typical ratio is analysis.nic_fail_ratio or worse with at least 2 partners
+    (most partners see it at half the rate).
 
     Returns one row per flagged (metric, size, rail, node): typical (ratio), partners, reference,
     value (the typical value), worse, fail."""
@@ -265,11 +271,10 @@ def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write
     if pairs.empty:
         return pd.DataFrame(columns=cols)
     t = _typical(pairs, profile)
-    min_dev = profile.get("analysis.outlier_min_deviation")
     flag = (t["warn"] | t["half"]).to_numpy()
     x = t.loc[flag].copy()
     statistical = _statistical(x["metric"], profile, suite)
-    x["fail"] = x["half"].to_numpy() | (x["warn"].to_numpy() & (x["worse"].to_numpy() >= 2 * min_dev) & statistical)
+    x["fail"] = x["half"].to_numpy() | (x["strong"].to_numpy() & statistical)
     return x[cols].reset_index(drop=True)
 
 
@@ -327,12 +332,17 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
         return cache[(k, df)]
     z3 = np.array([z_for(int(k), df) for k, df in zip(partners, dof)])
     warn = tested & (worse >= min_dev) & (typ <= -z3 * sigma)
+    alpha_f = _alpha(profile, fail=True)
+    zf = np.array([z_of(typical_tail(alpha_f / m3, int(k)), df) if k >= 2 else np.inf
+                   for k, df in zip(partners, dof)])
+    strong = tested & (worse >= 2 * min_dev) & (typ <= -zf * sigma)
     fref = ref[first][nf]
     return pd.DataFrame({"metric": fam_name, "size": pairs["size"].to_numpy()[first][nf],
                          "rail": pairs["rail"].to_numpy()[first][nf], "node": nic_uniq % n_nodes,
                          "typical": np.exp(typ), "partners": partners, "reference": fref,
                          "value": np.where(n_higher, fref * np.exp(typ), fref / np.exp(typ)), "worse": worse,
-                         "warn": warn, "half": tested & (np.exp(typ) <= half), "sigma": sigma, "dof": dof, "z": z3,
+                         "warn": warn, "strong": strong, "half": tested & (np.exp(typ) <= half), "sigma": sigma,
+                         "dof": dof, "z": z3, "z_fail": zf,
                          "unit": pairs["unit"].to_numpy()[first][nf]})
 
 
@@ -373,7 +383,7 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> l
     t = _typical(pairs, profile)
     flagged = t[(t["warn"] | t["half"]).to_numpy()]
     key, med, n, lg, sigma, higher, dof = _family_stats(pairs, profile, nic_rows(pairs, flagged))
-    min_dev, alpha = profile.get("analysis.outlier_min_deviation"), _alpha(profile)
+    min_dev, alpha, alpha_f = profile.get("analysis.outlier_min_deviation"), _alpha(profile), _alpha(profile, True)
     tested = (n >= MIN_GROUP) & (med > 0) & np.isfinite(lg)
     m1 = max(int(tested.sum()), 1)
     s, d = pairs["s"].to_numpy(), pairs["d"].to_numpy()
@@ -392,19 +402,20 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> l
                   "noise": round(noise, 5), "suite": suite}
         out.append({"rule": "link", **common, "population": int(len(g)), "comparisons": m2,
                     "detectable": slowdown(z_of(np.sqrt(alpha / m2), df) * noise, min_dev),
-                    "fails": slowdown(z_of(np.sqrt(alpha / m2), df) * noise, 2 * min_dev)})
+                    "fails": slowdown(z_of(np.sqrt(alpha_f / m2), df) * noise, 2 * min_dev)})
         out.append({"rule": "pair-direction", **common, "population": int(len(g)), "comparisons": m1,
                     "detectable": slowdown(z_of(alpha / m1, df) * noise, min_dev),
-                    "fails": slowdown(z_of(alpha / m1, df) * noise, 2 * min_dev)})
+                    "fails": slowdown(z_of(alpha_f / m1, df) * noise, 2 * min_dev)})
         mine = tt[(tt["metric"].astype(str) == metric) & (tt["size"] == size)]
         if len(mine):
             z = float(np.median(mine["z"]) * np.median(mine["sigma"]))
+            zf = float(np.median(mine["z_fail"]) * np.median(mine["sigma"]))
             half = 1 - profile.get("analysis.nic_fail_ratio") if hi else 1 / profile.get("analysis.nic_fail_ratio") - 1
             out.append({"rule": "nic", **common, "noise": round(float(np.median(mine["sigma"])), 5),
                         "population": int(len(mine)), "comparisons": int(len(tt)),
                         "partners": int(np.median(mine["partners"])),
                         "detectable": min(slowdown(z, min_dev), round(half, 4)),
-                        "fails": min(slowdown(z, 2 * min_dev), round(half, 4))})
+                        "fails": min(slowdown(zf, 2 * min_dev), round(half, 4))})
     return out
 
 
@@ -437,8 +448,8 @@ def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: 
     else:
         failed = pd.DataFrame(columns=[*key, "fvalue", "bound", "unit", "how", "basis", "ops", "ops_failed",
                                        "ops_missing"])
-    o = outliers[[*key, "value", "median", "worse", "unit"]] if len(outliers) else \
-        pd.DataFrame(columns=[*key, "value", "median", "worse", "unit"])
+    o = outliers[[*key, "value", "median", "worse", "failing", "unit"]] if len(outliers) else \
+        pd.DataFrame(columns=[*key, "value", "median", "worse", "failing", "unit"])
     for frame in (o, failed):  # one dtype per key, also when a side is empty
         frame["metric"] = frame["metric"].astype(str)
         frame["size"] = frame["size"].astype(float)
@@ -461,8 +472,9 @@ def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: 
     bad["worse"] = worse
     # A metric the profile holds to the fleet fails by its fleet bound (the judge); the statistical
     # detector then only warns, or it would be a second, stricter judge of the same question.
+    failing = bad["failing"].fillna(False).to_numpy(bool) if "failing" in bad.columns else np.zeros(len(bad), bool)
     bad["grade"] = is_fail | (_statistical(bad["metric"], profile, suite) & bad["median"].notna().to_numpy()
-                              & (worse >= 2 * min_dev))
+                              & (worse >= 2 * min_dev) & failing)
     bad["expected"] = bad["median"].fillna(bad["bound"])
     return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
                 "unit", "how", "basis", "ops", "ops_failed", "ops_missing"]].reset_index(drop=True)
@@ -486,10 +498,12 @@ def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, 
     x = x.merge(ref, on=["rail", "metric", "size"], how="inner")
     if x.empty:
         return bad
-    outlier, worse = _outliers(x, x["_k"].to_numpy(), x["ref"].to_numpy(np.float64), x["_n"].to_numpy() >= MIN_GROUP,
-                               x["_sigma"].to_numpy(), x["_dof"].to_numpy(), x["_higher"].to_numpy(bool), profile)
+    outlier, failing, worse = _outliers(x, x["_k"].to_numpy(), x["ref"].to_numpy(np.float64),
+                                        x["_n"].to_numpy() >= MIN_GROUP, x["_sigma"].to_numpy(), x["_dof"].to_numpy(),
+                                        x["_higher"].to_numpy(bool), profile)
     x = x.assign(median=x["ref"], worse=worse)
-    return _with_evidence(bad, x[outlier], profile, suite)
+    grade = failing[outlier] & _statistical(x["metric"][outlier], profile, suite)
+    return _with_evidence(bad, x[outlier], profile, suite, grade=grade)
 
 
 def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], fabric: Fabric | None,

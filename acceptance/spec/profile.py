@@ -578,6 +578,7 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                           "(a latency: its inverse multiple), whatever the noise"),
         "false_findings": Float(0.01, help="expected false findings of a healthy run each statistical rule allows: "
                                            "a rule making N comparisons holds each to this / N (Bonferroni)"),
+        "false_failures": Float(0.001, help="the same for a failing finding (with twice outlier_min_deviation)"),
         "noise_dof": Float(3.0, help="the tails (Student-t degrees of freedom) assumed where too few values "
                                      "measure them; elsewhere they are estimated from the run"),
         "node_fraction": Float(0.5, help="a node is bad when its NICs on this fraction of rails are"),
