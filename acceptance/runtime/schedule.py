@@ -25,7 +25,8 @@ pairs (r + i) mod m with (r - i) mod m for i = 1 .. (m - 1) / 2; node r is left
 over (a bye for odd n, the fixed node's partner for even n). Two nodes a and b
 meet in the one round where a + b = 2r (mod m), which exists and is unique
 because m is odd, so every unordered pair occurs exactly once overall. Each
-round is computed on its own in O(n) (round_of, screen_round), so every rank
+round is computed in O(n) (round_of, screen_round; a tree-aware round also trades away pairs of
+earlier rounds), so every rank
 computes the same schedule of a huge cluster by itself, and the counts are closed forms.
 """
 from __future__ import annotations
@@ -174,11 +175,12 @@ def _tree_round(slots: list[list[int]], r: int) -> list[tuple[int, int]]:
 
 def screen_round(n: int, r: int, seed: int = 0, leaves: Sequence[Hashable] | None = None,
                  k: int | None = None) -> list[tuple[int, int]]:
-    """Round r (0-based) of screen:k over nodes 0..n-1, as (low, high) pairs; O(n).
+    """Round r (0-based) of screen:k over nodes 0..n-1, as (low, high) pairs; O(n), or O(n r) with the tree.
 
     With `leaves` (the leaf switch of each node, any hashable, two or more distinct) the round is
-    tree-aware (_tree_round); otherwise it is circle round screen_round_indices(n, k, seed)[r] under
-    the seeded relabelling of the nodes (k defaults to r + 1)."""
+    tree-aware (_tree_round, with the pairs of earlier rounds traded away: _fresh, so it needs them);
+    otherwise it is circle round screen_round_indices(n, k, seed)[r] under the seeded relabelling of
+    the nodes (k defaults to r + 1)."""
     if n < 2:
         raise IndexError(f"round {r} out of range: {n} nodes have no rounds")
     if leaves is not None:
@@ -187,7 +189,7 @@ def screen_round(n: int, r: int, seed: int = 0, leaves: Sequence[Hashable] | Non
             if not 0 <= r < min(r + 1 if k is None else k, _full_rounds(n)):
                 raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has "
                                  f"{min(k, _full_rounds(n))} rounds")
-            return _tree_round(slots, r)
+            return screen(n, r + 1, seed, leaves)[r]
     indices = screen_round_indices(n, r + 1 if k is None else k, seed)
     if not 0 <= r < len(indices):
         raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has {len(indices)} rounds")
@@ -205,10 +207,37 @@ def screen(n: int, k: int, seed: int = 0, leaves: Sequence[Hashable] | None = No
         return []
     if leaves is not None and len(set(leaves)) >= 2:
         slots = _leaf_slots(n, leaves, seed)
-        return [_tree_round(slots, r) for r in range(min(k, _full_rounds(n)))]
+        used: set[tuple[int, int]] = set()
+        out = []
+        for r in range(min(k, _full_rounds(n))):
+            out.append(_fresh(_tree_round(slots, r), used))
+            used.update(out[-1])
+        return out
     label = _relabel(n, seed)
     return [[(min(label[a], label[b]), max(label[a], label[b])) for a, b in round_of(n, i)]
             for i in screen_round_indices(n, k, seed)]
+
+
+def _fresh(pairs: list[tuple[int, int]], used: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The round with pairs measured in an earlier round traded between them where that makes both new:
+    (a, b) and (c, d) become (a, c) and (b, d), or (a, d) and (b, c). A small leaf meets the same leaves
+    again in later rounds; a repeated pair would tell nothing new about either end. O(round) with the set."""
+    fresh = [p for p in pairs if p not in used]
+    stale = [p for p in pairs if p in used]
+    kept = []
+    while len(stale) >= 2:
+        (a, b), (c, d) = stale.pop(), stale.pop()
+        for x, y in (((a, c), (b, d)), ((a, d), (b, c))):
+            x, y = (min(x), max(x)), (min(y), max(y))
+            if x not in used and y not in used:
+                fresh += [x, y]
+                break
+        else:
+            kept.append((a, b))
+            stale.append((c, d))
+            if len(stale) == 1:
+                break
+    return fresh + kept + stale
 
 
 def tree_aware(pattern: str, leaves: Sequence[Hashable] | None) -> bool:

@@ -274,3 +274,14 @@ def test_pairing_follows_each_rails_tree_by_node_name():
         "gave_up": ["all-pairs"]}
     assert Pairing("all-pairs").to_json(8, "all-pairs") == {"pattern": "all-pairs", "rounds": 7, "seed": 0,
                                                             "tree_aware": False}
+
+
+@pytest.mark.parametrize("n, leaves, k", [(4, 2, 3), (8, 2, 4), (16, 4, 5), (64, 8, 8), (1025, 33, 8)])
+def test_tree_aware_screening_measures_no_pair_twice(n, leaves, k):
+    """Small leaves meet the same leaves again in later rounds: their pairs are traded, not repeated,
+    so each node gets k distinct partners (a repeat tells nothing new about either end)."""
+    tree = [f"leaf{i * leaves // n}" for i in range(n)]
+    rounds = schedule(n, f"screen:{k}", seed=3, leaves=tree)
+    pairs = [p for r in rounds for p in r]
+    assert len(pairs) == len(set(pairs)) == pair_count(n, f"screen:{k}")
+    assert_rounds_cover_every_node(n, rounds)
