@@ -57,9 +57,11 @@ def suspects(values: list[Headline], higher: dict[str, bool], deviation: float) 
     return sorted(out)
 
 
-def confirmation_pairs(suspect_pairs: list[tuple[int, int]], members: int, seed: int = 0) -> list[tuple[int, int]]:
+def confirmation_pairs(suspect_pairs: list[tuple[int, int]], members: int, seed: int = 0,
+                       leaves: list | None = None) -> list[tuple[int, int]]:
     """The pairs to measure again: every suspect pair, and each suspect end against a clean partner
-    (one on no suspect pair; chosen by a seeded draw, so every rank draws the same)."""
+    (one on no suspect pair; chosen by a seeded draw, so every rank draws the same; on another leaf
+    than the end's where the switch tree is known, so the pair crosses its uplink)."""
     involved = {x for pair in suspect_pairs for x in pair}
     clean = [x for x in range(members) if x not in involved]
     rng = random.Random(seed)
@@ -69,6 +71,9 @@ def confirmation_pairs(suspect_pairs: list[tuple[int, int]], members: int, seed:
         return out
     for i, x in enumerate(sorted(involved)):
         g = clean[i % len(clean)]
+        if leaves is not None and leaves[g] == leaves[x]:
+            g = next((clean[(i + j) % len(clean)] for j in range(1, len(clean))
+                      if leaves[clean[(i + j) % len(clean)]] != leaves[x]), g)
         out.append((min(x, g), max(x, g)))
     return list(dict.fromkeys(out))  # once each, in order
 

@@ -49,7 +49,8 @@ class RailPairs:
         members = self.comm.allgather((topology.rank, topology.node))
         self.world_ranks = [r for r, _ in members]
         self.nodes = [n for _, n in members]
-        self.rounds = topology.pairing.rounds(self.nodes, rail)  # the run's pattern (runtime.schedule.Pairing)
+        self.pairing = topology.pairing  # the run's pattern (runtime.schedule.Pairing)
+        self.rounds = self.pairing.rounds(self.nodes, rail)
 
     def pairs(self, rounds: list[list[tuple[int, int]]] | None = None):
         """Yield (pair communicator, low, high) for each round (default: the schedule's) this rank takes
@@ -158,7 +159,9 @@ class PairwiseDriver:
         gathered = [h for mine in self.rp.comm.allgather(self.headlines) for h in mine]
         higher = {h.metric: catalog.direction(self.suite, h.metric) is not False for h in gathered}
         suspect = confirm.suspects(gathered, higher, self.profile.get("analysis.outlier_min_deviation"))
-        rounds = confirm.rounds_of(confirm.confirmation_pairs(suspect, len(self.rp.nodes), seed=self.rail))
+        leaves = self.rp.pairing.leaves_of(self.rp.nodes, self.rail)
+        rounds = confirm.rounds_of(confirm.confirmation_pairs(suspect, len(self.rp.nodes), seed=self.rail,
+                                                              leaves=leaves))
         self.phase, self.headlines = "confirm", []
         self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
                           self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),

@@ -37,6 +37,10 @@ def test_each_suspect_end_meets_a_clean_partner_and_rounds_are_disjoint():
         ends = [x for p in r for x in p]
         assert len(ends) == len(set(ends))
     assert confirmation_pairs([(0, 1)], 2) == [(0, 1)]  # nobody screened clean: the pair alone
+    # With the tree: each end's clean partner is on another leaf (its uplink is crossed).
+    leaves = ["a", "a", "a", "a", "b", "b", "b", "b"]
+    for a, b in confirmation_pairs([(0, 1)], 8, seed=2, leaves=leaves)[1:]:
+        assert leaves[a] != leaves[b]
 
 
 def _records(screen: dict, again: dict) -> pd.DataFrame:
