@@ -39,6 +39,18 @@ def _frame(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     return out.fillna({"op": "", "iteration": 0})
 
 
+def confirmed_only(records: pd.DataFrame) -> pd.DataFrame:
+    """The records without the screen rows a confirmation replaced (history keeps what counted)."""
+    if "phase" not in records.columns or not codes_of(records["phase"], "confirm").any():
+        return records
+    screen = _frame(records, np.flatnonzero(codes_of(records["phase"], "screen")))
+    again = _frame(records, np.flatnonzero(codes_of(records["phase"], "confirm")))
+    replaced = screen.merge(again[KEY], on=KEY, how="inner")["row"].to_numpy()
+    keep = np.ones(len(records), bool)
+    keep[replaced] = False
+    return records.iloc[np.flatnonzero(keep)]
+
+
 def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[dict]]:
     """(the records without the screen rows a confirm row replaces, the transient findings)."""
     if "phase" not in ev.columns or not len(ev):

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.load import load_records
+from ..analysis.confirmed import confirmed_only
 from ..analysis.outliers import pairwise_view
 from ..records.naming import natural_key
 from ..records.results import InputError
@@ -141,7 +142,9 @@ def read_night(run_dir) -> Night:
 
 
 def night_links(records: pd.DataFrame) -> tuple[list[str], dict[str, pd.DataFrame], dict[str, str]]:
-    """(node names, metric -> per-link values, metric -> unit) of a run's records."""
+    """(node names, metric -> per-link values, metric -> unit) of a run's records (a link measured
+    again on confirmation: its confirmed value)."""
+    records = confirmed_only(records)
     names, links, units, views = [], {}, {}, {}
     for suite, metric, higher in metrics():
         if not len(records):

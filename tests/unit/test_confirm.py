@@ -81,6 +81,13 @@ def test_a_confirmation_supersedes_its_screening_and_a_suspect_that_did_not_repr
                for f in findings), findings
 
 
+def test_history_keeps_the_confirmed_value_of_a_link():
+    from acceptance.analysis.confirmed import confirmed_only
+    df = _records({("node1", "node2"): 300.0, ("node2", "node1"): 395.0}, {("node1", "node2"): 390.0})
+    kept = confirmed_only(df)
+    assert sorted(kept["value"]) == [390.0, 395.0]
+
+
 def test_records_without_phases_are_left_alone():
     df = _records({("node1", "node2"): 1.0}, {})
     bare = df.drop(columns="phase")
