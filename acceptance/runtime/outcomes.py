@@ -1,9 +1,10 @@
 """Merging one test phase's outcome from every rank into one verdict.
 
 Any rank failed -> failed, one section per distinct failure naming the ranks
-and nodes that hit it. Outcomes that differ between ranks (a skip on some
-ranks only) -> failed as inconsistent: for acceptance testing a rank-local skip
-means a broken node. Otherwise every rank agrees and rank 0's report stands.
+and nodes that hit it (the first SHOWN_FAILURES; the rest counted, with their
+ranks). Outcomes that differ between ranks (a skip on some ranks only) ->
+failed as inconsistent: for acceptance testing a rank-local skip means a
+broken node. Otherwise every rank agrees and rank 0's report stands.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections import defaultdict
 from typing import Mapping
 
 SHOWN_RANKS = 16
+SHOWN_FAILURES = 16  # distinct failure texts shown in full; the rest are counted
 
 
 def phase_summary(outcome: str, when: str, xfail: bool, text: str) -> dict:
@@ -65,10 +67,16 @@ def merge(summaries: Mapping[int, dict], labels: Mapping[int, str]) -> dict:
         if s["outcome"] == "failed":
             by_text[s["text"]].append(rank)
     if by_text:
-        sections = []
         failing = sorted(r for ranks in by_text.values() for r in ranks)
-        for text, ranks in sorted(by_text.items(), key=lambda kv: kv[1][0]):
-            sections.append(f"---- failed on {describe(ranks, labels)} ----\n{text.rstrip()}")
+        groups = sorted(by_text.items(), key=lambda kv: kv[1][0])
+        sections = [f"---- failed on {describe(ranks, labels)} ----\n{text.rstrip()}"
+                    for text, ranks in groups[:SHOWN_FAILURES]]
+        if len(groups) > SHOWN_FAILURES:
+            # Rank 0 answers every rank with this text: one section per rank would make it O(N) and
+            # the answers O(N^2) (every rank failing with its own numbers in its message).
+            rest = sorted(r for _, ranks in groups[SHOWN_FAILURES:] for r in ranks)
+            sections.append(f"---- and {len(groups) - SHOWN_FAILURES} more distinct failures, on "
+                            f"{describe(rest, labels)}: texts not shown ----")
         head = f"failed on {describe(failing, labels)} of {len(summaries)}"
         return {"outcome": "failed", "longrepr": head + "\n" + "\n".join(sections), "ranks": failing}
 

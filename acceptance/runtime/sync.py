@@ -9,6 +9,7 @@ communicator so it never mixes with the traffic of the tests.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from typing import Any, Callable
@@ -77,7 +78,10 @@ class Agreement:
             self.merging = False
         with self._lock:
             self._arrived = {}
-        reqs = [self.comm.isend(decision, dest=r, tag=_DOWN) for r in range(1, self.size)]
+        # Pickled once, every send sharing the buffer: comm.isend would pickle (and hold until sent)
+        # a copy per rank, O(ranks x decision) in rank 0's memory.
+        data = pickle.dumps(decision, pickle.HIGHEST_PROTOCOL)
+        reqs = [self.comm.Isend([data, MPI.BYTE], dest=r, tag=_DOWN) for r in range(1, self.size)]
         MPI.Request.Waitall(reqs)
         return decision
 
@@ -146,9 +150,12 @@ class Agreement:
 
     def _await_decision(self, deadline: Callable[[], float], label: str, poll: Callable[[], None]) -> Any:
         delay = _POLL_S
-        while not self.comm.iprobe(source=0, tag=_DOWN):
+        status = MPI.Status()
+        while not self.comm.iprobe(source=0, tag=_DOWN, status=status):
             poll()
             if time.monotonic() >= deadline():
                 raise RootLost(f"rank 0 sent no decision for {label}")
             delay = pause(delay)
-        return self.comm.recv(source=0, tag=_DOWN)
+        data = bytearray(status.Get_count(MPI.BYTE))
+        self.comm.Recv([data, MPI.BYTE], source=0, tag=_DOWN)
+        return pickle.loads(data)

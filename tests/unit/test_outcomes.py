@@ -1,5 +1,5 @@
 """outcomes.merge / describe: one verdict from every rank's phase outcome."""
-from acceptance.runtime.outcomes import SHOWN_RANKS, describe, merge, phase_summary
+from acceptance.runtime.outcomes import SHOWN_FAILURES, SHOWN_RANKS, describe, merge, phase_summary
 
 LABELS = {0: "0@n1", 1: "1@node1", 2: "2@n2", 3: "3@n2"}
 
@@ -63,6 +63,21 @@ def test_two_different_failures_two_sections_ordered_by_first_rank():
         "B text\n"
         "---- failed on rank [2@n2] ----\n"
         "A text")
+
+
+def test_distinct_failures_beyond_the_shown_ones_are_counted_with_their_ranks():
+    # Every rank failing with its own numbers: the text rank 0 answers every rank with stays bounded.
+    n = 4096
+    got = merge({r: failed(f"bandwidth {r} below the bound") for r in range(n)}, {})
+    assert got["ranks"] == list(range(n))
+    assert got["longrepr"].count("\n---- failed on rank [") == SHOWN_FAILURES
+    assert f"bandwidth {SHOWN_FAILURES - 1} below" in got["longrepr"]
+    assert f"bandwidth {SHOWN_FAILURES} below" not in got["longrepr"]
+    more = got["longrepr"].splitlines()[-1]
+    assert more == (f"---- and {n - SHOWN_FAILURES} more distinct failures, on ranks ["
+                    + ", ".join(str(r) for r in range(SHOWN_FAILURES, SHOWN_FAILURES + SHOWN_RANKS))
+                    + f", ... and {n - SHOWN_FAILURES - SHOWN_RANKS} more]: texts not shown ----")
+    assert len(got["longrepr"]) < 3000
 
 
 def test_failure_wins_over_skip():
