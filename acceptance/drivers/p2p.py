@@ -132,7 +132,6 @@ class PairwiseDriver:
         # The scheduled rounds, then their suspects confirmed (rdma_write.confirm; drivers.confirm).
         self.phase: str | None = "screen" if self.rp.active and profile.get("rdma_write.confirm") else None
         self.headlines: list[confirm.Headline] = []  # what this rank timed, for the suspects
-        self.suspected: list[str] = []  # bounds failed in screening: problems only once confirmed
 
     def link_size(self) -> int:
         raise NotImplementedError
@@ -177,8 +176,10 @@ class PairwiseDriver:
         self.headlines.append(confirm.Headline(src, dst, metric, float(value), failed, at))
 
     def bound_failed(self, message: str) -> None:
-        """A bound failed: a problem, except in screening, where it is a suspect until confirmed."""
-        (self.suspected if self.phase == "screen" else self.problems).append(message)
+        """A bound failed: a problem, except in the scheduled rounds before confirmation, where it makes
+        the pair a suspect (headline) and only its confirmation can fail the test."""
+        if self.phase != "screen":
+            self.problems.append(message)
 
     def direction(self, low: int, high: int, origin: int) -> tuple[list[str], list[int], dict]:
         """([src node, dst node], [src rank, dst rank], the fields every record of that direction carries)."""
