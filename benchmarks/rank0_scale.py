@@ -25,6 +25,9 @@ acceptance.records.results) with inputs shaped like what the ranks send, at each
                    Split calls are MPI's, everything else is the class's own code), the labels,
                    Topology.to_json, merge_identities, and run.json's JSON text
   describe         outcomes.describe of every rank, and the failed_ranks property (a label per rank)
+  keepalive        rank 0 relaying the job's progress to every rank (acceptance.runtime.pulse.Pulse.pump)
+                   on a stand-in communicator where every send stays pending: the previous relay's
+                   and this one's
 
 Each step's time is the best of --repeats; the phase and census steps also show their tracemalloc
 peak (a separate run: tracing slows Python down) and the size of the decision rank 0 sends. The last
@@ -60,6 +63,7 @@ from acceptance.host.identity import merge_identities  # noqa: E402
 from acceptance.records.naming import natural_key  # noqa: E402
 from acceptance.records.results import FAILED_METRIC, RunFolder, make_record  # noqa: E402
 from acceptance.runtime import outcomes  # noqa: E402
+from acceptance.runtime.pulse import Pulse  # noqa: E402
 from acceptance.runtime.topology import RankInfo, Topology  # noqa: E402
 
 FULL_RANKS = (1024, 2048, 4096, 8192)
@@ -195,6 +199,40 @@ def census(n: int, per_node: int) -> int:
     return len(text) + len(labels)
 
 
+class StandInComm:
+    """Rank 0 of n for Pulse: nothing arrives, and every send stays pending (ranks busy in a test
+    have not received their last keepalive yet), the case where pruning the pending sends costs most."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's name
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802 - mpi4py's name
+        return self.n
+
+    def improbe(self, source, tag, status=None):
+        return None
+
+    def isend(self, obj, dest, tag):
+        return PendingSend()
+
+
+class PendingSend:
+    def Test(self) -> bool:  # noqa: N802 - mpi4py's name
+        return False
+
+
+def keepalive(n: int) -> int:
+    """Rank 0 relays progress to every rank (Pulse.pump), with its previous keepalives still pending."""
+    pulse = Pulse(StandInComm(n), lambda: None)
+    pulse._seen, pulse._relayed, pulse._sent = 2.0, 1.0, -math.inf
+    pulse._reqs = [PendingSend() for _ in range(n - 1)]
+    pulse.pump()
+    return len(pulse._reqs)
+
+
 def describe_all(labels: dict) -> int:
     ranks = sorted(labels)
     return len(outcomes.describe(ranks, labels)) + len(" ".join(labels[r] for r in ranks))
@@ -254,6 +292,7 @@ def measure(n: int, per_node: int, records: int, repeats: int, min_s: float, tmp
         out[f"phase {case}"] = (seconds, peak, sent)
     out["census"] = (best_time(lambda: census(n, per_node), repeats, min_s), peak_bytes(lambda: census(n, per_node))[0], None)
     out["describe"] = (best_time(lambda: describe_all(labels), repeats, min_s), None, None)
+    out["keepalive"] = (best_time(lambda: keepalive(n), repeats, min_s), None, None)
     return out
 
 

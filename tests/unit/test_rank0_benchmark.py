@@ -31,7 +31,8 @@ def test_quick_run_prints_the_table_and_exits_0():
             rows[(step, m["unit"])] = float(m["growth"])
     expected = {("merge passed", "ms"), ("merge failed", "ms"), ("merge mixed", "ms"), ("phase passed", "ms"),
                 ("phase passed", "KiB out"), ("phase failed", "ms"), ("phase failed", "MiB"),
-                ("phase failed", "KiB out"), ("census", "ms"), ("census", "MiB"), ("describe", "ms")}
+                ("phase failed", "KiB out"), ("census", "ms"), ("census", "MiB"), ("describe", "ms"),
+                ("keepalive", "ms")}
     assert set(rows) == expected, out
     assert rows[("phase failed", "MiB")] < 2.3, out   # linear: ~2 a doubling
     assert rows[("census", "MiB")] < 2.3, out
