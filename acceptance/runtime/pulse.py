@@ -84,8 +84,9 @@ class Pulse:
             self.on_progress()
         now = time.monotonic()
         if self.rank == 0 and self._seen > self._relayed and now - self._sent >= self.period:
-            for r in range(1, self.size):
-                self._send(r, _KEEP)
+            # One pass over the sends still pending, not one per rank: O(N^2) Tests at thousands of ranks.
+            self._reqs = [r for r in self._reqs if not r.Test()]
+            self._reqs += [self.comm.isend(None, dest=r, tag=_KEEP) for r in range(1, self.size)]
             self._sent, self._relayed = now, self._seen
 
     def wait(self, comm: MPI.Comm) -> None:
