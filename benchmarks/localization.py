@@ -6,8 +6,8 @@
                                                 [--seed 0] [--quick] [--json] [--keep DIR]
 
 Per node count, one run is written as a screening schedule measures it (tests/synthetic.py
-make_run_sampled): per rail, --partners rounds of random disjoint node pairs (seeded; 0: every
-pair), each pair both ways, with rdma_write bandwidth at 64 KiB and 8 MiB and write latency p50,
+make_run_sampled): per rail, --partners rounds of random disjoint node pairs (seeded; 0, or K
+rounds that would meet half a node's partners or more: every pair), each pair both ways, with rdma_write bandwidth at 64 KiB and 8 MiB and write latency p50,
 p99, p99.9 and max at 8 B, beside a Slurm topology.conf (sqrt(nodes) leaves of contiguous nodes,
 one spine; synthetic.topology_conf). Its records are loaded once as `acceptance report` loads them
 (acceptance.analysis.load_records); each case then draws fresh noise and its faults into those
@@ -231,7 +231,8 @@ class Base:
         self.nodes, self.leaves = nodes, leaves_for(nodes)
         self.names = synthetic.node_names(nodes)
         self.dir = tmp / f"n{nodes}"
-        synthetic.make_run_sampled(self.dir, nodes=nodes, rails=args.rails, partners=args.partners, sizes=SIZES,
+        self.partners = args.schedule[nodes]
+        synthetic.make_run_sampled(self.dir, nodes=nodes, rails=args.rails, partners=self.partners, sizes=SIZES,
                                    noise=args.noise, tail=args.noise_tail, seed=args.seed * 1_000_003 + nodes,
                                    leaves=self.leaves)
         conf = self.dir / "topology.conf"
@@ -307,7 +308,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--rails", type=int, default=8, help="rails (default 8)")
     ap.add_argument("--partners", type=int, default=8,
                     help="K: rounds of random disjoint pairs per rail, each node meeting K partners (default 8; "
-                         "0: every pair)")
+                         "0: every pair; where K rounds would meet half a node's partners or more, every pair)")
     ap.add_argument("--cases", type=int, default=4, help="cases per fault class and node count (default 4: each pair of faults of `two` once)")
     ap.add_argument("--clean", type=int, default=20, help="clean (healthy) runs per node count (default 20)")
     ap.add_argument("--noise", type=float, default=0.01,
@@ -319,13 +320,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--factors", default="0.5,0.8", metavar="LO,HI",
                     help="a fault multiplies healthy bandwidth by U(LO, HI) (default 0.5,0.8)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="16 nodes, one case per class (a smoke run)")
+    ap.add_argument("--quick", action="store_true",
+                    help="16 nodes, all pairs (what a screening plan measures at 16 nodes), one case per class "
+                         "and one clean run (a smoke run)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--keep", metavar="DIR", help="write the runs here and keep them")
     args = ap.parse_args(argv)
     args.sizes = [16] if args.quick else [int(x) for x in args.nodes.split(",") if x.strip()]
     args.cases = 1 if args.quick else args.cases
     args.clean = 1 if args.quick else args.clean
+    args.partners = 0 if args.quick else args.partners
+    # K rounds meeting half or more of a node's possible partners cost as much as all pairs: measure all
+    args.schedule = {n: 0 if args.partners * 2 >= n - 1 else args.partners for n in args.sizes}
     if args.cases < 1 or args.clean < 1 or args.rails < 1 or args.partners < 0 or any(n < 4 for n in args.sizes):
         ap.error("--cases, --clean and --rails must be >= 1, --partners >= 0 and every --nodes >= 4")
     try:
@@ -378,7 +384,7 @@ def main(argv=None) -> int:
     for nodes in args.sizes:
         mine = [c for c in results if c["nodes"] == nodes]
         clean = [c for c in mine if c["class"] == "clean"]
-        by_size[str(nodes)] = {"leaves": leaves_for(nodes),
+        by_size[str(nodes)] = {"leaves": leaves_for(nodes), "partners": args.schedule[nodes],
                                "classes": {cls: summarize([c for c in mine if c["class"] == cls]) for cls in CLASSES},
                                "total": summarize(mine),
                                "faulty": summarize([c for c in mine if c["class"] != "clean"]),
@@ -392,10 +398,11 @@ def main(argv=None) -> int:
         print(json.dumps({"config": config, "sizes": by_size, "total": summarize(results),
                           "cases": results, "seconds": round(seconds, 1)}))
         return 0
-    schedule = f"{args.partners} partners per node and rail" if args.partners else "all pairs"
     tail = f"Student-t {args.noise_tail:g} dof" if args.noise_tail else "uniform"
     for nodes in args.sizes:
         s = by_size[str(nodes)]
+        k = args.schedule[nodes]
+        schedule = f"{k} random partners per node and rail" if k else "all pairs"
         source = f" (measured: {args.noise_values} values of {args.noise_from})" if args.noise_from else ""
         print(f"{nodes} nodes, {s['leaves']} leaves, {args.rails} rails, {schedule}, noise {args.noise:.1%} "
               f"({tail}){source}, faults x{args.factors[0]}-{args.factors[1]}, {args.clean} clean run(s), "

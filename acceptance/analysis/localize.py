@@ -245,7 +245,10 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
         if len(bad):
             o = np.where(nic_id[r, s] >= 0, nic_id[r, s], nic_id[r, d])
             owner = np.where(owner < 0, o, owner)
-            rest = owner < 0
+            # a pair that is evidence only as one of a switch's group (outliers.against_switches) is
+            # no link finding by itself: the group's component, or nothing, explains it
+            group = bad["group"].fillna(False).to_numpy(bool) if "group" in bad.columns else np.zeros(len(bad), bool)
+            rest = (owner < 0) & ~group
             if rest.any():
                 lkey = (r[rest] * n_nodes + bu[rest]) * n_nodes + bv[rest]
                 uniq, inv = np.unique(lkey, return_inverse=True)

@@ -498,9 +498,10 @@ def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, 
     x = x.merge(ref, on=["rail", "metric", "size"], how="inner")
     if x.empty:
         return bad
-    outlier, failing, worse = _outliers(x, x["_k"].to_numpy(), x["ref"].to_numpy(np.float64),
-                                        x["_n"].to_numpy() >= MIN_GROUP, x["_sigma"].to_numpy(), x["_dof"].to_numpy(),
-                                        x["_higher"].to_numpy(bool), profile)
+    # a rail of 2 nodes has no spread of its own: its one link is held to outlier_min_deviation alone
+    sigma = np.where(x["_n"].to_numpy() >= MIN_GROUP, x["_sigma"].to_numpy(), 0.0)
+    outlier, failing, worse = _outliers(x, x["_k"].to_numpy(), x["ref"].to_numpy(np.float64), np.ones(len(x), bool),
+                                        sigma, x["_dof"].to_numpy(), x["_higher"].to_numpy(bool), profile)
     x = x.assign(median=x["ref"], worse=worse)
     grade = failing[outlier] & _statistical(x["metric"][outlier], profile, suite)
     return _with_evidence(bad, x[outlier], profile, suite, grade=grade)
@@ -568,11 +569,11 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
     x = pairs.loc[take].assign(median=ref[take]).astype({"metric": str})
     with np.errstate(divide="ignore", invalid="ignore"):
         x["worse"] = sign[take] * (x["median"] - x["value"]) / x["median"]
-    return _with_evidence(bad, x, profile, suite)
+    return _with_evidence(bad, x, profile, suite, group=True)
 
 
 def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: str,
-                   grade: np.ndarray | None = None) -> pd.DataFrame:
+                   grade: np.ndarray | None = None, group: bool = False) -> pd.DataFrame:
     """bad, plus the pairs of x (their value against x's median) as evidence rows not there yet
     (graded by `grade`, else failing at twice outlier_min_deviation)."""
     if x.empty:
@@ -587,7 +588,7 @@ def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: 
                           "bound": np.nan, "worse": x["worse"].to_numpy(float),
                           "grade": grade,
                           "unit": x["unit"].to_numpy(object),
-                          "how": None, "basis": None})
+                          "how": None, "basis": None, "group": group})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra
     return both.drop_duplicates(["rail", "s", "d", "metric", "size"], keep="first").reset_index(drop=True)
 
