@@ -69,6 +69,21 @@ MIN_RATE_GBITS = 10.0         # a bandwidth_min below this is a floor for broken
 TESTS = 45                    # pytest tests of a run, about (outcome merges)
 SUITE_FILES = 9               # suite files, each with counter snapshots around it
 
+# The mpi engine (acceptance.engines.mpi: the emulated cluster and local runs) times every operation
+# from Python through mpi4py, and checks its data with numpy, so its fixed costs are far above the
+# verbs/nccl ones. Fitted with benchmarks/plan_accuracy.py to local runs (2 and 4 virtual nodes x 2
+# rails) and the emulated cluster (4 nodes x 2 rails) on a shared 2-core machine at load average
+# 10-25 (docs/plan.md, "Measured"): the figures of that machine, not of an idle one.
+MPI_ITER_S = 2e-3             # one bandwidth iteration (window puts or gets, flush, timing, stalls)
+MPI_VERIFY_BYTES_PER_S = 1e8  # filling, poisoning and comparing checked bytes (numpy, from Python)
+MPI_LATENCY_SAMPLE_S = 4e-4   # one latency sample
+MPI_COLLECTIVE_ITER_S = 3e-3  # one collective iteration (the call, its timing, the slowest rank)
+MPI_RATE_GBITS = 5.0          # the data's rate when the profile's bound is only a floor and no --rate
+MPI_PAIR_SETUP_S = 0.1        # one pair's communicator split and windows, per test
+MPI_REG_CALL_S = 1.5e-3       # one window allocation or free (the mpi engine's "registration")
+MPI_PREFLIGHT_S = 1.0         # the node checks with nothing to probe
+MPI_LAUNCH_S = 10.0           # mpiexec or srun, MPI init, imports, the census, and the analysis after
+
 ENV_BUDGET = "ACCEPTANCE_BUDGET"  # the limit `acceptance run` checked, in seconds, for the ranks' "auto"
 AUTO_MAX_ROUNDS = 16  # auto screens with at most this many rounds: a NIC judged on 16 partners' typical value
 
@@ -154,15 +169,16 @@ def _gbytes(profile, key: str, default: float) -> float:
 
 # ---- sweeps ------------------------------------------------------------------------------------
 
-def check_seconds(profile, iters: int, bytes_per_iter: int) -> float:
+def check_seconds(profile, iters: int, bytes_per_iter: int, verify_bytes_per_s: float = VERIFY_BYTES_PER_S) -> float:
     """The data checks of one size's loop (acceptance.measure.verify.Policy.iterations)."""
     every_max, samples = profile.get("verify.every_max"), profile.get("verify.samples")
     checked = iters if iters * max(bytes_per_iter, 1) <= every_max or iters - 1 <= samples else samples + 1
     compared = min(bytes_per_iter, profile.get("verify.slot_region"))
-    return checked * (CHECK_OVERHEAD_S + 2 * compared / VERIFY_BYTES_PER_S)
+    return checked * (CHECK_OVERHEAD_S + 2 * compared / verify_bytes_per_s)
 
 
-def sweep_direction_seconds(profile, sizes, rate_gbits: float) -> float:
+def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = ITER_OVERHEAD_S,
+                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S) -> float:
     """One pair's bandwidth sweep in one direction over `sizes` (sweep.rounds times; capped per size by
     sweep.max_time_per_size), data checks included."""
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
@@ -171,14 +187,14 @@ def sweep_direction_seconds(profile, sizes, rate_gbits: float) -> float:
     for size in sizes:
         iters = sweep.iters(size, size * window)
         n = iters + sweep.warmup(iters)
-        one = n * window * size * 8 / (rate_gbits * 1e9) + n * ITER_OVERHEAD_S
-        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window)
+        one = n * window * size * 8 / (rate_gbits * 1e9) + n * iter_s
+        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window, verify_bytes_per_s)
     return total * profile.get("sweep.rounds")
 
 
-def latency_direction_seconds(iters: int, warmup: int, kinds: int = 1) -> float:
+def latency_direction_seconds(iters: int, warmup: int, kinds: int = 1, sample_s: float = LATENCY_SAMPLE_S) -> float:
     """`kinds` latency tests (put and ping-pong: 2) of one pair in one direction."""
-    return kinds * (iters + warmup) * LATENCY_SAMPLE_S
+    return kinds * (iters + warmup) * sample_s
 
 
 # ---- the plan's numbers --------------------------------------------------------------------------
@@ -212,10 +228,40 @@ def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
     return rounds + (CONFIRM_ROUNDS if screening and rounds else 0), screening
 
 
+@dataclass(frozen=True)
+class Costs:
+    """An engine's fixed costs (the constants above)."""
+    iter_s: float
+    latency_sample_s: float
+    collective_iter_s: float
+    pair_setup_s: float
+    verify_bytes_per_s: float
+    reg_call_s: float
+    preflight_s: float
+    launch_s: float
+
+
+def costs(engine: str | None) -> Costs:
+    """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's; read when called, so
+    the module's constants are the one place they are set."""
+    if engine == "mpi":
+        return Costs(MPI_ITER_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_PAIR_SETUP_S,
+                     MPI_VERIFY_BYTES_PER_S, MPI_REG_CALL_S, MPI_PREFLIGHT_S, MPI_LAUNCH_S)
+    return Costs(ITER_OVERHEAD_S, LATENCY_SAMPLE_S, 0.0, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
+                 LAUNCH_S)
+
+
 def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "concurrent",
-             rate: str | None = None) -> Estimate:
-    """Every suite of the profile on `nodes` x `rails` with a resolved pattern (not "auto")."""
+             rate: str | None = None, engine: str | None = None) -> Estimate:
+    """Every suite of the profile on `nodes` x `rails` with a resolved pattern (not "auto").
+
+    engine: "mpi" for the mpi engine's costs (MPI_*; default: the profile's run.engine, so "auto"
+    plans with the verbs/nccl costs of the hardware profiles)."""
+    mpi = (engine or profile.get("run.engine")) == "mpi"
+    c = costs("mpi" if mpi else engine)
     gbits, rate_from = choose_rate(profile, rate)
+    if mpi and rate is None and rate_from.startswith("assumed"):
+        gbits, rate_from = MPI_RATE_GBITS, "assumed: the mpi engine's rate (MPI_RATE_GBITS); give --rate"
     rail_times = rails if rail_mode == "serial" else 1  # concurrent: every rail's rounds at once
     rounds = sched.round_count(nodes, pattern)
     walked, screening = _pairwise_rounds(profile, nodes, pattern)
@@ -227,36 +273,39 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     est = Estimate(nodes, rails, pattern, rail_mode, gbits, rate_from, rounds, sizes=sizes, latency_iters=lat_iters)
 
     def per_rounds(per_pair_both_directions: float, walk: int = walked) -> float:
-        return rail_times * walk * (PAIR_SETUP_S + per_pair_both_directions)
+        return rail_times * walk * (c.pair_setup_s + per_pair_both_directions)
 
-    bw = sweep_direction_seconds(profile, sizes, gbits)
+    def latency(kinds: int = 1) -> float:
+        return latency_direction_seconds(lat_iters, lat_warm, kinds, c.latency_sample_s)
+
+    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s)
     rdma = {
         "test_write_bandwidth": per_rounds(2 * bw),
         "test_read_bandwidth": per_rounds(2 * bw),
-        "test_write_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm, kinds=2)),
-        "test_read_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm)),
-        "test_atomic_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm)),
+        "test_write_latency": per_rounds(2 * latency(kinds=2)),
+        "test_read_latency": per_rounds(2 * latency()),
+        "test_atomic_latency": per_rounds(2 * latency()),
     }
     est.tests["rdma_write"] = rdma
 
     # perftest: the largest sweep size (at most perftest.max_size) for perftest.duration, and ib_write_lat.
-    pf_lat = 2 * PERFTEST_START_S + lat_iters * LATENCY_SAMPLE_S
+    pf_lat = 2 * PERFTEST_START_S + lat_iters * c.latency_sample_s
     pf_bw = PERFTEST_START_S + profile.get("perftest.duration")
     est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=rounds)}
 
     memreg_sizes = _geometric(profile.get("memreg.min_size"), profile.get("memreg.max_size"),
                               profile.get("memreg.factor"))
-    reg = sum(2 * (REG_CALL_S + s / REG_BYTES_PER_S) for s in memreg_sizes) * profile.get("memreg.repeats")
+    reg = sum(2 * (c.reg_call_s + s / REG_BYTES_PER_S) for s in memreg_sizes) * profile.get("memreg.repeats")
     est.tests["memreg"] = {
         "test_registration_time": 2 * reg,  # memory the transport allocates, and our own
         "test_registration_does_not_leak": profile.get("memreg.leak_cycles")
-                                           * 2 * (REG_CALL_S + profile.get("memreg.leak_size") / REG_BYTES_PER_S),
+                                           * 2 * (c.reg_call_s + profile.get("memreg.leak_size") / REG_BYTES_PER_S),
     }
 
     if gpus:
         est.tests["gpudirect"] = {
             "test_gpu_write_bandwidth": per_rounds(2 * bw),
-            "test_gpu_write_latency": per_rounds(2 * latency_direction_seconds(lat_iters, lat_warm)),
+            "test_gpu_write_latency": per_rounds(2 * latency()),
             "test_gpu_registration_time": reg,
         }
         g = gpus
@@ -274,16 +323,16 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     k = max(1, min(profile.get("incast.senders"), nodes - 1))
     est.tests["incast"] = {"test_incast": rail_times * (k + 1) * (profile.get("incast.duration") + INCAST_ROUND_S)}
 
-    est.tests["collectives"] = _collectives(profile, nodes, rails, rail_times, gbits)
+    est.tests["collectives"] = _collectives(profile, nodes, rails, rail_times, gbits, c)
 
-    est.tests["preflight"] = {"node checks": PREFLIGHT_S}
+    est.tests["preflight"] = {"node checks": c.preflight_s}
     snapshots = 2 * SUITE_FILES if profile.get("counters.enabled") else 0
     est.tests["counters"] = {"port snapshots": snapshots * COUNTER_SNAPSHOT_S}
 
     est.suites = {name: sum(est.tests[name].values()) for name in SUITES if name in est.tests}
     ranks = nodes * max(1, rails)
     pair_directions = 2 * sched.pair_count(nodes, pattern) * rails * (2 if gpus else 1)
-    est.overheads = {"launch": LAUNCH_S, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
+    est.overheads = {"launch": c.launch_s, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
                      "analysis": pair_directions * ANALYSIS_PER_PAIR_DIRECTION_S}
     return est
 
@@ -296,7 +345,7 @@ def _geometric(low: int, high: int, factor: int) -> list[int]:
     return out
 
 
-def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float) -> dict[str, float]:
+def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float, c: Costs) -> dict[str, float]:
     """All-reduce and all-to-all over the world (nodes x rails ranks), each rail (nodes ranks) and each
     node (rails ranks), every sweep size, with their data checks."""
     sweep = sweep_from_profile(profile)
@@ -315,7 +364,8 @@ def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float)
             else:
                 moved = max(size, 8 * n)  # a block of at least one float64 per peer (nccl-tests' count)
                 step = (n - 1) * ALLTOALL_PEER_S + (n - 1) / n * moved / (busbw * 1e9)
-            total += (iters + sweep.warmup(iters)) * step + check_seconds(profile, iters, size)
+            total += ((iters + sweep.warmup(iters)) * (step + c.collective_iter_s)
+                      + check_seconds(profile, iters, size, c.verify_bytes_per_s))
         return total
 
     out = {}
