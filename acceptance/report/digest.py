@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from numbers import Integral
 
+from ..runtime.schedule import SCREEN, parse_pattern
 from ..spec.profile import format_size
 
 # Scopes widest first: a rail plane or switch before the one NIC or link.
@@ -107,6 +108,13 @@ def rail_label(rail) -> str:
 
 # --- what the run measured, and what a PASS rules out ---------------------------------
 
+def _screening(pattern) -> bool:
+    try:
+        return parse_pattern(str(pattern))[0] == SCREEN
+    except ValueError:
+        return False
+
+
 def run_shape(run: dict) -> list[str]:
     """run.json's "rail_mode" and "schedule" in words; [] when the run records neither."""
     out = []
@@ -123,12 +131,15 @@ def run_shape(run: dict) -> list[str]:
         parts = []
         if sched.get("rounds") is not None:
             parts.append(f"{sched['rounds']} round{'' if sched['rounds'] == 1 else 's'}")
-        if sched.get("tree_aware") is True:
+        drawn = _screening(sched["pattern"])  # only screening draws its pairs
+        if drawn and sched.get("tree_aware") is True:
             parts.append("pairs chosen from the switch tree")
-        elif sched.get("tree_aware") is False:
+        elif drawn and sched.get("tree_aware") is False:
             parts.append("random pairs")
-        if sched.get("seed") is not None:
+        if drawn and sched.get("seed") is not None:
             parts.append(f"seed {sched['seed']}")
+        if sched.get("requested") and sched["requested"] != sched["pattern"]:
+            parts.append(f"{sched['requested']} chose it")
         out.append(words + (f" ({', '.join(parts)})" if parts else ""))
     return out
 

@@ -110,6 +110,13 @@ def test_terminal_summary_is_bounded_at_a_thousand_findings(tmp_path):
     assert len(lines) < 45 and max(map(len, lines)) < 400, text
     assert "1500 confirmed failing, 400 warnings, 150 transient" in lines[0]
     assert "rails measured concurrently" in text and "pair schedule screen:8 (8 rounds, random pairs, seed 3)" in text
+    # Only a screening draws its pairs: all-pairs has neither a seed nor random pairs.
+    from acceptance.report.digest import run_shape
+    assert run_shape({"schedule": {"pattern": "all-pairs", "rounds": 7, "seed": 5, "tree_aware": False}}) == [
+        "pair schedule all-pairs (7 rounds)"]
+    assert run_shape({"schedule": {"pattern": "screen:4", "rounds": 4, "seed": 5, "tree_aware": True,
+                                   "requested": "auto"}}) == [
+        "pair schedule screen:4 (4 rounds, pairs chosen from the switch tree, seed 5, auto chose it)"]
     assert "What a PASS rules out: a NIC 19% slow" in text
     table = lines[lines.index("findings by scope and rail (confirmed failing/warning):") + 1:][:4]
     assert table[0].split() == ["scope"] + [w for r in range(8) for w in ("rail", str(r))] + ["all"]
