@@ -195,8 +195,11 @@ def emulated_up() -> str | None:
     return None
 
 
-def run_emulated(nodes: int, markers: str | None, out: Path, exclude: str | None = None) -> dict:
+def run_emulated(nodes: int, markers: str | None, out: Path, exclude: str | None = None,
+                 profile: str | None = None) -> dict:
     env = {**clean_env(), "ACCEPTANCE_OUTPUT": str(out)}
+    if profile:  # else the cluster's site.env (emulated)
+        env["ACCEPTANCE_PROFILE"] = profile
     if markers:
         env["ACCEPTANCE_MARKERS"] = markers
     load0 = os.getloadavg()[0]
@@ -208,7 +211,7 @@ def run_emulated(nodes: int, markers: str | None, out: Path, exclude: str | None
         raise RuntimeError(f"emulated: sbatch exited {p.returncode}, no run folder with junit.xml in {out}: "
                            f"{(p.stdout + p.stderr)[-2000:]}")
     # sbatch's wall includes the queue: the whole run is run.json's span, this machine's cores shared.
-    return compare(run_dir, f"emulated {nodes} nodes", None, {
+    return compare(run_dir, f"emulated {nodes} nodes" + (f", profile {profile}" if profile else ""), None, {
         "exit": p.returncode, "markers": markers, "load_before": round(load0, 1),
         "load_after": round(os.getloadavg()[0], 1)})
 
@@ -252,6 +255,8 @@ def main(argv=None) -> int:
     ap.add_argument("--emulated-nodes", type=int, default=EMULATED_NODES)
     ap.add_argument("--emulated-exclude", default=None, metavar="NODES",
                     help="sbatch --exclude: leave out a node the cluster throttles (its caps are no model's)")
+    ap.add_argument("--emulated-profile", default=None, metavar="NAME",
+                    help="profile of the emulated runs (default: the cluster's, emulated), e.g. fleet")
     ap.add_argument("--softroce", action="store_true", help="the Soft-RoCE rig (not run here: says so)")
     ap.add_argument("--from", dest="dirs", nargs="+", type=Path, default=[], help="compare run folders already measured")
     ap.add_argument("--output", type=Path, default=None, help="where the runs' folders go (default: a temporary folder)")
@@ -282,7 +287,8 @@ def main(argv=None) -> int:
                     notes.append(f"emulated: skipped: the emulated cluster is {why}")
                 else:
                     for _ in range(args.repeat):
-                        results.append(run_emulated(args.emulated_nodes, args.markers, out, args.emulated_exclude))
+                        results.append(run_emulated(args.emulated_nodes, args.markers, out, args.emulated_exclude,
+                                                    args.emulated_profile))
         if args.softroce:
             notes.append("softroce: not run here (the Soft-RoCE rig is a QEMU guest: tests/cluster/softroce.py); "
                          "run this benchmark inside it with --from on its run folders")

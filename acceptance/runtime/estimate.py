@@ -75,6 +75,7 @@ SUITE_FILES = 9               # suite files, each with counter snapshots around 
 # rails) and the emulated cluster (4 nodes x 2 rails) on a shared 2-core machine at load average
 # 10-25 (docs/plan.md, "Measured"): the figures of that machine, not of an idle one.
 MPI_ITER_S = 2e-3             # one bandwidth iteration (window puts or gets, flush, timing, stalls)
+MPI_SIZE_S = 0.0              # one size of a sweep, one direction (locks, the check's messages, the barrier)
 MPI_VERIFY_BYTES_PER_S = 1e8  # filling, poisoning and comparing checked bytes (numpy, from Python)
 MPI_LATENCY_SAMPLE_S = 4e-4   # one latency sample
 MPI_COLLECTIVE_ITER_S = 3e-3  # one collective iteration (the call, its timing, the slowest rank)
@@ -178,7 +179,7 @@ def check_seconds(profile, iters: int, bytes_per_iter: int, verify_bytes_per_s: 
 
 
 def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = ITER_OVERHEAD_S,
-                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S) -> float:
+                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S, size_s: float = 0.0) -> float:
     """One pair's bandwidth sweep in one direction over `sizes` (sweep.rounds times; capped per size by
     sweep.max_time_per_size), data checks included."""
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
@@ -188,7 +189,8 @@ def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = I
         iters = sweep.iters(size, size * window)
         n = iters + sweep.warmup(iters)
         one = n * window * size * 8 / (rate_gbits * 1e9) + n * iter_s
-        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window, verify_bytes_per_s)
+        total += (min(one, cap) if cap else one) + size_s + check_seconds(profile, iters, size * window,
+                                                                           verify_bytes_per_s)
     return total * profile.get("sweep.rounds")
 
 
@@ -232,6 +234,7 @@ def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
 class Costs:
     """An engine's fixed costs (the constants above)."""
     iter_s: float
+    size_s: float
     latency_sample_s: float
     collective_iter_s: float
     pair_setup_s: float
@@ -245,9 +248,9 @@ def costs(engine: str | None) -> Costs:
     """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's; read when called, so
     the module's constants are the one place they are set."""
     if engine == "mpi":
-        return Costs(MPI_ITER_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_PAIR_SETUP_S,
+        return Costs(MPI_ITER_S, MPI_SIZE_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_PAIR_SETUP_S,
                      MPI_VERIFY_BYTES_PER_S, MPI_REG_CALL_S, MPI_PREFLIGHT_S, MPI_LAUNCH_S)
-    return Costs(ITER_OVERHEAD_S, LATENCY_SAMPLE_S, 0.0, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
+    return Costs(ITER_OVERHEAD_S, 0.0, LATENCY_SAMPLE_S, 0.0, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
                  LAUNCH_S)
 
 
@@ -278,7 +281,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     def latency(kinds: int = 1) -> float:
         return latency_direction_seconds(lat_iters, lat_warm, kinds, c.latency_sample_s)
 
-    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s)
+    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s, c.size_s)
     rdma = {
         "test_write_bandwidth": per_rounds(2 * bw),
         "test_read_bandwidth": per_rounds(2 * bw),
