@@ -18,7 +18,7 @@ acceptance.records.results) with inputs shaped like what the ranks send, at each
                    (the inconsistent-outcome path)
   phase passed     rank 0's whole share of one teardown phase: unpickling every rank's payload (its
                    summary and --records rdma_write records, as a receive does), appending the records
-                   to results.jsonl (RunFolder.append_records, in a temporary folder), outcomes.merge,
+                   to results.jsonl (RunFolder.append_lines of each rank's encoded records, in a temporary folder), outcomes.merge,
                    and pickling the decision it answers every rank with (sync.py pickles it once)
   phase failed     the same, every rank failed with its own text: plus the test_failed record
   census           the census merge, Topology over every rank's RankInfo (a stand-in world: the
@@ -160,7 +160,7 @@ def phase(wire: dict[int, bytes], labels: dict, infos: list[RankInfo], folder: R
     """Rank 0 in one teardown phase, as the plugin's merge() and sync.agree run it; returns the
     bytes of the decision it answers every rank with."""
     got = {r: pickle.loads(b) for r, b in wire.items()}  # what each receive leaves in rank 0's memory
-    folder.append_records(r for rank in sorted(got) for r in got[rank][1])
+    folder.append_lines(got[rank][1] for rank in sorted(got))
     summaries = {rank: got[rank][0] for rank in got}
     decision = outcomes.merge(summaries, labels)
     if decision["outcome"] == "failed":
@@ -277,7 +277,9 @@ def measure(n: int, per_node: int, records: int, repeats: int, min_s: float, tmp
         out[f"merge {case}"] = (best_time(lambda: outcomes.merge(summaries, labels), repeats, min_s), None, None)
     for case in ("passed", "failed"):
         summaries = summaries_of(case, n, per_node)
-        wire = {r: pickle.dumps((summaries[r], records_of(r, n, per_node, records)), pickle.HIGHEST_PROTOCOL)
+        # Each rank encodes its own records (Recorder.take_lines): rank 0 receives text.
+        wire = {r: pickle.dumps((summaries[r], "".join(json.dumps(x) + "\n" for x in records_of(r, n, per_node, records))),
+                                pickle.HIGHEST_PROTOCOL)
                 for r in range(n)}
         folder = RunFolder.create(tmp, f"n{n}-{case}")
 

@@ -465,11 +465,11 @@ class CollectivePlugin:
     def pytest_runtest_makereport(self, item: pytest.Item, call):
         rep = yield
         mine = outcomes.phase_summary(rep.outcome, rep.when, hasattr(rep, "wasxfail"), _report_text(rep))
-        records = self.recorder.take() if rep.when == "teardown" else []
+        records = self.recorder.take_lines() if rep.when == "teardown" else ""
 
         def merge(got: dict) -> dict:
             if rep.when == "teardown":
-                self.folder.append_records(r for rank in sorted(got) for r in got[rank][1])
+                self.folder.append_lines(got[rank][1] for rank in sorted(got))
             summaries = {rank: got[rank][0] for rank in got}
             decision = outcomes.merge(summaries, self.labels)
             if decision["outcome"] == "failed":  # the failure reaches findings.json, whatever recorded
