@@ -405,13 +405,20 @@ def sampled_pairs(nodes: int, rails: int, partners: int, rng: np.random.Generato
     return out
 
 
+# A healthy measurement is never off by more than this factor (log): a Student-t has no such limit, but
+# a link measured at a tenth of its rate, or a p99 of 30 ms, is broken, whatever healthy noise does.
+NOISE_MAX = float(np.log(2.0))
+
+
 def heavy_noise(rng: np.random.Generator, scale: float, dof: float, size) -> np.ndarray:
     """Multiplicative noise exp(g): g Student-t with `dof` degrees of freedom, scaled so that its robust
-    spread (1.4826 MAD) is `scale`; dof 0: the uniform 1 + U(-scale, scale) of make_run."""
+    spread (1.4826 MAD) is `scale`, within a factor of 2 (NOISE_MAX); dof 0: the uniform
+    1 + U(-scale, scale) of make_run."""
     if not dof:
         return 1 + rng.uniform(-1.0, 1.0, size=size) * scale
     from acceptance.analysis.noise import ROBUST_SIGMA, t_isf
-    return np.exp(rng.standard_t(dof, size=size) * scale / (ROBUST_SIGMA * t_isf(0.25, float(dof))))
+    g = rng.standard_t(dof, size=size) * scale / (ROBUST_SIGMA * t_isf(0.25, float(dof)))
+    return np.exp(np.clip(g, -NOISE_MAX, NOISE_MAX))
 
 
 # Latency noise against bandwidth noise, by percentile: the tail of a latency distribution is

@@ -99,7 +99,7 @@ def pairwise(ctx: Context) -> list[dict]:
         bad = bad_pairs(view.pairs, outliers, ctx.profile, name)
         bad = with_nics(bad, pairs, nics, ctx.profile, name)
         if planes is not None and len(planes):
-            bad = against_rails(bad, pairs, planes, ctx.profile, name, on_nics)
+            bad = against_rails(bad, pairs, planes, ctx.profile, name)
         bad = against_switches(bad, pairs, ctx.names, ctx.fabric, ctx.profile, name)
         for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes, ctx.fabric,
                           nics=nics[["rail", "node"]].drop_duplicates() if len(nics) else None):

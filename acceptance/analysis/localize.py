@@ -245,8 +245,9 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
         if len(bad):
             o = np.where(nic_id[r, s] >= 0, nic_id[r, s], nic_id[r, d])
             owner = np.where(owner < 0, o, owner)
-            # a pair that is evidence only as one of a switch's group (outliers.against_switches) is
-            # no link finding by itself: the group's component, or nothing, explains it
+            # a pair that is evidence only as one of a switch's group or of a slow NIC's links
+            # (outliers.against_switches, with_nics) is no link finding by itself: the component, or
+            # nothing, explains it
             group = bad["group"].fillna(False).to_numpy(bool) if "group" in bad.columns else np.zeros(len(bad), bool)
             rest = (owner < 0) & ~group
             if rest.any():

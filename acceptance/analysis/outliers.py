@@ -185,7 +185,9 @@ def _dofs(names: np.ndarray, lg: np.ndarray, sigma: np.ndarray, n: np.ndarray, k
         rows = names == name
         ok = rows & keep & (sigma > 0) & (n >= MIN_GROUP)
         with np.errstate(divide="ignore", invalid="ignore"):
-            out[rows] = tail_dof(lg[ok] / sigma[ok], default)
+            # the quantiles measured pin the body, not the far tail a Bonferroni threshold reaches:
+            # tails never lighter than noise_dof's
+            out[rows] = min(tail_dof(lg[ok] / sigma[ok], default), default)
     return out
 
 
@@ -317,24 +319,21 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     default = float(profile.get("analysis.noise_dof"))
     with np.errstate(divide="ignore", invalid="ignore"):
         z_all = lg / sigma_pop[pop]
-    dof_of = {nm: tail_dof(z_all[ok & (names == nm)], default) for nm in pd.unique(names)}
+    dof_of = {nm: min(tail_dof(z_all[ok & (names == nm)], default), default) for nm in pd.unique(names)}
     sigma = np.nan_to_num(sigma_pop[pop[first]][nf], nan=0.0)
     fam_name = names[first][nf]
     dof = np.array([dof_of[x] for x in fam_name], dtype=np.float64)
     tested = partners >= 2
     m3 = max(int(tested.sum()), 1)
-    alpha = _alpha(profile)
-    cache: dict = {}
+    # one threshold per distinct (partners, dof): a few, whatever the number of NICs
+    combos, inv = np.unique(np.stack([partners.astype(np.float64), dof]), axis=1, return_inverse=True)
+    inv = inv.ravel()
 
-    def z_for(k: int, df: float) -> float:
-        if (k, df) not in cache:
-            cache[(k, df)] = z_of(typical_tail(alpha / m3, k), df) if k >= 2 else np.inf
-        return cache[(k, df)]
-    z3 = np.array([z_for(int(k), df) for k, df in zip(partners, dof)])
+    def thresholds(alpha: float) -> np.ndarray:
+        return np.array([z_of(typical_tail(alpha / m3, int(k)), float(df)) if k >= 2 else np.inf
+                         for k, df in combos.T])[inv]
+    z3, zf = thresholds(_alpha(profile)), thresholds(_alpha(profile, fail=True))
     warn = tested & (worse >= min_dev) & (typ <= -z3 * sigma)
-    alpha_f = _alpha(profile, fail=True)
-    zf = np.array([z_of(typical_tail(alpha_f / m3, int(k)), df) if k >= 2 else np.inf
-                   for k, df in zip(partners, dof)])
     strong = tested & (worse >= 2 * min_dev) & (typ <= -zf * sigma)
     fref = ref[first][nf]
     return pd.DataFrame({"metric": fam_name, "size": pairs["size"].to_numpy()[first][nf],
@@ -349,7 +348,8 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
 def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profile: Profile,
               suite: str = "rdma_write") -> pd.DataFrame:
     """bad, plus the rows of each flagged NIC's slow links (against the reference its typical ratio
-    was taken against), graded as the NIC is."""
+    was taken against), graded as the NIC is; evidence of the NIC (or a switch) only, never a link
+    finding by itself (`group`)."""
     if nics.empty or pairs.empty:
         return bad
     key = ["metric", "size", "rail"]
@@ -370,7 +370,7 @@ def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profil
     enough = np.minimum(profile.get("analysis.outlier_min_deviation"), np.where(higher, 1 - half, 1 / half - 1))
     enough = np.maximum(enough, x["typical_worse"].to_numpy(np.float64) / 2)
     x = x.assign(median=x["reference"], worse=worse)[worse >= enough]
-    return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool))
+    return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool), group=True)
 
 
 def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> list[dict]:
@@ -387,8 +387,9 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> l
     tested = (n >= MIN_GROUP) & (med > 0) & np.isfinite(lg)
     m1 = max(int(tested.sum()), 1)
     s, d = pairs["s"].to_numpy(), pairs["d"].to_numpy()
-    links = pd.Series(np.minimum(s, d) * (int(max(s.max(), d.max())) + 1) + np.maximum(s, d))
-    m2 = max(int((pd.Series(key).astype(str) + ":" + links.astype(str))[tested].nunique()), 1)
+    nn = int(max(s.max(), d.max())) + 1
+    links = (key.astype(np.int64) * nn + np.minimum(s, d)) * nn + np.maximum(s, d)
+    m2 = max(int(len(np.unique(links[tested]))), 1)
     frame = pd.DataFrame({"metric": pairs["metric"].astype(str).to_numpy(), "size": pairs["size"].to_numpy(),
                           "sigma": sigma, "dof": dof, "higher": higher, "tested": tested})
     tt = t[t["partners"] >= 2]
@@ -488,12 +489,13 @@ def _statistical(metrics: pd.Series, profile: Profile, suite: str = "rdma_write"
 
 
 def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile,
-                   suite: str = "rdma_write", exclude: np.ndarray | None = None) -> pd.DataFrame:
+                   suite: str = "rdma_write") -> pd.DataFrame:
     """On a rail slow against the others, its pairs that are slow against the other rails' median
     become evidence too, by fleet_outliers' rules against that median (with the noise of their own
     rail's pairs); localization then decides: the plane, or a few NICs or links on it."""
     ref = planes[["rail", "metric", "size", "median"]].astype({"metric": str}).rename(columns={"median": "ref"})
-    key, _med, n, _lg, sigma, higher, dof = _family_stats(pairs, profile, exclude)
+    # the rail's own spread, every pair of it counted: on a slow plane every NIC may look slow
+    key, _med, n, _lg, sigma, higher, dof = _family_stats(pairs, profile)
     x = pairs.astype({"metric": str}).assign(_k=key, _sigma=sigma, _dof=dof, _n=n, _higher=higher)
     x = x.merge(ref, on=["rail", "metric", "size"], how="inner")
     if x.empty:

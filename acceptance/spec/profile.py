@@ -579,8 +579,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "false_findings": Float(0.01, help="expected false findings of a healthy run each statistical rule allows: "
                                            "a rule making N comparisons holds each to this / N (Bonferroni)"),
         "false_failures": Float(0.001, help="the same for a failing finding (with twice outlier_min_deviation)"),
-        "noise_dof": Float(3.0, help="the tails (Student-t degrees of freedom) assumed where too few values "
-                                     "measure them; elsewhere they are estimated from the run"),
+        "noise_dof": Float(3.0, help="the lightest tails (Student-t degrees of freedom) the outlier rules assume "
+                                     "for healthy noise; a run whose values show heavier tails is judged with its own"),
         "node_fraction": Float(0.5, help="a node is bad when its NICs on this fraction of rails are"),
         "switch_fraction": Float(0.8, help="with the switch tree known: a leaf, its uplink or a spine is bad when "
                                            "this fraction of the pairs through it are (inside and crossing a leaf "
