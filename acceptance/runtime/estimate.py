@@ -78,7 +78,9 @@ MPI_ITER_S = 2e-3             # one bandwidth iteration (window puts or gets, fl
 MPI_SIZE_S = 0.0              # one size of a sweep, one direction (locks, the check's messages, the barrier)
 MPI_VERIFY_BYTES_PER_S = 1e8  # filling, poisoning and comparing checked bytes (numpy, from Python)
 MPI_LATENCY_SAMPLE_S = 4e-4   # one latency sample
-MPI_COLLECTIVE_ITER_S = 3e-3  # one collective iteration (the call, its timing, the slowest rank)
+MPI_COLLECTIVE_ITER_S = 5e-4  # one collective iteration's fixed part (the call, its timing)
+MPI_COLLECTIVE_STEP_S = 1e-3  # one step of an all-reduce (2 log2(n) of them): ranks share the host's cores
+MPI_ALLTOALL_PEER_S = 5e-4    # one peer's message in an all-to-all
 MPI_RATE_GBITS = 5.0          # the data's rate when the profile's bound is only a floor and no --rate
 MPI_PAIR_SETUP_S = 0.1        # one pair's communicator split and windows, per test
 MPI_REG_CALL_S = 1.5e-3       # one window allocation or free (the mpi engine's "registration")
@@ -237,6 +239,8 @@ class Costs:
     size_s: float
     latency_sample_s: float
     collective_iter_s: float
+    collective_step_s: float
+    alltoall_peer_s: float
     pair_setup_s: float
     verify_bytes_per_s: float
     reg_call_s: float
@@ -248,9 +252,10 @@ def costs(engine: str | None) -> Costs:
     """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's; read when called, so
     the module's constants are the one place they are set."""
     if engine == "mpi":
-        return Costs(MPI_ITER_S, MPI_SIZE_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_PAIR_SETUP_S,
+        return Costs(MPI_ITER_S, MPI_SIZE_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_COLLECTIVE_STEP_S,
+                     MPI_ALLTOALL_PEER_S, MPI_PAIR_SETUP_S,
                      MPI_VERIFY_BYTES_PER_S, MPI_REG_CALL_S, MPI_PREFLIGHT_S, MPI_LAUNCH_S)
-    return Costs(ITER_OVERHEAD_S, 0.0, LATENCY_SAMPLE_S, 0.0, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
+    return Costs(ITER_OVERHEAD_S, 0.0, LATENCY_SAMPLE_S, 0.0, COLLECTIVE_STEP_S, ALLTOALL_PEER_S, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
                  LAUNCH_S)
 
 
@@ -363,10 +368,10 @@ def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float,
         for size in sweep.sizes:
             iters = sweep.iters(size)
             if op == "allreduce":
-                step = 2 * math.ceil(math.log2(n)) * COLLECTIVE_STEP_S + 2 * (n - 1) / n * size / (busbw * 1e9)
+                step = 2 * math.ceil(math.log2(n)) * c.collective_step_s + 2 * (n - 1) / n * size / (busbw * 1e9)
             else:
                 moved = max(size, 8 * n)  # a block of at least one float64 per peer (nccl-tests' count)
-                step = (n - 1) * ALLTOALL_PEER_S + (n - 1) / n * moved / (busbw * 1e9)
+                step = (n - 1) * c.alltoall_peer_s + (n - 1) / n * moved / (busbw * 1e9)
             total += ((iters + sweep.warmup(iters)) * (step + c.collective_iter_s)
                       + check_seconds(profile, iters, size, c.verify_bytes_per_s))
         return total
