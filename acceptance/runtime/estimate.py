@@ -27,6 +27,7 @@ The assumptions, named once (each a constant below):
 - Intranode: every GPU's copies and every GPU pair's, one at a time, at the profile's floors
   (h2d_min, d2h_min, p2p_min), else PCIE_GBYTES_S / NVLINK_GBYTES_S; all nodes at once.
 - Memory registration: REG_CALL_S plus pinning at REG_BYTES_PER_S, per register and deregister.
+- The mpi engine (the emulated cluster, local runs) has costs of its own, MPI_* below, measured.
 - Fixed costs: LAUNCH_S to start the ranks, PREFLIGHT_S for the node checks, COUNTER_SNAPSHOT_S per
   port snapshot (before and after each suite file), OUTCOME_PER_RANK_S per test and rank at rank 0
   (the outcome merge), ANALYSIS_PER_PAIR_DIRECTION_S per measured pair-direction afterwards.
@@ -72,10 +73,9 @@ SUITE_FILES = 9               # suite files, each with counter snapshots around 
 # The mpi engine (acceptance.engines.mpi: the emulated cluster and local runs) times every operation
 # from Python through mpi4py, and checks its data with numpy, so its fixed costs are far above the
 # verbs/nccl ones. Fitted with benchmarks/plan_accuracy.py to local runs (2 and 4 virtual nodes x 2
-# rails) and the emulated cluster (4 nodes x 2 rails) on a shared 2-core machine at load average
-# 10-25 (docs/plan.md, "Measured"): the figures of that machine, not of an idle one.
+# rails) and the emulated cluster (4 and 6 nodes x 2 rails) on a shared 2-core machine at load
+# average 10-25 (docs/plan.md, "Measured"): the figures of that machine, not of an idle one.
 MPI_ITER_S = 2e-3             # one bandwidth iteration (window puts or gets, flush, timing, stalls)
-MPI_SIZE_S = 0.0              # one size of a sweep, one direction (locks, the check's messages, the barrier)
 MPI_VERIFY_BYTES_PER_S = 1e8  # filling, poisoning and comparing checked bytes (numpy, from Python)
 MPI_LATENCY_SAMPLE_S = 4e-4   # one latency sample
 MPI_COLLECTIVE_ITER_S = 5e-4  # one collective iteration's fixed part (the call, its timing)
@@ -181,7 +181,7 @@ def check_seconds(profile, iters: int, bytes_per_iter: int, verify_bytes_per_s: 
 
 
 def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = ITER_OVERHEAD_S,
-                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S, size_s: float = 0.0) -> float:
+                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S) -> float:
     """One pair's bandwidth sweep in one direction over `sizes` (sweep.rounds times; capped per size by
     sweep.max_time_per_size), data checks included."""
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
@@ -191,8 +191,7 @@ def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = I
         iters = sweep.iters(size, size * window)
         n = iters + sweep.warmup(iters)
         one = n * window * size * 8 / (rate_gbits * 1e9) + n * iter_s
-        total += (min(one, cap) if cap else one) + size_s + check_seconds(profile, iters, size * window,
-                                                                           verify_bytes_per_s)
+        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window, verify_bytes_per_s)
     return total * profile.get("sweep.rounds")
 
 
@@ -236,7 +235,6 @@ def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
 class Costs:
     """An engine's fixed costs (the constants above)."""
     iter_s: float
-    size_s: float
     latency_sample_s: float
     collective_iter_s: float
     collective_step_s: float
@@ -252,10 +250,10 @@ def costs(engine: str | None) -> Costs:
     """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's; read when called, so
     the module's constants are the one place they are set."""
     if engine == "mpi":
-        return Costs(MPI_ITER_S, MPI_SIZE_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_COLLECTIVE_STEP_S,
+        return Costs(MPI_ITER_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_COLLECTIVE_STEP_S,
                      MPI_ALLTOALL_PEER_S, MPI_PAIR_SETUP_S,
                      MPI_VERIFY_BYTES_PER_S, MPI_REG_CALL_S, MPI_PREFLIGHT_S, MPI_LAUNCH_S)
-    return Costs(ITER_OVERHEAD_S, 0.0, LATENCY_SAMPLE_S, 0.0, COLLECTIVE_STEP_S, ALLTOALL_PEER_S, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
+    return Costs(ITER_OVERHEAD_S, LATENCY_SAMPLE_S, 0.0, COLLECTIVE_STEP_S, ALLTOALL_PEER_S, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
                  LAUNCH_S)
 
 
@@ -286,7 +284,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     def latency(kinds: int = 1) -> float:
         return latency_direction_seconds(lat_iters, lat_warm, kinds, c.latency_sample_s)
 
-    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s, c.size_s)
+    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s)
     rdma = {
         "test_write_bandwidth": per_rounds(2 * bw),
         "test_read_bandwidth": per_rounds(2 * bw),
