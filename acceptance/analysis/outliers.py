@@ -132,7 +132,10 @@ def gated(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> p
         on = np.isfinite(bound) & ((bound > 0) if m.higher else True)
         factor = judge.fleet_factor(profile, suite, name)
         if factor is not None:
-            on |= np.isfinite(judge.fleet_factors(factor, uniq))
+            # A metric held to its fleet is compared with it where that bound applies: a profile starts
+            # a fleet bound where relative values mean something (an emulator's small writes are bound
+            # by its scheduler), whatever "broken" floor it sets below.
+            on = np.isfinite(judge.fleet_factors(factor, uniq))
         keep[rows] = np.isin(sizes[rows], uniq[on])
     if not keep.any():
         higher = [n for n, h in OUTLIERS_BY_SUITE.get(suite, {}).items() if h]

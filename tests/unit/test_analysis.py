@@ -217,12 +217,14 @@ def test_line_rate_bound_is_the_stricter_one(tmp_path):
 
 def test_busbw_bounds_convert_gbit_to_gbyte(tmp_path):
     profile = load_profile(profile_file(tmp_path, '[collectives]\nallreduce_busbw_min = { "1MiB" = "320Gbit/s" }\n'
-                                                  'node_allreduce_busbw_min = { "1MiB" = "40GB/s" }\n'))
+                                                  'node_allreduce_busbw_min = { "1MiB" = "40GB/s" }\n'
+                                                  'world_allreduce_busbw_min_per_nic = { "1MiB" = "160Gbit/s" }\n'))
     run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, latency=False, memreg=False)
     ev = evaluate(load_records(run), profile)
     busbw = ev[(ev["metric"] == "busbw") & (ev["op"] == "allreduce") & (ev["size"] == 1048576)]
     by_scope = busbw.groupby(busbw["scope"].astype(str))["threshold"].unique().map(list).to_dict()
-    assert by_scope == {"world": [40.0], "rail": [40.0], "node": [40.0]}
+    # The world's bound is per NIC, times topology.rails (0 here, one per rank: one NIC's figure).
+    assert by_scope == {"world": [20.0], "rail": [40.0], "node": [40.0]}
     # synthetic 1 MiB busbw: world ~120, rail ~36, node ~280 GB/s
     verdicts = busbw.groupby(busbw["scope"].astype(str))["verdict"].unique().map(list).to_dict()
     assert verdicts == {"world": ["pass"], "rail": ["fail"], "node": ["pass"]}
