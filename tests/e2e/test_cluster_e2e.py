@@ -116,8 +116,10 @@ STEP = 0.08  # node2's rail 0 loses 8% a night: under the profile's 10% drift to
 def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tmp_path):
     history = tmp_path / "history"
     profile = ROOT / "tests" / "profiles" / "emulated-nightly.toml"
+    # One rail at a time: both rails' TCP over veth share the same two cores, and with both at once a
+    # link's night-to-night noise (which widens the drift tolerance) hid the 16% drift on night 3.
     nightly = dict(ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS="-ktest_write_bandwidth", ACCEPTANCE_DURATION="1s",
-                   ACCEPTANCE_HISTORY=str(history), ACCEPTANCE_PROFILE=str(profile))
+                   ACCEPTANCE_HISTORY=str(history), ACCEPTANCE_PROFILE=str(profile), ACCEPTANCE_RAIL_MODE="serial")
 
     def night(node2_rail0: str):
         for k in range(1, 5):

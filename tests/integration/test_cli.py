@@ -22,7 +22,8 @@ def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_p
     assert folder.parent == tmp_path / "reports"
     assert sorted(x.name for x in folder.iterdir()) == [
         "drain.txt", "findings.json", "junit.xml", "links.npz", "logs", "report.html", "results.jsonl", "run.json"]
-    assert re.search(r"^verdict: PASS \([\d,]+ measurements within bounds; 0 findings\)$", p.stdout, re.M), p.stdout
+    assert re.search(r"^verdict: PASS \([\d,]+ measurements within bounds; 0 confirmed failing, 0 warnings\)$",
+                     p.stdout, re.M), p.stdout
     assert json.loads((folder / "findings.json").read_text()) == []
     meta = json.loads((folder / "run.json").read_text())
     assert meta["complete"] is True and meta["exit_code"] == 0

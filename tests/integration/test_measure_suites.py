@@ -106,8 +106,8 @@ def test_serial_rail_mode_measures_one_rail_after_another(acceptance_cli):
     assert max(r["time"] for r in bw if r["rail"] == 0) <= min(r["start"] for r in bw if r["rail"] == 1)
     assert json.loads((folder_of(p) / "run.json").read_text())["rail_mode"] == "serial"
     bad = acceptance_cli("run", "--", "-m", "p2p", "-k", "write_bandwidth", env={"ACCEPTANCE_RAIL_MODE": "both"})
-    assert bad.returncode == 2 and "$ACCEPTANCE_RAIL_MODE: must be one of concurrent, serial, got 'both'" in (
-        bad.stdout + bad.stderr), bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "must be one of concurrent, serial, got 'both'" in bad.stdout + bad.stderr, (
+        bad.stdout + bad.stderr)
 
 
 def test_one_pair_on_one_rail(acceptance_cli):

@@ -294,7 +294,7 @@ def test_report_of_a_large_fleet_in_headless_chromium(tmp_path):
     from acceptance.analysis import analyze
     from acceptance.report import render
 
-    run = make_run_fast(tmp_path / "run", nodes=80, rails=2, slow_nic=("node07", 1, 0.5))
+    run = make_run_fast(tmp_path / "run", nodes=80, rails=2, slow_nic=("node07", 1, 0.3))
     html = render(analyze(run), run)
     page = load_page(html, _profile_dir(tmp_path), run / "report.png")
     assert page["errors"] == [], page["errors"]

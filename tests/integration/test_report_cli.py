@@ -25,7 +25,7 @@ def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptanc
                                               "complete": True}))
     p = acceptance_cli("report", str(run))
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "verdict: FAIL (1 failing finding; 1 findings)" in p.stdout
+    assert "verdict: FAIL (1 failing finding; 1 confirmed failing, 0 warnings)" in p.stdout, p.stdout
     assert re.search(r"FAIL nic +node05's NIC on rail 2", p.stdout), p.stdout
     drain = 'scontrol update NodeName=node05 State=DRAIN Reason="acceptance: '
     assert drain in p.stdout
