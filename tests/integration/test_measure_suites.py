@@ -97,9 +97,12 @@ def test_default_run_measures_every_rail_pair_direction_and_scope(acceptance_cli
                                           "loaded_latency_p99", "loaded_latency_p999", "loaded_latency_max"}
 
 
-def test_serial_rail_mode_measures_one_rail_after_another(acceptance_cli):
+def test_serial_rail_mode_measures_one_rail_after_another(acceptance_cli, tmp_path):
     """--rail-mode serial (for diagnosis): one test per rail, rail 0's pairs done before rail 1's begin."""
-    p = acceptance_cli("run", "--", "-m", "p2p", "-k", "write_bandwidth", env={"ACCEPTANCE_RAIL_MODE": "serial"})
+    small = tmp_path / "small.toml"
+    small.write_text('extends = "local"\n[sweep]\nmin_size = "8B"\nmax_size = "64KiB"\nfactor = 8\n')
+    p = acceptance_cli("run", "--profile", str(small), "--", "-m", "p2p", "-k", "write_bandwidth",
+                       env={"ACCEPTANCE_RAIL_MODE": "serial"})
     assert p.returncode == 0, p.stdout + p.stderr
     bw = [r for r in records(folder_of(p)) if r["metric"] == "bandwidth"]
     assert {(r["test"].rsplit("[", 1)[1], r["rail"]) for r in bw} == {("rail0]", 0), ("rail1]", 1)}
