@@ -595,7 +595,11 @@ def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: 
                           "unit": x["unit"].to_numpy(object),
                           "how": None, "basis": None, "group": group})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra
-    return both.drop_duplicates(["rail", "s", "d", "metric", "size"], keep="first").reset_index(drop=True)
+    key = ["rail", "s", "d", "metric", "size"]
+    # A row kept from `bad` fails where the new evidence fails it too: a NIC at half the fleet's rate
+    # fails through its links, though each was only a warning as a link.
+    failing = both.groupby(key, sort=False, dropna=False)["grade"].transform("max").astype(bool)
+    return both.assign(grade=failing).drop_duplicates(key, keep="first").reset_index(drop=True)
 
 
 def _empty_bad() -> pd.DataFrame:

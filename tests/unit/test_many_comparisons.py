@@ -146,3 +146,13 @@ def test_power_says_what_a_pass_rules_out(tmp_path):
     # a NIC of typical partners: never worse than the half rate that always fails it
     assert 0.1 <= of(large, "nic")["detectable"] <= 0.5 and of(large, "nic")["fails"] <= 0.5
     assert of(large, "nic")["noise"] == pytest.approx(0.05, rel=0.2)
+
+
+def test_a_nic_at_a_third_of_the_fleet_fails_though_each_link_alone_only_warns(tmp_path):
+    """Its links were outliers that warn one by one; the NIC's typical partner at 0.3x fails it, and
+    the failure reaches the links it is judged through (once, the kept evidence row fails)."""
+    from synthetic import make_run_fast
+    run = make_run_fast(tmp_path / "run", nodes=80, rails=2, slow_nic=("node07", 1, 0.3))
+    a = analyze(run)
+    assert [(f["severity"], f["scope"], f["node"], f["rail"]) for f in a.findings] == [("fail", "nic", "node07", 1)]
+    assert len(a.drains) == 1 and "node07" in a.drains[0]
