@@ -373,7 +373,7 @@ def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profil
     enough = np.minimum(profile.get("analysis.outlier_min_deviation"), np.where(higher, 1 - half, 1 / half - 1))
     enough = np.maximum(enough, x["typical_worse"].to_numpy(np.float64) / 2)
     x = x.assign(median=x["reference"], worse=worse)[worse >= enough]
-    return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool), group=True)
+    return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool), group=True, promote=True)
 
 
 def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> list[dict]:
@@ -578,7 +578,7 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
 
 
 def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: str,
-                   grade: np.ndarray | None = None, group: bool = False) -> pd.DataFrame:
+                   grade: np.ndarray | None = None, group: bool = False, promote: bool = False) -> pd.DataFrame:
     """bad, plus the pairs of x (their value against x's median) as evidence rows not there yet
     (graded by `grade`, else failing at twice outlier_min_deviation)."""
     if x.empty:
@@ -596,10 +596,11 @@ def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: 
                           "how": None, "basis": None, "group": group})
     both = pd.concat([bad, extra], ignore_index=True) if len(bad) else extra
     key = ["rail", "s", "d", "metric", "size"]
-    # A row kept from `bad` fails where the new evidence fails it too: a NIC at half the fleet's rate
-    # fails through its links, though each was only a warning as a link.
-    failing = both.groupby(key, sort=False, dropna=False)["grade"].transform("max").astype(bool)
-    return both.assign(grade=failing).drop_duplicates(key, keep="first").reset_index(drop=True)
+    if promote:
+        # A row kept from `bad` fails where a failing NIC's evidence covers it: a NIC at half the fleet's
+        # rate fails through its links, though each was only a warning as a link.
+        both = both.assign(grade=both.groupby(key, sort=False, dropna=False)["grade"].transform("max").astype(bool))
+    return both.drop_duplicates(key, keep="first").reset_index(drop=True)
 
 
 def _empty_bad() -> pd.DataFrame:
