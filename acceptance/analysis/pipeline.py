@@ -13,6 +13,7 @@ from ..spec.switches import fabric_for
 from ..spec.profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
 from .confirmed import supersede
+from . import fullload
 from .model import Analysis
 from .evaluate import evaluate
 from .detectors import DETECTORS, Context
@@ -25,7 +26,7 @@ from .validate import check_record_nodes, topology_nodes
 
 
 def _sort(findings: list[dict]) -> list[dict]:
-    kinds = {"bound": 0, "outlier": 0, "counter": 0, "test": 0, "regression": 1, "drift": 2, "instability": 3,
+    kinds = {"bound": 0, "full_load": 0, "outlier": 0, "counter": 0, "test": 0, "regression": 1, "drift": 2, "instability": 3,
              "fleet": 4}
 
     def key(f):
@@ -45,8 +46,10 @@ def _find(ev: pd.DataFrame, profile: Profile, deltas: pd.DataFrame | None,
     if ev.empty:
         return []
     ev, transient = supersede(ev, profile)  # a confirmation replaces its screening (analysis.confirmed)
+    ev, loaded = fullload.split(ev, profile)  # the load check: slow only with every NIC busy
     ctx = Context.of(ev, profile, deltas, fabric)
-    return _sort([f for detect in DETECTORS for f in detect(ctx)] + transient)
+    found = fullload.explained([f for detect in DETECTORS for f in detect(ctx)], loaded)
+    return _sort(found + transient + loaded)
 
 
 def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = None,

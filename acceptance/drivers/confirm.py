@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..records.naming import natural_key
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -35,10 +37,12 @@ class Headline:
     factor: float = float("nan")
 
 
-def suspects(values: list[Headline], higher: dict[str, bool], deviation: float) -> list[tuple[int, int]]:
+def suspects(values: list[Headline], higher: dict[str, bool], deviation: float,
+             fail_ratio: float = 0.0) -> list[tuple[int, int]]:
     """Undirected suspect pairs (low, high), sorted: any direction failed, or is worse than the median
-    of its metric over the rail by `deviation` or past its fleet factor (at least 3 values; fewer: only a
-    failed bound counts)."""
+    of its metric over the rail by `deviation`, past its fleet factor or at `fail_ratio` of it (a NIC
+    that slow fails in analysis: analysis.nic_fail_ratio), whichever is nearest (at least 3 values;
+    fewer: only a failed bound counts)."""
     out: set[tuple[int, int]] = set()
     by_metric: dict[str, list[Headline]] = {}
     for h in values:
@@ -51,6 +55,8 @@ def suspects(values: list[Headline], higher: dict[str, bool], deviation: float) 
             # The nearer of the two limits: a fraction (higher is better) or a multiple of the median.
             low = max(1 - deviation, h.factor) if up and h.factor == h.factor else 1 - deviation
             high = min(1 + deviation, h.factor) if not up and h.factor == h.factor else 1 + deviation
+            if fail_ratio > 0:
+                low, high = max(low, fail_ratio * (1 + 1e-9)), min(high, 1 / fail_ratio * (1 - 1e-9))
             slow = median > 0 and ((v < low * median) if up else (v > high * median))
             if h.failed or slow:
                 out.add((min(h.src, h.dst), max(h.src, h.dst)))
@@ -64,18 +70,49 @@ def confirmation_pairs(suspect_pairs: list[tuple[int, int]], members: int, seed:
     than the end's where the switch tree is known, so the pair crosses its uplink)."""
     involved = {x for pair in suspect_pairs for x in pair}
     clean = [x for x in range(members) if x not in involved]
-    rng = random.Random(seed)
-    rng.shuffle(clean)
     out: list[tuple[int, int]] = list(suspect_pairs)
-    if not clean:
-        return out
-    for i, x in enumerate(sorted(involved)):
+    if clean:
+        out += partnered(sorted(involved), clean, seed, leaves)
+    return list(dict.fromkeys(out))  # once each, in order
+
+
+def partnered(ends: list[int], clean: list[int], seed: int, leaves: list | None = None) -> list[tuple[int, int]]:
+    """Each of `ends` with a partner from `clean` (a seeded shuffle, taken in turn; on another leaf than
+    the end's where `leaves` is given and the rail has one), as (low, high) pairs in the order of `ends`."""
+    clean = list(clean)
+    random.Random(seed).shuffle(clean)
+    out = []
+    for i, x in enumerate(ends):
         g = clean[i % len(clean)]
         if leaves is not None and leaves[g] == leaves[x]:
             g = next((clean[(i + j) % len(clean)] for j in range(1, len(clean))
                       if leaves[clean[(i + j) % len(clean)]] != leaves[x]), g)
         out.append((min(x, g), max(x, g)))
-    return list(dict.fromkeys(out))  # once each, in order
+    return out
+
+
+def under_load(nic_suspect: list[tuple[str, int, bool]], rails: list[int]) -> list[str]:
+    """The nodes to measure under full load and one rail at a time: those whose NIC was a suspect (most
+    of its screened pairs) on at least two rails and on at least half of the rails, in name order.
+    `nic_suspect`: (node, rail, suspect) of every rank, as every rank gathered it."""
+    count: dict[str, int] = {}
+    for node, _, bad in nic_suspect:
+        count[node] = count.get(node, 0) + bool(bad)
+    need = max(2, -(-len(rails) // 2))
+    return sorted((n for n, c in count.items() if c >= need), key=natural_key)
+
+
+def load_partners(subjects: list[str], nic_suspect: list[tuple[str, int, bool]], rails: list[int],
+                  seed: int) -> dict[int, list[tuple[str, str]]]:
+    """rail -> (subject, partner) for the load check: every subject with a node that was no suspect on
+    any rail, a different partner on each rail and for each subject, so that analysis can tell the
+    subject (on every rail) from its partners (one rail each). Subjects beyond what the clean nodes can
+    partner that way are left out (the ordinary findings still name them)."""
+    tainted = {node for node, _, bad in nic_suspect if bad} | set(subjects)
+    clean = sorted({node for node, _, _ in nic_suspect} - tainted, key=natural_key)
+    random.Random(seed).shuffle(clean)
+    fits = subjects[:len(clean) // max(1, len(rails))]
+    return {rail: [(x, clean[i * len(rails) + r]) for i, x in enumerate(fits)] for r, rail in enumerate(rails)}
 
 
 def rounds_of(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

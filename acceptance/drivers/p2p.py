@@ -124,6 +124,7 @@ class PairwiseDriver:
                  suite: str = "rdma_write"):
         self.engine, self.profile, self.record, self.op, self.memory, self.suite = (
             engine, profile, record, op, memory, suite)
+        self.topology = topology
         self.rp = RailPairs(topology, rail, progress)
         self.screening = topology.pairing.screening()  # screening measures less (runtime.screening)
         self.rail = rail
@@ -149,15 +150,20 @@ class PairwiseDriver:
                           self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
                           phase=self.phase)
         if self.phase == "screen":
-            self.confirm()
+            self.after_confirmation(self.confirm())
         return self.problems
 
-    def confirm(self) -> None:
+    def after_confirmation(self, suspect: list[tuple[int, int]]) -> None:
+        """What a driver does once its rail's suspects are confirmed (Bandwidth: the load check)."""
+
+    def confirm(self) -> list[tuple[int, int]]:
         """Measure the screening's suspects again, alone on the rail and against partners that screened
-        clean; only what fails then is a problem (analysis tells the rest apart as transient)."""
+        clean; only what fails then is a problem (analysis tells the rest apart as transient). Returns
+        the suspect pairs."""
         gathered = [h for mine in self.rp.comm.allgather(self.headlines) for h in mine]
         higher = {h.metric: catalog.direction(self.suite, h.metric) is not False for h in gathered}
-        suspect = confirm.suspects(gathered, higher, self.profile.get("analysis.outlier_min_deviation"))
+        suspect = confirm.suspects(gathered, higher, self.profile.get("analysis.outlier_min_deviation"),
+                                   self.profile.get("analysis.nic_fail_ratio"))
         leaves = self.rp.pairing.leaves_of(self.rp.nodes, self.rail)
         rounds = confirm.rounds_of(confirm.confirmation_pairs(suspect, len(self.rp.nodes), seed=self.rail,
                                                               leaves=leaves))
@@ -165,6 +171,7 @@ class PairwiseDriver:
         self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
                           self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
                           rounds=rounds, phase="confirm")
+        return suspect
 
     def headline(self, low: int, high: int, origin: int, metric: str, value: float, failed: bool,
                  size: int) -> None:
@@ -177,8 +184,9 @@ class PairwiseDriver:
 
     def bound_failed(self, message: str) -> None:
         """A bound failed: a problem, except in the scheduled rounds before confirmation, where it makes
-        the pair a suspect (headline) and only its confirmation can fail the test."""
-        if self.phase != "screen":
+        the pair a suspect (headline) and only its confirmation can fail the test, and in the load check,
+        which analysis judges (a subject slow under full load that passes alone)."""
+        if self.phase not in ("screen", "full", "alone"):
             self.problems.append(message)
 
     def direction(self, low: int, high: int, origin: int) -> tuple[list[str], list[int], dict]:
@@ -215,6 +223,7 @@ class Bandwidth(PairwiseDriver):
         if self.screening:  # the smallest size and the sizes with bounds
             self.sweep = dataclasses.replace(self.sweep, sizes=tuple(screening_sizes(self.profile)))
         self.window = self.profile.get("sweep.window")
+        self.load_check_sizes = tuple(screening_sizes(self.profile))
 
     def link_size(self) -> int:
         return max(self.sweep.sizes)
@@ -264,6 +273,66 @@ class Bandwidth(PairwiseDriver):
                                       f"< bound {bound:g} Gbit/s")
             if top is not None:  # the largest size timed: the rate a fault shows in
                 self.headline(low, high, origin, self.metric, top, failed, top_size)
+
+    def after_confirmation(self, suspect: list[tuple[int, int]]) -> None:
+        """Every rank of the job, after its rail's confirmation: the nodes whose NIC was a suspect on most
+        rails (confirm.under_load) measured against clean partners with every rail at once (phase
+        "full"), then one rail at a time while the others wait (phase "alone"), at the screening sizes.
+        Analysis (analysis.fullload) names a node slow at full load that passes alone. Nothing to do,
+        and no time spent, when no node is such a suspect."""
+        topo, mine = self.topology, self.rp.index
+        if topo.rail_mode != "concurrent" or len(topo.rails) < 2:
+            return
+        screened = sum(1 for pairs in self.rp.rounds for p in pairs if mine in p)
+        bad = sum(1 for p in suspect if mine in p)
+        flags = topo.world.allgather((topo.node, self.rail, bool(bad) and 2 * bad >= screened))
+        subjects = confirm.under_load(flags, topo.rails)
+        if not subjects:
+            return
+        partners = confirm.load_partners(subjects, flags, topo.rails, topo.pairing.seed)
+        if not any(partners.values()):
+            return  # too few clean nodes to partner a subject (every rank agrees)
+        index = {n: i for i, n in enumerate(self.rp.nodes)}
+        pairs = [(min(index[x], index[g]), max(index[x], index[g]))
+                 for x, g in partners[self.rail] if x in index and g in index]
+        rounds = confirm.rounds_of(pairs)
+        self.sweep = dataclasses.replace(self.sweep, sizes=self.load_check_sizes)
+        measure = dict(engine=self.engine, size=self.link_size(), memory=self.memory, problems=self.problems,
+                       record=self.record, profile=self.profile, suite=self.suite, metric=self.metric, op=self.op,
+                       slot_bytes=self.slot_bytes(), rounds=rounds)
+        pulse.wait(topo.world)  # every rail's confirmation is over
+        topo.world.Barrier()  # all are here: a blocking barrier releases them together, so the NICs start at once
+        self.phase = "full"
+        busy = {}  # the world's "every rail measured" barrier, once this rank has entered it
+        self.rp.each_link(phase="full", body=lambda link, low, high: self.loaded(link, low, high, busy), **measure)
+        if "done" not in busy:
+            pulse.wait(topo.world)  # no subject pair here: enter the same barrier, and sleep
+        for rail in topo.rails:  # then each rail alone, the others idle
+            pulse.wait(topo.world)
+            if rail == self.rail:
+                self.phase = "alone"
+                self.rp.each_link(phase="alone", body=self.measure, **measure)
+        pulse.wait(topo.world)  # no rail's next test loads a subject while the last rail measures it alone
+
+    def loaded(self, link, low: int, high: int, busy: dict) -> None:
+        """The load check's sweep of one pair, then the pair's largest size again and again, unrecorded,
+        until every rail's pairs are measured (a barrier over the world): a rail that finished first must
+        not leave the others' last sizes measured with its NIC idle."""
+        self.measure(link, low, high)
+        busy["done"] = done = self.topology.world.Ibarrier()
+        size, run = max(self.sweep.sizes), getattr(link, self.method)
+        iters = self.sweep.iters(size, size * self.window)
+        _, ranks, _ = self.direction(low, high, 0)
+        try:
+            turn = 0
+            while not link.comm.allreduce(done.Test(), op=MPI.LOR):
+                run(size, iters, 0, self.window, turn % 2, seed=(ranks[0], ranks[1], 1 << 20 | turn),
+                    budget_s=self.profile.get("sweep.max_time_per_size"), policy=self.policy)
+                self.rp.progress()
+                turn += 1
+        finally:
+            while not done.Test():
+                pulse.pause(pulse.MIN_SLEEP_S)
 
 
 def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,

@@ -31,12 +31,12 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
 # cap, "during" or "before" the window. Analysis reads these fields, never the test id or the detail.
 # start: when the measurement a record summarizes began (UTC ISO, as `time`, which is when it ended),
 # so a run shows which measurements ran at the same time (every rail at once).
-# phase: a screened pairwise suite's "screen" (the K rounds every node takes part in) or "confirm" (a
-# suspect measured again, alone, and against partners that screened clean); absent where every pair
-# was measured (all-pairs).
+# phase: a pairwise suite's "screen" (the scheduled rounds), "confirm" (a suspect measured again, alone,
+# and against partners that screened clean), "full" and "alone" (the load check of a node slow on most
+# rails: every rail at once, then one rail at a time; analysis.fullload); absent without rdma_write.confirm.
 OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
                  "saturated", "start", "phase")
-PHASES = ("screen", "confirm")
+PHASES = ("screen", "confirm", "full", "alone")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
 # test id and the detail, for such folders only. 3: retransmission counters judged per million packets

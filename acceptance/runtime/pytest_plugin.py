@@ -295,6 +295,7 @@ class CollectivePlugin:
         self.watchdog.disarm()
         self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration)
         self.topology.pairing, self.schedule = self._pairing(self.folder.run_id)
+        self.topology.rail_mode = self.rail_mode
         if self.rank == 0:
             self._write_run_start(census["ranks"],
                                   merge_identities([(r.node, p) for r, p in zip(self.topology.ranks, physical)]))

@@ -103,6 +103,8 @@ class Topology:
         self.rails = sorted({r.rail for r in ranks})
         # How node pairs meet on each rail (the pytest plugin resolves it from the profile).
         self.pairing = Pairing(ALL_PAIRS)
+        # Whether every rail's tests run at once (run.rail_mode; set by the plugin like the pairing).
+        self.rail_mode = "serial"
         node_index = {n: i for i, n in enumerate(self.nodes)}
         # Each node's ranks, grouped once: a scan of every rank per node is O(N^2) at thousands of ranks.
         self._on: dict[str, list[RankInfo]] = {n: [] for n in self.nodes}

@@ -94,3 +94,67 @@ def test_records_without_phases_are_left_alone():
     assert supersede(bare, load_profile("fleet"))[0] is bare
     kept, transient = supersede(df, load_profile("fleet"))
     assert kept is df and transient == []
+
+
+def test_the_load_check_takes_nodes_suspect_on_most_rails_and_a_new_clean_partner_per_rail():
+    from acceptance.drivers.confirm import load_partners, under_load
+    flags = [(f"node{n}", r, (n == 5) or (n == 3 and r == 0)) for n in range(1, 9) for r in (0, 1)]
+    assert under_load(flags, [0, 1]) == ["node5"]  # node3 is a suspect on one rail of two
+    assert under_load([(n, 0, b) for n, _, b in flags if _ == 0], [0]) == []  # one rail: nothing to compare
+    partners = load_partners(["node5"], flags, [0, 1], seed=7)
+    mates = [g for rail in (0, 1) for x, g in partners[rail]]
+    assert [x for rail in (0, 1) for x, _ in partners[rail]] == ["node5", "node5"]
+    assert len(set(mates)) == 2 and not {"node3", "node5"} & set(mates)  # clean on every rail, one per rail
+    assert load_partners(["node5"], flags, [0, 1], seed=7) == partners  # every rank draws the same
+    few = [(f"node{n}", r, n == 1) for n in (1, 2) for r in (0, 1)]
+    assert load_partners(["node1"], few, [0, 1], seed=0) == {0: [], 1: []}  # one clean node cannot partner 2 rails
+
+
+def _load_records(slow_alone: float) -> pd.DataFrame:
+    """8 nodes x 2 rails at 8 MiB: node5 slow on both rails in every phase measured with all rails busy
+    (screen, confirm, full) and `slow_alone` when its rails run one at a time."""
+    names = [f"node{i}" for i in range(1, 9)]
+    rows = []
+
+    def add(phase, s, d, rail, v):
+        rows.append({"test": "t", "suite": "rdma_write", "metric": "bandwidth", "value": v, "unit": "Gbit/s",
+                     "size": 8388608, "rail": rail, "nodes": (s, d), "src": s, "dst": d, "engine": "mpi",
+                     "memory": "host", "iteration": 0, "samples": 10, "threshold": None, "verdict": "info",
+                     "op": "write", "phase": phase})
+    for rail in (0, 1):
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                v = 150.0 if "node5" in (a, b) else 395.0
+                add("screen", a, b, rail, v)
+                add("screen", b, a, rail, v)
+        partner = ("node1", "node2")[rail]
+        for s, d in (("node5", partner), (partner, "node5")):
+            add("confirm", s, d, rail, 151.0)
+            add("full", s, d, rail, 149.0)
+            add("alone", s, d, rail, slow_alone)
+    df = pd.DataFrame(rows)
+    for c in ("test", "suite", "metric", "unit", "engine", "memory", "verdict", "op", "phase", "src", "dst"):
+        df[c] = df[c].astype("category")
+    return df
+
+
+def test_a_node_slow_only_with_every_nic_busy_is_named_once_and_drained():
+    from acceptance.analysis.output import drain_lines
+    profile = load_profile("h100-ndr400")
+    findings = find(_load_records(slow_alone=392.0), profile)
+    loaded = [f for f in findings if f["kind"] == "full_load"]
+    assert [(f["node"], f["scope"], f["severity"]) for f in loaded] == [("node5", "node", "fail")], findings
+    assert "falls under full load" in loaded[0]["message"] and "one rail at a time" in loaded[0]["message"]
+    assert len(loaded[0]["evidence"]) == 2  # both rails
+    # It explains node5's slow NICs: no second finding for them; its partners are not named.
+    assert not [f for f in findings if f["node"] == "node5" and f["kind"] != "full_load"
+                and f["scope"] in ("nic", "node") and f["metric"] == "bandwidth"], findings
+    assert not [f for f in findings if f["severity"] == "fail" and f["node"] in ("node1", "node2")
+                and f["scope"] in ("nic", "node")], findings
+    assert [line.split()[2] for line in drain_lines(findings)] == ["NodeName=node5"]
+
+
+def test_a_node_slow_alone_too_keeps_its_ordinary_finding():
+    findings = find(_load_records(slow_alone=150.0), load_profile("h100-ndr400"))
+    assert not [f for f in findings if f["kind"] == "full_load"]
+    assert [f for f in findings if f["severity"] == "fail" and f["node"] == "node5" and f["scope"] in ("nic", "node")]
