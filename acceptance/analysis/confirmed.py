@@ -4,10 +4,11 @@ that did not reproduce is transient.
 With rdma_write.confirm (the default) a pairwise suite's records carry `phase`: "screen" for the
 scheduled rounds (all-pairs, or a screening pattern's K rounds), "confirm" for the suspects measured
 again after them, alone on their rail, and each suspect end against a partner that measured clean
-(drivers.confirm). The later, quieter measurement is the one that counts: a confirm record replaces
-the screen record of the same suite, metric, size, rail, direction, op and iteration before the
-detectors run, so a link, NIC or switch fails only on what was confirmed, and a clean partner's
-pairs add evidence for a NIC.
+(drivers.confirm). The later, quieter measurement is the one that counts where either was bad: a
+confirm record replaces the screen record of the same suite, metric, size, rail, direction, op and
+iteration before the detectors run, so a link, NIC or switch fails only on what was confirmed, and a
+clean partner's pairs add evidence for a NIC. A pair normal both times keeps its screen record (the
+population a rail's median is taken over stays one of values measured alike).
 
 A link whose first measurement was bad (a failed bound, or outlier_min_deviation worse than its
 rail's median) and whose confirmation is normal becomes one transient finding: a warning, never a
@@ -71,8 +72,13 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
         return ev, []
     higher = np.array([catalog.direction(s, m) is not False for s, m in zip(both["suite"], both["metric"])])
     both["bad_again"] = both["fail_again"] | _worse(both["value_again"], both["median"], higher, dev)
+    # A pair normal both times keeps its screening value: a confirmation runs with less traffic beside
+    # it, so on a shared or congested fabric its values are faster, and the rail's median must not move
+    # with how many clean partners were measured again.
+    moved = (both["bad"] | both["bad_again"]).to_numpy()
     keep = np.ones(len(ev), bool)
-    keep[both["row"].to_numpy()] = False
+    keep[both["row"].to_numpy()[moved]] = False
+    keep[both["row_again"].to_numpy()[~moved]] = False
     return ev.iloc[np.flatnonzero(keep)], _transients(both)
 
 

@@ -106,7 +106,7 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         slurm_left = model.slurm_time_left(env)
     limits = [(s, w) for s, w in ((budget_s, budget_from), (slurm_left, "the Slurm job's time left")) if s is not None]
     limit, limit_from = min(limits) if limits else (None, None)
-    chosen, gave_up = model.resolve_pattern(profile, nodes, rails, rail_mode, limit, rate, asked)
+    chosen, profile, gave_up = model.resolve(profile, nodes, rails, rail_mode, limit, rate, asked)
     est = model.estimate(profile, nodes, rails, chosen, rail_mode, rate)
     other = "serial" if rail_mode == "concurrent" else "concurrent"
     other_total = model.estimate(profile, nodes, rails, chosen, other, rate).total
@@ -123,6 +123,7 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         "pairs_per_rail": pair_count(nodes, chosen),
         "screening": parse_pattern(chosen)[0] == "screen",
         "sizes": est.sizes, "latency_iters": est.latency_iters,
+        "durations": {key: profile.get(key) for key in model.SHORTEST},
         "rail_mode": rail_mode, f"estimated_seconds_{other}": round(other_total, 1),
         "rate_gbits": est.rate_gbits, "rate_from": est.rate_from,
         "budget_seconds": budget_s, "budget_from": budget_from, "slurm_seconds_left": slurm_left,
@@ -254,7 +255,8 @@ def add_parser(sub) -> None:
                "             tree; only the sizes with bounds and the latency samples the gated percentile\n"
                "             needs; then the suspects are measured again (confirmation)\n"
                "  auto       all-pairs when it fits the budget, else screen:K with the largest K that fits\n"
-               "             (2 <= K <= 16); the hardware profiles use it\n\n"
+               "             (2 <= K <= 16), with perftest and incast shortened to 1 s and 0.5 s when that
+             buys rounds; the hardware profiles use it\n\n"
                "The limit is the budget (--budget, else run.budget) or, inside a Slurm job, its time left,\n"
                "whichever is smaller. Exit 2 when the estimate exceeds it, saying what to change, or when\n"
                "the longest step cannot fit run.hang_timeout; `acceptance run` checks the same first.\n\n"
@@ -280,7 +282,7 @@ def add_parser(sub) -> None:
                            "profile's run.rail_mode, concurrent)")
     plan.add_argument("--json", action="store_true",
                       help="print the whole plan as one JSON object (estimated_seconds, suites, pattern, rounds, "
-                           "rail_mode, budget_seconds, fits, gave_up, change, assumptions, ...)")
+                           "rail_mode, durations, budget_seconds, fits, gave_up, change, assumptions, ...)")
     plan.add_argument("--rate", metavar="RATE",
                       help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
                            "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")

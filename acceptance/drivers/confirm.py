@@ -105,14 +105,26 @@ def under_load(nic_suspect: list[tuple[str, int, bool]], rails: list[int]) -> li
 def load_partners(subjects: list[str], nic_suspect: list[tuple[str, int, bool]], rails: list[int],
                   seed: int) -> dict[int, list[tuple[str, str]]]:
     """rail -> (subject, partner) for the load check: every subject with a node that was no suspect on
-    any rail, a different partner on each rail and for each subject, so that analysis can tell the
-    subject (on every rail) from its partners (one rail each). Subjects beyond what the clean nodes can
-    partner that way are left out (the ordinary findings still name them)."""
-    tainted = {node for node, _, bad in nic_suspect if bad} | set(subjects)
-    clean = sorted({node for node, _, _ in nic_suspect} - tainted, key=natural_key)
-    random.Random(seed).shuffle(clean)
-    fits = subjects[:len(clean) // max(1, len(rails))]
-    return {rail: [(x, clean[i * len(rails) + r]) for i, x in enumerate(fits)] for r, rail in enumerate(rails)}
+    that rail, a different partner on each rail and for each subject, so that analysis can tell the
+    subject (on every rail) from its partners (one rail each). A subject that cannot be partnered so on
+    every rail is left out (the ordinary findings still name it)."""
+    nodes = sorted({node for node, _, _ in nic_suspect}, key=natural_key)
+    random.Random(seed).shuffle(nodes)
+    bad = {(node, rail) for node, rail, b in nic_suspect if b}
+    used = set(subjects)
+    out: dict[int, list[tuple[str, str]]] = {rail: [] for rail in rails}
+    for x in subjects:
+        mates = {}
+        for rail in rails:
+            mate = next((g for g in nodes if g not in used and g not in mates.values() and (g, rail) not in bad), None)
+            if mate is None:
+                break
+            mates[rail] = mate
+        if len(mates) == len(rails):
+            used.update(mates.values())
+            for rail, mate in mates.items():
+                out[rail].append((x, mate))
+    return out
 
 
 def rounds_of(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

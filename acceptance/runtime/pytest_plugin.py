@@ -302,13 +302,15 @@ class CollectivePlugin:
 
     def _pairing(self, run_id: str) -> tuple[Pairing, dict]:
         """The run's node pairing (every rank computes the same): rdma_write.pattern with "auto" resolved
-        against the budget `acceptance run` checked; a screening draw's seed (--schedule-seed, else one
+        against the budget `acceptance run` checked (which may shorten perftest and incast: self.profile
+        becomes the profile the tests get and run.json keeps); a screening draw's seed (--schedule-seed, else one
         derived from the run id, kept in run.json "schedule" so a run can be repeated); each rail's leaves
         where the switch tree is known. Exits 2 on a pattern that cannot be used."""
         requested = self.profile.get("rdma_write.pattern")
         nodes = len(self.topology.nodes)
         try:
-            pattern, gave_up = estimate.pattern_for_ranks(self.profile, nodes, len(self.topology.rails), self.rail_mode)
+            pattern, self.profile, gave_up = estimate.pattern_for_ranks(self.profile, nodes, len(self.topology.rails),
+                                                                        self.rail_mode)
         except ValueError as e:
             self._exit(EXIT_USAGE, f"rdma_write.pattern {requested!r}: {e}")
         seed = self.config.getoption("schedule_seed")

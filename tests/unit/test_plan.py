@@ -123,6 +123,24 @@ def test_auto_without_a_budget_is_all_pairs_and_with_one_the_largest_k_that_fits
     assert model.resolve_pattern(h100, 4, 8, budget=3600, pattern="auto")[0] == "all-pairs"
 
 
+def test_a_tight_budget_shortens_perftest_and_incast_before_it_gives_up_screening_rounds():
+    h100 = load_profile(H100)
+    roomy = model.resolve(h100, 1024, 8, budget=1800.0, pattern="auto")
+    assert roomy[1] is h100 and roomy[0] == f"screen:{model.AUTO_MAX_ROUNDS}"  # nothing to shorten
+    budget = 720.0
+    as_is, _ = model.resolve_pattern(h100, 1024, 8, budget=budget, pattern="auto")
+    chosen, profile, gave_up = model.resolve(h100, 1024, 8, budget=budget, pattern="auto")
+    assert int(chosen.split(":")[1]) > int(as_is.split(":")[1])  # more partners per node
+    assert profile.get("perftest.duration") == model.SHORTEST["perftest.duration"] < h100.get("perftest.duration")
+    assert profile.get("incast.duration") == model.SHORTEST["incast.duration"] < h100.get("incast.duration")
+    assert model.estimate(profile, 1024, 8, chosen).total <= budget
+    assert f"perftest.duration 5s -> 1s (to fit {chosen})" in gave_up
+    # The plan says so, and prints the durations it chose; a pattern asked for is left alone.
+    plan = make_plan(1024, 8, h100, budget="12m", slurm_left=None)
+    assert plan["pattern"] == chosen and plan["durations"] == {"perftest.duration": 1.0, "incast.duration": 0.5}
+    assert model.resolve(h100, 1024, 8, budget=budget, pattern="screen:3")[1] is h100
+
+
 def test_the_hardware_profiles_fit_1024_nodes_in_30_minutes_and_128_in_15():
     for name in ("h100-ndr400", "h200-ndr400", "a100-hdr200"):
         profile = load_profile(name)
