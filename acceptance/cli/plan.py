@@ -255,8 +255,8 @@ def add_parser(sub) -> None:
                "             tree; only the sizes with bounds and the latency samples the gated percentile\n"
                "             needs; then the suspects are measured again (confirmation)\n"
                "  auto       all-pairs when it fits the budget, else screen:K with the largest K that fits\n"
-               "             (2 <= K <= 16), with perftest and incast shortened to 1 s and 0.5 s when that
-             buys rounds; the hardware profiles use it\n\n"
+               "             (2 <= K <= 16), with perftest and incast shortened to 1 s and 0.5 s when that\n"
+               "             buys rounds; the hardware profiles use it\n\n"
                "The limit is the budget (--budget, else run.budget) or, inside a Slurm job, its time left,\n"
                "whichever is smaller. Exit 2 when the estimate exceeds it, saying what to change, or when\n"
                "the longest step cannot fit run.hang_timeout; `acceptance run` checks the same first.\n\n"
