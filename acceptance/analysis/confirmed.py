@@ -41,8 +41,15 @@ def _frame(ev: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
 
 
 def confirmed_only(records: pd.DataFrame) -> pd.DataFrame:
-    """The records without the screen rows a confirmation replaced (history keeps what counted)."""
-    if "phase" not in records.columns or not codes_of(records["phase"], "confirm").any():
+    """The records without the screen rows a confirmation replaced, and without the load check's
+    (phases full and alone: a node measured apart from the schedule; analysis.fullload): history keeps
+    what counted."""
+    if "phase" not in records.columns:
+        return records
+    apart = codes_of(records["phase"], "full") | codes_of(records["phase"], "alone")
+    if apart.any():
+        records = records.iloc[np.flatnonzero(~apart)]
+    if not codes_of(records["phase"], "confirm").any():
         return records
     screen = _frame(records, np.flatnonzero(codes_of(records["phase"], "screen")))
     again = _frame(records, np.flatnonzero(codes_of(records["phase"], "confirm")))

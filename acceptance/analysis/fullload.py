@@ -39,11 +39,20 @@ def split(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[dict]]
     full, alone = codes_of(ev["phase"], FULL), codes_of(ev["phase"], ALONE)
     if not (full.any() or alone.any()):
         return ev, []
-    judged = pd.MultiIndex.from_arrays([ev["suite"].astype(object), ev["metric"].astype(object)]).isin(
+    rows = np.flatnonzero(full | alone)
+    judged = pd.MultiIndex.from_arrays([ev["suite"].take(rows).astype(object).to_numpy(),
+                                        ev["metric"].take(rows).astype(object).to_numpy()]).isin(
         catalog.with_role("outlier"))
-    load = (full | alone) & judged  # data checks of the load check stay with the detectors
-    rest = ev.iloc[np.flatnonzero(~load)]
-    return rest, _named(_frame(ev, np.flatnonzero(load), full), _frame(rest, np.arange(len(rest))), profile)
+    load = rows[judged]  # the data checks of the load check stay with the detectors
+    keep = np.ones(len(ev), bool)
+    keep[load] = False
+    rest = ev.iloc[np.flatnonzero(keep)]
+    checked = _frame(ev, load, full)
+    # The reference rows: only the suites, metrics and sizes the load check measured (a run's records
+    # are millions at scale; these are what the medians need).
+    near = (rest["suite"].isin(checked["suite"].unique()) & rest["metric"].isin(checked["metric"].unique())
+            & pd.to_numeric(rest["size"], errors="coerce").isin(checked["size"].unique())).to_numpy()
+    return rest, _named(checked, _frame(rest, np.flatnonzero(near)), profile)
 
 
 def explained(findings: list[dict], named: list[dict]) -> list[dict]:

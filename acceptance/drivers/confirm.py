@@ -112,18 +112,19 @@ def load_partners(subjects: list[str], nic_suspect: list[tuple[str, int, bool]],
     random.Random(seed).shuffle(nodes)
     bad = {(node, rail) for node, rail, b in nic_suspect if b}
     used = set(subjects)
+    at = dict.fromkeys(rails, 0)  # each rail's place in `nodes`: one pass per rail in all (O(N x rails))
     out: dict[int, list[tuple[str, str]]] = {rail: [] for rail in rails}
     for x in subjects:
         mates = {}
         for rail in rails:
-            mate = next((g for g in nodes if g not in used and g not in mates.values() and (g, rail) not in bad), None)
-            if mate is None:
-                break
-            mates[rail] = mate
-        if len(mates) == len(rails):
-            used.update(mates.values())
-            for rail, mate in mates.items():
-                out[rail].append((x, mate))
+            while at[rail] < len(nodes) and (nodes[at[rail]] in used or (nodes[at[rail]], rail) in bad):
+                at[rail] += 1
+            if at[rail] == len(nodes):
+                return out  # no healthy node left for this rail: the rest are left out
+            mates[rail] = nodes[at[rail]]
+            used.add(mates[rail])
+        for rail, mate in mates.items():
+            out[rail].append((x, mate))
     return out
 
 

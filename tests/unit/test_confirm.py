@@ -159,3 +159,11 @@ def test_a_node_slow_alone_too_keeps_its_ordinary_finding():
     findings = find(_load_records(slow_alone=150.0), load_profile("h100-ndr400"))
     assert not [f for f in findings if f["kind"] == "full_load"]
     assert [f for f in findings if f["severity"] == "fail" and f["node"] == "node5" and f["scope"] in ("nic", "node")]
+
+
+def test_history_leaves_out_the_load_check():
+    from acceptance.analysis.confirmed import confirmed_only
+    df = _load_records(slow_alone=392.0)
+    kept = confirmed_only(df)
+    assert not set(kept["phase"].astype(str)) & {"full", "alone"}
+    assert (kept["phase"] == "confirm").sum() == (df["phase"] == "confirm").sum()
