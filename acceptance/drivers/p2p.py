@@ -160,6 +160,7 @@ class PairwiseDriver:
         """Measure the screening's suspects again, alone on the rail and against partners that screened
         clean; only what fails then is a problem (analysis tells the rest apart as transient). Returns
         the suspect pairs."""
+        pulse.wait(self.rp.comm)  # asleep, keeping the job's pulse, until the rail's last pair is done
         gathered = [h for mine in self.rp.comm.allgather(self.headlines) for h in mine]
         higher = {h.metric: catalog.direction(self.suite, h.metric) is not False for h in gathered}
         suspect = confirm.suspects(gathered, higher, self.profile.get("analysis.outlier_min_deviation"),
@@ -285,6 +286,9 @@ class Bandwidth(PairwiseDriver):
             return
         screened = sum(1 for pairs in self.rp.rounds for p in pairs if mine in p)
         bad = sum(1 for p in suspect if mine in p)
+        # Rails end their confirmations at different times: wait asleep (keeping the job's pulse) before
+        # the one blocking collective, which then costs nothing.
+        pulse.wait(topo.world)
         flags = topo.world.allgather((topo.node, self.rail, bool(bad) and 2 * bad >= screened))
         subjects = confirm.under_load(flags, topo.rails)
         if not subjects:
@@ -331,8 +335,7 @@ class Bandwidth(PairwiseDriver):
                 self.rp.progress()
                 turn += 1
         finally:
-            while not done.Test():
-                pulse.pause(pulse.MIN_SLEEP_S)
+            pulse.wait_for(done)
 
 
 def pair_bandwidth(engine, topology: Topology, rail: int, profile: Profile, record: Callable,

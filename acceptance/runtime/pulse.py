@@ -95,7 +95,13 @@ class Pulse:
         if SPIN:
             comm.Barrier()
             return
-        req = comm.Ibarrier()
+        self.wait_for(comm.Ibarrier())
+
+    def wait_for(self, req: MPI.Request) -> None:
+        """Until `req` (a nonblocking collective this rank entered) completes, as wait() does."""
+        if SPIN:
+            req.Wait()
+            return
         delay = MIN_SLEEP_S
         while not req.Test():
             self.pump()
@@ -125,6 +131,9 @@ class _Alone:
     def wait(self, comm: MPI.Comm) -> None:
         comm.Barrier()
 
+    def wait_for(self, req: MPI.Request) -> None:
+        req.Wait()
+
 
 _current: Pulse | _Alone = _Alone()
 
@@ -138,3 +147,8 @@ def install(pulse: Pulse) -> None:
 def wait(comm: MPI.Comm) -> None:
     """An idle rank's barrier over `comm` (see Pulse.wait)."""
     _current.wait(comm)
+
+
+def wait_for(req: MPI.Request) -> None:
+    """An idle rank's wait for a nonblocking collective it entered (see Pulse.wait_for)."""
+    _current.wait_for(req)
