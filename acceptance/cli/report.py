@@ -12,7 +12,7 @@ from ..records.results import InputError
 def add_parser(sub) -> None:
     report = sub.add_parser(
         "report", help="(re)analyze a run folder: findings.json, drain.txt, report.html",
-        description="Re-evaluate every record of RUN_DIR against its profile (run.json's, or --profile), "
+        description="Re-evaluate every record of RUN_DIR against the profile run.json keeps (its resolved values), "
                     "localize what is slow or broken, and (re)write findings.json, drain.txt and report.html "
                     "there. Works on a folder holding only results.jsonl and a run.json with run_id and "
                     "profile. Exit 1 when a finding fails.")
