@@ -20,7 +20,7 @@ class Finding(TypedDict):
     expected: float | None   # the bound, the fleet median or the baseline the value is held to
     evidence: list[str]      # readable lines, most telling first
     message: str
-    kind: str                # bound | outlier | counter | test | fleet | drift | instability | baseline ...
+    kind: str                # bound | outlier | counter | test | fleet | drift | instability | transient | full_load ...
     unit: str | None
     size: int | None
     bound: str | None        # how `expected` was derived when it is a bound (absolute, line_rate, fleet, ...)
