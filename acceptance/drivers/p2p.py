@@ -304,8 +304,9 @@ class Bandwidth(PairwiseDriver):
         measure = dict(engine=self.engine, size=self.link_size(), memory=self.memory, problems=self.problems,
                        record=self.record, profile=self.profile, suite=self.suite, metric=self.metric, op=self.op,
                        slot_bytes=self.slot_bytes(), rounds=rounds)
-        pulse.wait(topo.world)  # every rail's confirmation is over
-        topo.world.Barrier()  # all are here: a blocking barrier releases them together, so the NICs start at once
+        # Every rank is past the allgather above (every rail's confirmation is over): a blocking barrier
+        # releases them together, so the subjects' NICs start at once.
+        topo.world.Barrier()
         self.phase = "full"
         busy = {}  # the world's "every rail measured" barrier, once this rank has entered it
         self.rp.each_link(phase="full", body=lambda link, low, high: self.loaded(link, low, high, busy), **measure)
