@@ -121,7 +121,7 @@ def _judged(suite: str, metric: str, node: str, rows: pd.DataFrame, limit: float
         severity="fail", scope="node", node=node, suite=suite, metric=metric, kind="full_load",
         value=float(np.median([p[4] for p in hits])), expected=float(np.median([p[6] for p in hits])),
         unit=unit, size=size, evidence=evidence,
-        message=(f"{node}: {catalog.label(suite, metric)}{at} falls under full load: {f_typ:.2f}x of its "
-                 f"rails' median with all {len(per_rail)} NICs busy, {a_typ:.2f}x one rail at a time (rails "
+        message=(f"{node}: {catalog.label(suite, metric)}{at} falls under full load: {f_typ:.2g}x of its "
+                 f"rails' median with all {len(per_rail)} NICs busy, {a_typ:.2g}x one rail at a time (rails "
                  f"{rail_list}): the node's shared path (PCIe, NUMA placement, power or cooling) gives way when "
                  f"every NIC runs: drain {node}"))

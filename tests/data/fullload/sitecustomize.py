@@ -3,9 +3,10 @@
 On PYTHONPATH for a local run (`acceptance run --nodes N --ranks-per-node R`); the mpi engine is patched
 when it is imported, nothing else. ACCEPTANCE_TEST_COLLAPSE names the node, ACCEPTANCE_TEST_BUSY_DIR
 is a folder each rank marks while it holds a pair link (a pair's whole sweep). While two or more of
-that node's ranks hold one, every batch of writes from or to the node waits ACCEPTANCE_TEST_COLLAPSE_DELAY
-seconds (default 0.002) before its Flush: the node's shared path is saturated under full load, and
-untouched with one NIC busy. Virtual node names follow acceptance.runtime.topology.local_identity
+that node's ranks hold one, every batch of writes from or to the node takes ACCEPTANCE_TEST_COLLAPSE_FACTOR
+times (default 100) as long as it did, a wait after its Flush: the node's shared path is saturated under
+full load, and untouched with one NIC busy. The slowdown is a ratio, not a fixed delay, so that it means
+the same on a fast machine and on a slow, busy one. Virtual node names follow acceptance.runtime.topology.local_identity
 (rank // ranks_per_node + 1).
 """
 
@@ -23,7 +24,7 @@ def _patch(mpi) -> None:
     node = os.environ["ACCEPTANCE_TEST_COLLAPSE"]
     busy = Path(os.environ["ACCEPTANCE_TEST_BUSY_DIR"])
     per_node = int(os.environ["ACCEPTANCE_RANKS_PER_NODE"])
-    delay = float(os.environ.get("ACCEPTANCE_TEST_COLLAPSE_DELAY", "0.002"))
+    factor = float(os.environ.get("ACCEPTANCE_TEST_COLLAPSE_FACTOR", "100"))
     real = mpi.PairLink.put_bandwidth
 
     def node_of(rank: int) -> str:
@@ -35,14 +36,18 @@ def _patch(mpi) -> None:
     class Saturated:
         def __init__(self, win):
             self._win = win
+            self._since = time.perf_counter()  # the batch's start
 
         def __getattr__(self, name):
             return getattr(self._win, name)
 
         def Flush(self, target):  # noqa: N802 - mpi4py's name
+            out = self._win.Flush(target)
+            took = time.perf_counter() - self._since
             if loaded():
-                time.sleep(delay)
-            return self._win.Flush(target)
+                time.sleep((factor - 1) * took)
+            self._since = time.perf_counter()
+            return out
 
     real_init, real_free = mpi.PairLink.__init__, mpi.PairLink.free
 
