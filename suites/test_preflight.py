@@ -22,6 +22,7 @@ from acceptance.host.nodefacts import (
     link_layer_mismatches,
     ports_down,
 )
+from acceptance.host.pcie import trained_down
 from acceptance.host.sysfs import sysfs_root
 from acceptance.spec import judge
 from acceptance.host.nics import mapped_devices, topology_rails
@@ -361,6 +362,28 @@ def test_gpu_nic_affinity(topology, profile, fabric, record):
             judge.record(record, profile, SUITE, "gpu_nic_far", None if lines is None else len(lines), nodes=[node],
                          ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node), detail=detail)
     assert not problems, f"GPUs farther than {farthest} from their rail's NIC:\n" + problems.text()
+
+
+def test_pcie_links(topology, profile, fabric, record):
+    """Every RDMA NIC's PCIe link at the speed and width it and its upstream port can train to, and
+    every GPU's at its width (an idle GPU lowers its speed: acceptance.host.pcie)."""
+    have = {node: f.pcie for node, f in fabric.items() if isinstance(f.pcie, list)}
+    if not have:
+        pytest.skip("PCIe link state unavailable on every node: "
+                    + _grouped({node: f.pcie for node, f in fabric.items()}))
+    lines = {node: trained_down(found) for node, found in have.items()}
+    problems = Problems()
+    for node, found in lines.items():
+        for line in found:
+            problems.add(node, f"{node}: {line}", line)
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            found = lines.get(node)
+            detail = (str(facts.pcie) if found is None  # not read on this node: recorded, not judged
+                      else "; ".join(found) or f"{len(have[node])} links at their maximum")
+            judge.record(record, profile, SUITE, "pcie_trained_down", None if found is None else len(found),
+                         nodes=[node], ranks=_ranks(topology, node), rail=None, missing="info", detail=detail)
+    assert not problems, "PCIe links trained below what they can do:\n" + problems.text()
 
 
 @pytest.mark.gpudirect

@@ -56,13 +56,16 @@ def ib_device(root: Path, name: str = "mlx5_0", *, bdf: str = "0000:18:00.0", po
               phys_state: str = "5: LinkUp", fw_ver: str = "28.39.1002", netdev: str | None = None,
               netdev_mtu: int = 4200, driver: str = "mlx5_core", driver_version: str | None = None,
               numa_node: int = 0, lid: str = "0x12", node_desc: str | None = None,
-              counters: dict[str, int] | None = None, hw_counters: dict[str, int] | None = None) -> Path:
+              counters: dict[str, int] | None = None, hw_counters: dict[str, int] | None = None,
+              pcie: tuple[str, int] = ("32.0 GT/s PCIe", 16)) -> Path:
     """One RDMA device with `ports` ports; returns the sysfs root (for chaining).
 
-    counters / hw_counters override the zero defaults on every port.
+    counters / hw_counters override the zero defaults on every port. pcie: the link as trained
+    (speed, width); the device and its upstream port can do Gen5 x16.
     """
     root = Path(root)
-    pci = root / "devices" / "pci0000:00" / "0000:00:01.0" / bdf
+    pci = root / "devices" / "pci0000:00" / _port_of(bdf) / bdf
+    pcie_link(pci, *pcie)
     dev = pci / "infiniband" / name
     _write(pci / "numa_node", str(numa_node))
     _write(pci / "vendor", "0x15b3")
@@ -152,10 +155,28 @@ def set_port(root: Path, device: str, port: int, **files: str) -> None:
         _write(Path(root) / "class" / "infiniband" / device / "ports" / str(port) / key, text)
 
 
-def gpu(root: Path, bdf: str, *, numa_node: int = 0) -> Path:
-    """An NVIDIA GPU as the PCI core shows it (vendor 0x10de, 3D controller class)."""
+def _port_of(bdf: str) -> str:
+    """The root port above a device: one per bus, so each device's upstream link is its own."""
+    bus = int(bdf.split(":")[1], 16)
+    return f"0000:00:{(bus >> 3) & 0x1f:02x}.{bus & 7}"
+
+
+def pcie_link(pci: Path, speed: str = "32.0 GT/s PCIe", width: int = 16, *, max_speed: str = "32.0 GT/s PCIe",
+              max_width: int = 16, port_speed: str = "32.0 GT/s PCIe", port_width: int = 16) -> None:
+    """A PCI function's link files as the kernel writes them, and its upstream port's maximum."""
+    for name, value in (("current_link_speed", speed), ("current_link_width", width),
+                        ("max_link_speed", max_speed), ("max_link_width", max_width)):
+        _write(pci / name, str(value))
+    _write(pci.parent / "max_link_speed", port_speed)
+    _write(pci.parent / "max_link_width", str(port_width))
+
+
+def gpu(root: Path, bdf: str, *, numa_node: int = 0, pcie: tuple[str, int] = ("2.5 GT/s PCIe", 16)) -> Path:
+    """An NVIDIA GPU as the PCI core shows it (vendor 0x10de, 3D controller class); pcie: its link now
+    (an idle GPU's is at 2.5 GT/s), of a Gen5 x16 maximum."""
     root = Path(root)
-    pci = root / "devices" / "pci0000:00" / "0000:00:02.0" / bdf
+    pci = root / "devices" / "pci0000:00" / _port_of(bdf) / bdf
+    pcie_link(pci, *pcie)
     _write(pci / "vendor", "0x10de")
     _write(pci / "class", "0x030200")
     _write(pci / "numa_node", str(numa_node))

@@ -164,6 +164,11 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
                     return f"{row.metric.removesuffix('_ppm')} rose, with no packet count to relate it to"
                 return (f"{row.metric.removesuffix('_ppm')} {fmt_value(row.value)} per million packets "
                         f"(bound {fmt_value(row.threshold)})")
+            if row.unit == "errors/bit":
+                if pd.isna(row.value):
+                    return f"{row.metric.removesuffix('_ber')} rose, with no rx_bits_phy to rate it against"
+                return (f"{row.metric.removesuffix('_ber')}: pre-FEC bit error rate {row.value:.2g} "
+                        f"(fails above {fmt_value(row.threshold)})")
             return f"{row.metric} rose by {fmt_value(row.value)} (bound {fmt_value(row.threshold)})"
 
         evidence = [f"{what(row)} during {row.test}" for row in g.head(EVIDENCE_MAX).itertuples()]
@@ -172,6 +177,8 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
         more = f" and {len(names) - 1} more counter(s)" if len(names) > 1 else ""
         advice = ("congestion or drops on this port" if severity != "fail"
                   else "packets lost or late: check the cable, transceiver and switch port" if h["unit"] == "ppm"
+                  else "more bit errors than FEC corrects: check the cable, transceiver and switch port"
+                  if h["unit"] == "errors/bit"
                   else "error counters must not rise: check the cable, transceiver and switch port")
         value = None if pd.isna(h["value"]) else float(h["value"])
         bound = None if pd.isna(h["threshold"]) else float(h["threshold"])

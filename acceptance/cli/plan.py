@@ -48,10 +48,12 @@ def longest_step(profile: Profile, est: model.Estimate) -> tuple[float, str]:
     """(seconds, what): the longest stretch between two progress() calls, which the hang timeout must
     cover (docs/pytest-under-mpi.md): a bandwidth sweep shows progress after each size, a latency test
     after each pair, a collective sweep after each size."""
-    gbits, sizes = est.rate_gbits, est.sizes
+    gbits, sizes, c = est.rate_gbits, est.sizes, est.costs
     largest = max(sizes) if sizes else 0
-    size_step = model.sweep_direction_seconds(profile, [largest], gbits) if largest else 0.0
-    lat = 2 * model.latency_direction_seconds(est.latency_iters, profile.get("latency.warmup"), kinds=2)
+    size_step = (model.sweep_direction_seconds(profile, [largest], gbits, c.iter_s, c.verify_bytes_per_s, c.check_s)
+                 if largest else 0.0)
+    lat = 2 * model.latency_direction_seconds(est.latency_iters, profile.get("latency.warmup"), kinds=2,
+                                              sample_s=c.latency_sample_s)
     sweep_max = profile.get("sweep.max_size")
     iters = max(1, profile.get("sweep.bytes_per_size") // max(1, sweep_max))
     iters = max(profile.get("sweep.min_iters"), min(profile.get("sweep.max_iters"), iters))
@@ -131,6 +133,8 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         "longest_step": {"seconds": round(step, 2), "what": step_what,
                          "hang_timeout": profile.get("run.hang_timeout")},
         "assumptions": {name: getattr(model, name) for name in ASSUMPTIONS},
+        "profile_costs": {f"plan.{key}": profile.get(f"plan.{key}") for key in (*model.PLAN_KEYS, "rate")
+                          if profile.get(f"plan.{key}") is not None},
     }
     plan["change"] = [] if fits else what_to_change(plan, profile, rate)
     return plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-KINDS = ("error", "retransmit", "discard", "pause", "pause_duration", "cnp", "wait", "corrected", "data", "other")
+KINDS = ("error", "retransmit", "pre_fec", "discard", "pause", "pause_duration", "cnp", "wait", "data", "other")
 # hw_counters named req_*_error(s) / resp_*_error(s) (mlx5 and rxe): transport errors
 REQ_RESP_ERROR = re.compile(r"^(?:req|resp)_\w+_errors?$")
 CNP_COUNTERS = frozenset(("np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets"))
@@ -19,7 +19,9 @@ _ERRORS = frozenset((
     "rnr_nak_retry_err", "req_rnr_retries_exceeded", "req_transport_retries_exceeded",
     # rxe (Soft-RoCE) hw_counters: transport errors
     "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err",
-    # mlx5 ethtool PHY counters
+    # mlx5 ethtool PHY counters after FEC (Documentation/networking/device_drivers/ethernet/mellanox/
+    # mlx5/counters.rst: rx_symbol_err_phy and rx_pcs_symbol_err_phy count symbol errors FEC did not
+    # correct, rx_crc_errors_phy packets with a bad CRC; net/mlx5e commit 5db0a4f64c04): traffic was lost
     "rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy", "link_down_events_phy",
     "tx_pause_storm_warning_events", "tx_pause_storm_error_events",
 ))
@@ -47,7 +49,15 @@ _DATA = frozenset((
     # rxe hw_counters
     "sent_pkts", "rcvd_pkts", "rdma_sends", "rdma_recvs",
 ))
-_RX_ERR_LANE = re.compile(r"^rx_err_lane_\d+_phy$")
+# Errors before FEC corrects them (mlx5 counters.rst: rx_err_lane_<l>_phy "error bits identified on
+# lane l; when FEC is enabled this induces corrected errors", rx_corrected_bits_phy "corrected bits
+# according to active FEC"). PAM4 links (50G a lane and up: 200, 400, 800G ports) always have them
+# (IEEE 802.3 holds such a link to a pre-FEC BER of 2.4e-4 or better, and RS(544,514) FEC to a BER of
+# 1e-12 after it: Dell KB 000286734 on ConnectX-6 Dx): judged as a bit error rate against the port's
+# rx_bits_phy, never as a count.
+RX_ERR_LANE = re.compile(r"^rx_err_lane_\d+_phy$")
+CORRECTED_BITS = "rx_corrected_bits_phy"
+BITS_COUNTER = "rx_bits_phy"
 _PRIO_DISCARD = re.compile(r"^rx_prio\d+_(?:discards|buf_discard|cong_discard)$")
 _PRIO_PAUSE = re.compile(r"^(?:rx|tx)_prio\d+_pause(?:_transition)?$")
 _BYTES_PACKETS = re.compile(r"_(?:bytes|packets)(?:_phy)?$")
@@ -64,12 +74,15 @@ def kind_of(name: str) -> str:
     pause_duration  time spent paused, microseconds (*_pause_duration)
     cnp             congestion notifications (np_cnp_sent, rp_cnp_handled, rp_cnp_ignored, np_ecn_marked_...)
     wait            port_xmit_wait: ticks with data to send and no credits (back-pressure)
-    corrected       rx_corrected_bits_phy: FEC-corrected bits (divide by rx_bits_phy for the pre-FEC BER)
+    pre_fec         bit errors before FEC (rx_err_lane_<l>_phy, rx_corrected_bits_phy): judged as a pre-FEC
+                    bit error rate against the port's rx_bits_phy
     data            traffic volume (port_xmit_data, *_packets, *_bytes, rx_bits_phy, rxe's sent_pkts, ...)
     other           everything else
     """
-    if name in _ERRORS or _RX_ERR_LANE.match(name):
+    if name in _ERRORS:
         return "error"
+    if RX_ERR_LANE.match(name) or name == CORRECTED_BITS:
+        return "pre_fec"
     if name in _RETRANSMITS:
         return "retransmit"
     if name.endswith("_flush_error"):  # QPs torn down with work requests posted: normal at teardown
@@ -86,8 +99,6 @@ def kind_of(name: str) -> str:
         return "cnp"
     if name == "port_xmit_wait":
         return "wait"
-    if name == "rx_corrected_bits_phy":
-        return "corrected"
     if name in _DATA or _BYTES_PACKETS.search(name):
         return "data"
     return "other"

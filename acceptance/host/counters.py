@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 
-from .counter_kinds import CNP_COUNTERS, PACKET_COUNTERS, REQ_RESP_ERROR, kind_of
+from .counter_kinds import BITS_COUNTER, CNP_COUNTERS, PACKET_COUNTERS, REQ_RESP_ERROR, RX_ERR_LANE, kind_of
 from .ethtool import PER_QUEUE, EthtoolError, EthtoolMissing, ethtool_stats
 from .sysfs import ports, sysfs_root
 from ..records.naming import natural_key
@@ -196,6 +196,8 @@ class Delta:
     note: str | None = None    # "reset or wrapped"
     packets: int | None = None  # retransmit kind: the port's packets sent + received in the window
     ppm: float | None = None    # retransmit kind: delta per million of those packets (None: unknown)
+    bits: int | None = None     # pre_fec kind: the bits this counter's lane (or port) received in the window
+    ber: float | None = None    # pre_fec kind: delta / bits, the pre-FEC bit error rate (None: unknown)
 
 
 class DiffResult(list):
@@ -271,20 +273,34 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
 
 
 def _per_packet(deltas: list[Delta]) -> list[Delta]:
-    """Retransmit counters related to their port's traffic: packets (the first PACKET_COUNTERS pair
-    the port has, both deltas known) and ppm. No retransmission is 0 ppm even without a packet count."""
+    """Counters related to their port's traffic. Retransmit: packets (the first PACKET_COUNTERS pair
+    the port has, both deltas known) and ppm; no retransmission is 0 ppm even without a packet count.
+    Pre-FEC errors: the bits received (rx_bits_phy; for rx_err_lane_<l>_phy a lane's share, the port's
+    bits over its active lanes, as traffic is striped across them) and the bit error rate; no error is
+    a rate of 0 even without rx_bits_phy. mlx5 lists a fixed number of lane counters whatever the port
+    uses (a 2-lane 100G port shows 4, two of them 0 for ever): a lane is active when its counter has
+    ever counted, which every PAM4 lane does (and with no lane counting, no lane has a rate to judge)."""
     by_port: dict[tuple, dict[str, int | None]] = {}
+    active: dict[tuple, int] = {}
     for d in deltas:
         by_port.setdefault((d.device, d.port), {})[d.name] = d.delta
+        if RX_ERR_LANE.match(d.name) and d.after > 0:
+            active[(d.device, d.port)] = active.get((d.device, d.port), 0) + 1
     out = []
     for d in deltas:
+        seen = by_port[(d.device, d.port)]
         if d.kind == "retransmit":
-            seen = by_port[(d.device, d.port)]
             packets = next((seen[a] + seen[b] for a, b in PACKET_COUNTERS
                             if seen.get(a) is not None and seen.get(b) is not None), None)
             ppm = (0.0 if d.delta == 0 else None if d.delta is None or not packets
                    else d.delta / packets * 1e6)
             d = replace(d, packets=packets, ppm=ppm)
+        elif d.kind == "pre_fec":
+            port_bits = seen.get(BITS_COUNTER)
+            lanes = max(1, active.get((d.device, d.port), 0)) if RX_ERR_LANE.match(d.name) else 1
+            bits = port_bits // lanes if port_bits else None
+            ber = 0.0 if d.delta == 0 else None if d.delta is None or not bits else d.delta / bits
+            d = replace(d, bits=bits, ber=ber)
         out.append(d)
     return out
 

@@ -16,6 +16,8 @@ Sources (docs/rdma.md §2, §5, §6):
 - GPU <-> NIC distance: `nvidia-smi topo -m` (command: $ACCEPTANCE_NVIDIA_SMI); both
   the header that names NICs NIC0.. plus a "NIC Legend:" (newer drivers) and the
   header that names them mlx5_0.. (older drivers) parse into the same table.
+- PCIe links as trained: <root>/bus/pci/devices/<bdf>/{current,max}_link_{speed,width} of every RDMA
+  device and GPU, and of its upstream port (acceptance.host.pcie).
 - GPUDirect RDMA: the nvidia_peermem module (older: nv_peer_mem's
   <root>/kernel/mm/memory_peers/nv_mem/version), else dma-buf as CUDA reports it
   (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED through cupy).
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # One rule for the sysfs root, shared with the port counters: sysfs_root(node).
-from . import sysfs
+from . import pcie, sysfs
 from .sysfs import read_sysfs
 from .command import run_command
 from ..records.naming import natural_key
@@ -329,6 +331,20 @@ def gpu_count(root: Path) -> int:
     return len(nvidia_gpus(root))
 
 
+def pcie_links(root: Path, only: Iterable[str] | None = None) -> list:
+    """The PCIe links of this node's RDMA devices and NVIDIA GPUs (acceptance.host.pcie)."""
+    found = []
+    for fact in (rdma_devices, nvidia_gpus):
+        try:
+            found.append(fact(root, only) if fact is rdma_devices else fact(root))
+        except Unavailable:
+            found.append([])
+    out = pcie.links(Path(root), *found)
+    if not out:
+        raise Unavailable("no RDMA device or GPU with a PCIe link in sysfs (current_link_speed, current_link_width)")
+    return out
+
+
 # --- nvidia-smi topo -m -----------------------------------------------------------------
 
 _TRAILING = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
@@ -533,6 +549,7 @@ class NodeFacts:
     topo: object         # Affinity | Unavailable
     peermem: object      # str | None | Unavailable
     dmabuf: object       # bool | Unavailable
+    pcie: object = field(default_factory=lambda: Unavailable("not collected"))  # list[pcie.Link] | Unavailable
 
 
 def _fact(fn, *args):
@@ -569,4 +586,5 @@ def collect(root: Path, lib_dirs=None, only: Iterable[str] | None = None) -> Nod
         topo=_fact(topology_affinity) if has_gpus else no_gpu,
         peermem=peer,
         dmabuf=dmabuf,
+        pcie=_fact(pcie_links, root, only),
     )

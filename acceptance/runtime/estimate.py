@@ -28,6 +28,8 @@ The assumptions, named once (each a constant below):
   (h2d_min, d2h_min, p2p_min), else PCIE_GBYTES_S / NVLINK_GBYTES_S; all nodes at once.
 - Memory registration: REG_CALL_S plus pinning at REG_BYTES_PER_S, per register and deregister.
 - The mpi engine (the emulated cluster, local runs) has costs of its own, MPI_* below, measured.
+- A profile's [plan] section replaces any of them with its machines' own (an emulator's fitted costs:
+  the softroce profile; PLAN_KEYS, costs()).
 - Fixed costs: LAUNCH_S to start the ranks, PREFLIGHT_S for the node checks, COUNTER_SNAPSHOT_S per
   port snapshot (before and after each suite file), OUTCOME_PER_RANK_S per test and rank at rank 0
   (the outcome merge), ANALYSIS_PER_PAIR_DIRECTION_S per measured pair-direction afterwards.
@@ -178,16 +180,17 @@ def _gbytes(profile, key: str, default: float) -> float:
 
 # ---- sweeps ------------------------------------------------------------------------------------
 
-def check_seconds(profile, iters: int, bytes_per_iter: int, verify_bytes_per_s: float = VERIFY_BYTES_PER_S) -> float:
+def check_seconds(profile, iters: int, bytes_per_iter: int, verify_bytes_per_s: float = VERIFY_BYTES_PER_S,
+                  check_s: float = CHECK_OVERHEAD_S) -> float:
     """The data checks of one size's loop (acceptance.measure.verify.Policy.iterations)."""
     every_max, samples = profile.get("verify.every_max"), profile.get("verify.samples")
     checked = iters if iters * max(bytes_per_iter, 1) <= every_max or iters - 1 <= samples else samples + 1
     compared = min(bytes_per_iter, profile.get("verify.slot_region"))
-    return checked * (CHECK_OVERHEAD_S + 2 * compared / verify_bytes_per_s)
+    return checked * (check_s + 2 * compared / verify_bytes_per_s)
 
 
 def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = ITER_OVERHEAD_S,
-                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S) -> float:
+                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S, check_s: float = CHECK_OVERHEAD_S) -> float:
     """One pair's bandwidth sweep in one direction over `sizes` (sweep.rounds times; capped per size by
     sweep.max_time_per_size), data checks included."""
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
@@ -197,7 +200,7 @@ def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = I
         iters = sweep.iters(size, size * window)
         n = iters + sweep.warmup(iters)
         one = n * window * size * 8 / (rate_gbits * 1e9) + n * iter_s
-        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window, verify_bytes_per_s)
+        total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window, verify_bytes_per_s, check_s)
     return total * profile.get("sweep.rounds")
 
 
@@ -223,6 +226,7 @@ class Estimate:
     overheads: dict[str, float] = field(default_factory=dict)
     sizes: list[int] = field(default_factory=list)
     latency_iters: int = 0
+    costs: Costs | None = None  # what one operation was figured to cost
 
     @property
     def total(self) -> float:
@@ -239,7 +243,7 @@ def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
 
 @dataclass(frozen=True)
 class Costs:
-    """An engine's fixed costs (the constants above)."""
+    """An engine's fixed costs (the constants above), or a profile's own (its [plan] section)."""
     iter_s: float
     latency_sample_s: float
     collective_iter_s: float
@@ -250,17 +254,40 @@ class Costs:
     reg_call_s: float
     preflight_s: float
     launch_s: float
+    reg_bytes_per_s: float = REG_BYTES_PER_S
+    tool_start_s: float = PERFTEST_START_S
+    incast_round_s: float = INCAST_ROUND_S
+    snapshot_s: float = COUNTER_SNAPSHOT_S
+    check_s: float = CHECK_OVERHEAD_S
+    collective_setup_s: float = 0.0  # the first world collective's connections (not modelled unless a profile says)
 
 
-def costs(engine: str | None) -> Costs:
-    """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's; read when called, so
-    the module's constants are the one place they are set."""
+# profile key under [plan] -> (Costs field, factor from the profile's unit: seconds, or Gbit/s to bytes/s)
+PLAN_KEYS = {"iteration": ("iter_s", 1), "latency_sample": ("latency_sample_s", 1),
+             "pair_setup": ("pair_setup_s", 1), "collective_iteration": ("collective_iter_s", 1),
+             "collective_step": ("collective_step_s", 1), "alltoall_peer": ("alltoall_peer_s", 1),
+             "registration_call": ("reg_call_s", 1), "registration_rate": ("reg_bytes_per_s", 1e9 / 8),
+             "tool_start": ("tool_start_s", 1), "incast_round": ("incast_round_s", 1),
+             "node_checks": ("preflight_s", 1), "port_snapshot": ("snapshot_s", 1), "launch": ("launch_s", 1),
+             "check": ("check_s", 1), "collective_setup": ("collective_setup_s", 1)}
+
+
+def costs(engine: str | None, profile=None) -> Costs:
+    """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's, each replaced by the
+    profile's [plan] value where it sets one; read when called, so the module's constants are the one
+    place the defaults are set."""
     if engine == "mpi":
-        return Costs(MPI_ITER_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_COLLECTIVE_STEP_S,
+        base = Costs(MPI_ITER_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_COLLECTIVE_STEP_S,
                      MPI_ALLTOALL_PEER_S, MPI_PAIR_SETUP_S,
                      MPI_VERIFY_BYTES_PER_S, MPI_REG_CALL_S, MPI_PREFLIGHT_S, MPI_LAUNCH_S)
-    return Costs(ITER_OVERHEAD_S, LATENCY_SAMPLE_S, 0.0, COLLECTIVE_STEP_S, ALLTOALL_PEER_S, PAIR_SETUP_S, VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S,
-                 LAUNCH_S)
+    else:
+        base = Costs(ITER_OVERHEAD_S, LATENCY_SAMPLE_S, 0.0, COLLECTIVE_STEP_S, ALLTOALL_PEER_S, PAIR_SETUP_S,
+                     VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S, LAUNCH_S)
+    if profile is None:
+        return base
+    given = {name: profile.get(f"plan.{key}") * scale for key, (name, scale) in PLAN_KEYS.items()
+             if profile.get(f"plan.{key}") is not None}
+    return dataclasses.replace(base, **given)
 
 
 def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "concurrent",
@@ -270,9 +297,11 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     engine: "mpi" for the mpi engine's costs (MPI_*; default: the profile's run.engine, so "auto"
     plans with the verbs/nccl costs of the hardware profiles)."""
     mpi = (engine or profile.get("run.engine")) == "mpi"
-    c = costs("mpi" if mpi else engine)
+    c = costs("mpi" if mpi else engine, profile)
     gbits, rate_from = choose_rate(profile, rate)
-    if mpi and rate is None and rate_from.startswith("assumed"):
+    if rate is None and profile.get("plan.rate") is not None:
+        gbits, rate_from = profile.get("plan.rate"), f"profile {profile.name}'s plan.rate"
+    elif mpi and rate is None and rate_from.startswith("assumed"):
         gbits, rate_from = MPI_RATE_GBITS, "assumed: the mpi engine's rate (MPI_RATE_GBITS); give --rate"
     rail_times = rails if rail_mode == "serial" else 1  # concurrent: every rail's rounds at once
     rounds = sched.round_count(nodes, pattern)
@@ -282,7 +311,8 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     lat_iters = screening_latency_iters(profile) if screening else profile.get("latency.iters")
     lat_warm = profile.get("latency.warmup")
     gpus = profile.get("preflight.gpus_per_node") or 0
-    est = Estimate(nodes, rails, pattern, rail_mode, gbits, rate_from, rounds, sizes=sizes, latency_iters=lat_iters)
+    est = Estimate(nodes, rails, pattern, rail_mode, gbits, rate_from, rounds, sizes=sizes, latency_iters=lat_iters,
+                   costs=c)
 
     def per_rounds(per_pair_both_directions: float, walk: int = walked) -> float:
         return rail_times * walk * (c.pair_setup_s + per_pair_both_directions)
@@ -290,7 +320,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     def latency(kinds: int = 1) -> float:
         return latency_direction_seconds(lat_iters, lat_warm, kinds, c.latency_sample_s)
 
-    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s)
+    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s, c.check_s)
     rdma = {
         "test_write_bandwidth": per_rounds(2 * bw),
         "test_read_bandwidth": per_rounds(2 * bw),
@@ -301,17 +331,17 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     est.tests["rdma_write"] = rdma
 
     # perftest: the largest sweep size (at most perftest.max_size) for perftest.duration, and ib_write_lat.
-    pf_lat = 2 * PERFTEST_START_S + lat_iters * c.latency_sample_s
-    pf_bw = PERFTEST_START_S + profile.get("perftest.duration")
+    pf_lat = 2 * c.tool_start_s + lat_iters * c.latency_sample_s
+    pf_bw = c.tool_start_s + profile.get("perftest.duration")
     est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=rounds)}
 
     memreg_sizes = _geometric(profile.get("memreg.min_size"), profile.get("memreg.max_size"),
                               profile.get("memreg.factor"))
-    reg = sum(2 * (c.reg_call_s + s / REG_BYTES_PER_S) for s in memreg_sizes) * profile.get("memreg.repeats")
+    reg = sum(2 * (c.reg_call_s + s / c.reg_bytes_per_s) for s in memreg_sizes) * profile.get("memreg.repeats")
     est.tests["memreg"] = {
         "test_registration_time": 2 * reg,  # memory the transport allocates, and our own
         "test_registration_does_not_leak": profile.get("memreg.leak_cycles")
-                                           * 2 * (c.reg_call_s + profile.get("memreg.leak_size") / REG_BYTES_PER_S),
+                                           * 2 * (c.reg_call_s + profile.get("memreg.leak_size") / c.reg_bytes_per_s),
     }
 
     if gpus:
@@ -333,13 +363,13 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
         }
 
     k = max(1, min(profile.get("incast.senders"), nodes - 1))
-    est.tests["incast"] = {"test_incast": rail_times * (k + 1) * (profile.get("incast.duration") + INCAST_ROUND_S)}
+    est.tests["incast"] = {"test_incast": rail_times * (k + 1) * (profile.get("incast.duration") + c.incast_round_s)}
 
     est.tests["collectives"] = _collectives(profile, nodes, rails, rail_times, gbits, c)
 
     est.tests["preflight"] = {"node checks": c.preflight_s}
     snapshots = 2 * SUITE_FILES if profile.get("counters.enabled") else 0
-    est.tests["counters"] = {"port snapshots": snapshots * COUNTER_SNAPSHOT_S}
+    est.tests["counters"] = {"port snapshots": snapshots * c.snapshot_s}
 
     est.suites = {name: sum(est.tests[name].values()) for name in SUITES if name in est.tests}
     ranks = nodes * max(1, rails)
@@ -385,6 +415,7 @@ def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float,
         out[f"test_{op}[world]"] = sweep_seconds(op, nodes * rails, nic)
         out[f"test_{op}[rails]"] = rail_times * sweep_seconds(op, nodes, nic)
         out[f"test_{op}[node]"] = sweep_seconds(op, rails, node_ar if op == "allreduce" else node_aa)
+    out["test_allreduce[world]"] += c.collective_setup_s  # the first collective over the world connects it
     return out
 
 

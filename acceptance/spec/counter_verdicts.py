@@ -23,6 +23,8 @@ class Limits:
     pause_rate_max: float | None = None  # pause frames per second (per counter); None: recorded only
     cnp_rate_max: float | None = None    # CNPs / ECN-marked packets per second; None: recorded only
     retransmit_ppm_max: float = 0.0      # retransmissions per million packets of the port in one window
+    pre_fec_ber_max: float = 2.4e-4      # pre-FEC bit error rate above which a port fails (the FEC's limit)
+    pre_fec_ber_warn: float | None = 1e-5  # ... and above which it warns
 
     @classmethod
     def from_profile(cls, profile) -> Limits:
@@ -30,6 +32,8 @@ class Limits:
             return cls()
         return cls(errors_max=profile.get("counters.errors_max"),
                    retransmit_ppm_max=profile.get("counters.retransmit_ppm_max"),
+                   pre_fec_ber_max=profile.get("counters.pre_fec_ber_max"),
+                   pre_fec_ber_warn=profile.get("counters.pre_fec_ber_warn"),
                    discards_max=profile.get("counters.discards_max"),
                    pause_rate_max=profile.get("counters.pause_rate_max"),
                    cnp_rate_max=profile.get("counters.cnp_rate_max"))
@@ -37,6 +41,7 @@ class Limits:
     def keys(self) -> dict:
         """The profile keys these limits stand for (what acceptance.spec.judge.counter reads)."""
         return {"counters.errors_max": self.errors_max, "counters.retransmit_ppm_max": self.retransmit_ppm_max,
+                "counters.pre_fec_ber_max": self.pre_fec_ber_max, "counters.pre_fec_ber_warn": self.pre_fec_ber_warn,
                 "counters.discards_max": self.discards_max,
                 "counters.pause_rate_max": self.pause_rate_max, "counters.cnp_rate_max": self.cnp_rate_max}
 
@@ -46,7 +51,9 @@ def counter_verdict(delta: Delta, limits: Limits) -> str:
     error: fail when it rose by more than errors_max or saturated during the window, warn when it was
     saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
     retransmit: as error, per million packets of the port against retransmit_ppm_max; warn when that
-    rate is unknown (it rose and the port's packet count is unknown, or it was reset or wrapped). discard: warn when it rose by more than discards_max or
+    rate is unknown (it rose and the port's packet count is unknown, or it was reset or wrapped).
+    pre_fec: fail when its bit error rate is above pre_fec_ber_max, warn above pre_fec_ber_warn or when
+    it rose and the bits received are unknown. discard: warn when it rose by more than discards_max or
     saturated. pause / cnp: warn when the rate exceeds its bound (info without a bound). Every other
     kind: info.
     """
@@ -58,7 +65,8 @@ def counter_verdict(delta: Delta, limits: Limits) -> str:
 
 
 # Kinds judged by a derived value, recorded beside the count: (metric suffix, unit, Delta field).
-DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm")}
+DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm"),
+           "pre_fec": ("_ber", "errors/bit", "ber")}
 
 
 def judged_as(delta: Delta) -> tuple[str, str, float | None]:
@@ -71,7 +79,7 @@ def judged_as(delta: Delta) -> tuple[str, str, float | None]:
 
 def _rate_bound(kind: str, limits: Limits) -> float | None:
     return {"pause": limits.pause_rate_max, "cnp": limits.cnp_rate_max,
-            "retransmit": limits.retransmit_ppm_max}.get(kind)
+            "retransmit": limits.retransmit_ppm_max, "pre_fec": limits.pre_fec_ber_max}.get(kind)
 
 
 def _count_bound(kind: str, limits: Limits) -> int | None:
@@ -122,6 +130,18 @@ def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
                 lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, {_num(d.ppm)} per million "
                              f"of the port's {d.packets:,} packets (more than the "
                              f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
+        elif d.kind == "pre_fec":
+            if d.ber is None:
+                lines.append(f"{where}: {d.name} rose by {_num(d.delta) if d.delta is not None else 'an unknown amount'} "
+                             f"during the window, and the bits received (rx_bits_phy) are unknown: its pre-FEC "
+                             f"bit error rate cannot be judged")
+            else:
+                failed = verdict == "fail"
+                bound = limits.pre_fec_ber_max if failed else limits.pre_fec_ber_warn
+                what = ("past what FEC corrects: frames are lost" if failed
+                        else "FEC still corrects it; the link has less margin than a healthy one")
+                lines.append(f"{where}: {d.name}: pre-FEC bit error rate {d.ber:.2g} ({d.delta:,} errors in "
+                             f"{d.bits:,} bits) > {bound:.2g} ({what}: check the cable, transceiver and switch port)")
         elif d.kind == "discard":
             lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window "
                          f"(more than {limits.discards_max:,}: packets dropped on this port)")
@@ -134,7 +154,7 @@ def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
 
 
 # ---- records for the suites ---------------------------------------------------
-RECORDED_KINDS = ("error", "retransmit", "discard", "pause", "pause_duration", "cnp", "wait", "corrected")
+RECORDED_KINDS = ("error", "retransmit", "pre_fec", "discard", "pause", "pause_duration", "cnp", "wait")
 
 
 def _detail(d: Delta) -> str:
@@ -168,7 +188,8 @@ def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, in
                     "threshold": _count_bound(d.kind, limits), "verdict": "info" if rated else verdict, **common})
         if rated:
             metric, unit, value = judged_as(d)
-            detail = common["detail"] + (f"; {d.packets:,} packets" if d.packets is not None else "")
+            detail = common["detail"] + (f"; {d.packets:,} packets" if d.packets is not None
+                                         else f"; {d.bits:,} bits" if d.bits is not None else "")
             out.append({**common, "metric": metric, "value": value, "unit": unit, "detail": detail,
                         "threshold": _rate_bound(d.kind, limits), "verdict": verdict})
     return out
@@ -200,6 +221,7 @@ def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
         else:
             change = f"{d.delta:+,}"
         rate = (f"{_num(d.ppm)} ppm" if d.ppm is not None and d.delta
+                else f"BER {d.ber:.2g}" if d.ber is not None and d.delta
                 else f"{_num(d.rate)}/s" if d.rate is not None and d.delta else "")
         rows.append((d.device, str(d.port), d.name, d.kind, change, rate, verdict))
     lines = [f"{node}: port counters over {seconds:,.1f} s"]

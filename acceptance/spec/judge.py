@@ -247,16 +247,20 @@ def memlock(values: np.ndarray, profile: Profile, key: str) -> tuple[np.ndarray,
             np.where(unlimited | (values >= float(minimum)), PASS, FAIL).astype(np.int8))
 
 
-COUNTER_SEVERITY = {"error": FAIL, "retransmit": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
+COUNTER_SEVERITY = {"error": FAIL, "retransmit": FAIL, "pre_fec": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
 # A derived counter record: its metric is the counter's name plus this suffix (acceptance.spec.counter_verdicts.DERIVED).
-COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm"}
+COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm", "errors/bit": "_ber"}
+# Derived values that are unknown (NaN) when the counter rose with nothing to relate it to: a warning.
+RELATED_UNITS = ("ppm", "errors/bit")
 
 
 def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,
             profile: Profile | dict, retransmit_counts: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Port counter deltas: an error counter fails when it rises more than errors_max, a retransmit
     counter per million packets of its port (unit ppm) above retransmit_ppm_max (and warns when the
-    rate is unknown: no packet count, or the counter reset or wrapped), a discard counter warns above discards_max; pause and CNP rates (unit 1/s) warn
+    rate is unknown: no packet count, or the counter reset or wrapped), a pre-FEC error counter's bit
+    error rate (unit errors/bit) fails above pre_fec_ber_max and warns above pre_fec_ber_warn (or when
+    unknown), a discard counter warns above discards_max; pause and CNP rates (unit 1/s) warn
     above their bounds. Each is judged in the unit its catalog entry names; a count beside a derived
     value is information. A saturated counter has no delta (value null) and a `saturated` field: one
     that saturated during the window ("during") rose; one saturated before it ("before") only warns.
@@ -279,8 +283,12 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated:
         b = np.full(int(sel.sum()), np.nan if bound is None else float(bound))
         v = compare(values[sel], b, False)
         v[v == FAIL] = COUNTER_SEVERITY[kind]
-        if unit == "ppm":
-            v[np.isnan(values[sel])] = WARN  # it rose with no packet count, or was reset or wrapped
+        if kind == "pre_fec":  # a second, lower bound: FEC still corrects it, with less margin
+            warn = profile.get("counters.pre_fec_ber_warn")
+            if warn is not None:
+                v[(v == PASS) & (values[sel] > float(warn))] = WARN
+        if unit in RELATED_UNITS:
+            v[np.isnan(values[sel])] = WARN  # it rose with no packet or bit count, or was reset or wrapped
         if unit != "1/s":
             v[during[sel]] = COUNTER_SEVERITY[kind]
             v[before[sel]] = WARN

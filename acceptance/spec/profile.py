@@ -547,6 +547,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "counters": {
         "enabled": Bool(True, help="snapshot every RDMA port before and after each suite (nodes without ports record nothing)"),
+        "pre_fec_ber_warn": Float(1e-5, help="pre-FEC bit error rate above which a port warns (a tenth of "
+                                  "what FEC corrects at most, counters.pre_fec_ber_max, rounded down: "
+                                  "a healthy PAM4 link sits orders of magnitude under it)"),
     },
     "collectives": {
     },
@@ -555,6 +558,28 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "iters": Int(20, min=1, help="timed copies per GPU direction and per GPU pair; the value is from the median"),
         "warmup": Int(3, help="untimed copies before the timed ones"),
         "outlier_fraction": Float(0.75, help="a GPU or pair below this x its node's median (per H2D, D2H, P2P) is an outlier"),
+    },
+    "plan": {
+        # What one operation costs this profile's machines, for `acceptance plan`, the budget and "auto"
+        # (acceptance.runtime.estimate). Unset: the engine's own figures (docs/plan.md, "The models").
+        # A rig whose costs are far from them (an emulator) declares its fitted ones here.
+        "rate": Rate(None, help="the link rate a bandwidth iteration's wire time is figured at (else --rate, "
+                                "rdma_write.bandwidth_min at its largest size, or 100 Gbit/s)"),
+        "iteration": Duration(None, help="one bandwidth iteration beyond its wire time (post, poll, flush)"),
+        "check": Duration(None, help="one pairwise data check's fixed cost (the pair's sync; poisoning and comparing its bytes aside)"),
+        "latency_sample": Duration(None, help="one latency sample (a round trip and the harness around it)"),
+        "pair_setup": Duration(None, help="connecting one pair for one pairwise test"),
+        "collective_iteration": Duration(None, help="one collective iteration's fixed part"),
+        "collective_setup": Duration(None, help="the first world collective's setup (connecting every rank)"),
+        "collective_step": Duration(None, help="one step of an all-reduce's latency term (2 log2(n) steps)"),
+        "alltoall_peer": Duration(None, help="one peer's message in an all-to-all"),
+        "registration_call": Duration(None, help="one memory register or deregister call"),
+        "registration_rate": Rate(None, help="pinning memory while registering it"),
+        "tool_start": Duration(None, help="one perftest tool run's start (server, handshake)"),
+        "incast_round": Duration(None, help="one incast round's setup beyond incast.duration"),
+        "node_checks": Duration(None, help="the preflight suite's node checks"),
+        "port_snapshot": Duration(None, help="one counter snapshot of a node's ports"),
+        "launch": Duration(None, help="starting the ranks: launcher, MPI init, imports, the census"),
     },
     "fleet": {
         "bounds": FactorMap({}, help='fleet-relative bounds: "suite.metric" = fraction (higher is better) or '

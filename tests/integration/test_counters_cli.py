@@ -125,3 +125,41 @@ def test_help_teaches_the_workflow(tmp_path):
     assert p.returncode == 0
     assert "srun --ntasks-per-node=1 acceptance counters snapshot -o before-%N.json" in p.stdout
     assert "acceptance counters diff before-node1.json after-node1.json" in p.stdout
+
+
+CX7_400G = ("NIC statistics:\n     rx_crc_errors_phy: {crc}\n     rx_symbol_err_phy: 0\n"
+            "     rx_pcs_symbol_err_phy: 0\n     rx_corrected_bits_phy: {corrected}\n"
+            + "".join(f"     rx_err_lane_{i}_phy: {{lane}}\n" for i in range(4))
+            + "".join(f"     rx_err_lane_{i}_phy: 0\n" for i in range(4, 8))
+            + "     rx_bits_phy: {bits}\n     link_down_events_phy: 0\n")
+
+
+def test_pre_fec_errors_of_a_healthy_400g_port_pass_and_a_crc_or_link_down_fails(node, tmp_path):
+    """Every 400G PAM4 port counts lane errors before FEC: at a pre-FEC BER of 1e-7 the window passes;
+    the same window with a CRC error or a link that went down fails."""
+    root, saved, script = node
+    saved.write_text(CX7_400G.format(crc=0, corrected=10**9, lane=10**9, bits=10**16))
+    assert cli("snapshot", "-o", "before-%N.json", root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    bits = 400 * 10**9 * 60  # a minute at 400 Gbit/s
+    lane = bits // 4 // 10**7  # each of the 4 active lanes at 1e-7
+    saved.write_text(CX7_400G.format(crc=0, corrected=10**9 + 4 * lane, lane=10**9 + lane, bits=10**16 + bits))
+    assert cli("snapshot", "-o", "after-%N.json", root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    p = cli("diff", "before-node1.json", "after-node1.json", "--json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert out["verdict"] == "pass" and out["problems"] == []
+    lane0 = next(d for d in out["deltas"] if d["name"] == "rx_err_lane_0_phy" and d["device"] == "mlx5_0")
+    assert lane0["kind"] == "pre_fec" and lane0["ber"] == pytest.approx(1e-7)
+
+    saved.write_text(CX7_400G.format(crc=2, corrected=10**9 + 4 * lane, lane=10**9 + lane, bits=10**16 + bits))
+    assert cli("snapshot", "-o", "crc-%N.json", root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    p = cli("diff", "before-node1.json", "crc-node1.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "rx_crc_errors_phy rose by 2 during the window (error counters must not rise)" in p.stdout
+
+    saved.write_text(CX7_400G.format(crc=0, corrected=10**9 + 4 * lane, lane=10**9 + lane, bits=10**16 + bits))
+    fakesysfs.set_counter(root, "mlx5_1", 1, "link_downed", 1)
+    assert cli("snapshot", "-o", "down-%N.json", root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    p = cli("diff", "before-node1.json", "down-node1.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "node1 mlx5_1 port 1: link_downed rose by 1 during the window" in p.stdout

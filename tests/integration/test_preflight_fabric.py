@@ -79,7 +79,7 @@ def test_healthy_fabric_passes_every_check(mpi_pytest, cluster):
     env, profile, _ = cluster
     run = mpi_pytest(str(SUITE), "-m", "preflight", "-rs", "--profile", str(profile), env=env)
     assert run.rc == 0, run.out
-    assert re.search(r"\b13 passed\b", run.out) and "skipped" not in run.out, run.out
+    assert re.search(r"\b14 passed\b", run.out) and "skipped" not in run.out, run.out
     recs = [r for r in records(run) if r["suite"] == "preflight"]
     by = {}
     for r in recs:
@@ -90,7 +90,8 @@ def test_healthy_fabric_passes_every_check(mpi_pytest, cluster):
     assert all(r["threshold"] == 400.0 and r["verdict"] == "pass" for r in rates)
     assert {r["value"] for r in by["port_mtu"]} == {4096} and len(by["port_mtu"]) == 4
     for metric, value in (("rdma_devices", 2), ("ports_down", 0), ("link_layer_mismatches", 0),
-                          ("hugepages", 2 * 2**30), ("gpus", 2), ("gpu_nic_far", 0), ("gpudirect_missing", 0)):
+                          ("hugepages", 2 * 2**30), ("gpus", 2), ("gpu_nic_far", 0), ("gpudirect_missing", 0),
+                          ("pcie_trained_down", 0)):  # the GPUs idle at 2.5 GT/s: their speed is not judged
         assert [(r["nodes"], r["ranks"], r["value"], r["verdict"]) for r in by[metric]] == [
             (["node1"], [0, 1], value, "pass"), (["node2"], [2, 3], value, "pass")], metric
     (versions,) = by["fabric_version_mismatches"]
@@ -102,6 +103,8 @@ def test_slow_port_and_odd_firmware_are_named(mpi_pytest, cluster, tmp_path):
     env, profile, roots = cluster
     fakesysfs.set_port(roots["node2"], "mlx5_1", 1, rate="200 Gb/sec (4X HDR)")
     (roots["node2"] / "class" / "infiniband" / "mlx5_0" / "fw_ver").write_text("28.40.1000\n")
+    # node1's rail-1 NIC trained to x8 (a reseated card, a bent pin): half its bandwidth, named by preflight
+    fakesysfs.pcie_link((roots["node1"] / "class" / "infiniband" / "mlx5_1" / "device").resolve(), width=8)
     # A storage NIC (100 GbE) beside the rail NICs: mapped out by nic_rails, so no port check holds it.
     for root in roots.values():
         fakesysfs.ib_device(root, "mlx5_2", bdf="0000:c1:00.0", link_layer="Ethernet",
@@ -115,7 +118,11 @@ def test_slow_port_and_odd_firmware_are_named(mpi_pytest, cluster, tmp_path):
     assert "node2 mlx5_1 port 1: 200 Gb/sec (4X HDR) is below the profile's 400 Gbit/s" in run.out
     assert "node2: firmware '28.39.1002; mlx5_0 at 28.40.1000' differs from '28.39.1002' on 1 of 2 nodes" in run.out
     assert re.search(r"FAILED .*test_port_rate", run.out) and re.search(r"FAILED .*test_fabric_versions_match", run.out)
-    assert "2 failed, 11 passed" in run.out, run.out
+    assert ("node1: NIC mlx5_1 (0000:28:00.0): PCIe link trained to x8 at 32 GT/s, can train to x16 at 32 GT/s "
+            "(x8 of x16)") in run.out, run.out
+    assert "3 failed, 11 passed" in run.out, run.out
+    down = [r for r in records(run) if r["metric"] == "pcie_trained_down"]
+    assert sorted((r["nodes"][0], r["value"], r["verdict"]) for r in down) == [("node1", 1, "fail"), ("node2", 0, "pass")]
     slow = [r for r in records(run) if r["metric"] == "port_rate" and r["verdict"] == "fail"]
     assert [(r["nodes"], r["rail"], r["value"], r["threshold"]) for r in slow] == [(["node2"], 1, 200.0, 400.0)]
 

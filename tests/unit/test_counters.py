@@ -102,7 +102,7 @@ def test_ib_ports_get_their_ipoib_netdev_and_multiport_devices_match_dev_port(tm
         ("mlx5_0", "ibp24s0", "InfiniBand"), ("mlx5_1", "ibp40s0", "InfiniBand")]
     two = fakesysfs.ib_device(tmp_path / "two", "mlx5_0", ports=2, link_layer="Ethernet", netdev="ens1f0np0")
     fakesysfs.ib_device(two, "mlx5_0", ports=2, link_layer="Ethernet", netdev="ens1f1np1")
-    net = two / "devices" / "pci0000:00" / "0000:00:01.0" / "0000:18:00.0" / "net"
+    net = (two / "bus" / "pci" / "devices" / "0000:18:00.0").resolve() / "net"
     (net / "ens1f0np0" / "dev_port").write_text("0\n")
     (net / "ens1f1np1" / "dev_port").write_text("1\n")
     assert [(p.port, p.netdev) for p in sysfs.ports(two)] == [(1, "ens1f0np0"), (2, "ens1f1np1")]
@@ -143,7 +143,7 @@ def test_widths():
     ("symbol_error", "error"), ("link_downed", "error"), ("port_rcv_remote_physical_errors", "error"),
     ("local_link_integrity_errors", "error"), ("out_of_sequence", "retransmit"), ("local_ack_timeout_err", "retransmit"),
     ("req_remote_access_errors", "error"), ("resp_local_length_error", "error"), ("rx_crc_errors_phy", "error"),
-    ("rx_err_lane_2_phy", "error"), ("link_down_events_phy", "error"), ("tx_pause_storm_error_events", "error"),
+    ("rx_err_lane_2_phy", "pre_fec"), ("link_down_events_phy", "error"), ("tx_pause_storm_error_events", "error"),
     ("req_cqe_flush_error", "other"),  # QP teardown with posted work requests: normal
     ("port_xmit_discards", "discard"), ("rx_discards_phy", "discard"), ("rx_prio3_discards", "discard"),
     ("out_of_buffer", "discard"), ("rx_out_of_buffer", "discard"),
@@ -151,7 +151,7 @@ def test_widths():
     ("tx_global_pause", "pause"), ("rx_prio3_pause_transition", "pause"),
     ("tx_prio3_pause_duration", "pause_duration"), ("rx_global_pause_duration", "pause_duration"),
     ("np_cnp_sent", "cnp"), ("rp_cnp_handled", "cnp"), ("np_ecn_marked_roce_packets", "cnp"),
-    ("port_xmit_wait", "wait"), ("rx_corrected_bits_phy", "corrected"),
+    ("port_xmit_wait", "wait"), ("rx_corrected_bits_phy", "pre_fec"),
     ("port_xmit_data", "data"), ("port_rcv_packets", "data"), ("rx_bits_phy", "data"), ("rx_prio3_bytes", "data"),
     ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "retransmit"), ("completer_retry_err", "retransmit"), ("rcvd_seq_err", "retransmit"), ("sent_pkts", "data"), ("rcvd_rnr_err", "other"), ("module_unplug", "other"),
 ])
@@ -403,7 +403,7 @@ def test_to_records_details_and_values(tmp_path, monkeypatch):
     deltas = c.diff(before, snap_at(root, 10.0))
     limits = cv.Limits(pause_rate_max=1000.0)
     recs = cv.to_records(deltas, limits, {"mlx5_0": 0, "mlx5_1": 1})
-    assert not {counter_kinds.kind_of(r["metric"].removesuffix("_rate").removesuffix("_ppm")) for r in recs} & {"data", "other"}
+    assert not {counter_kinds.kind_of(r["metric"].removesuffix("_rate").removesuffix("_ppm").removesuffix("_ber")) for r in recs} & {"data", "other"}
     get = {(r["detail"].split(";")[0], r["metric"]): r for r in recs}
     assert get[("mlx5_0 port 1", "port_rcv_errors")] == {
         "metric": "port_rcv_errors", "value": 7, "unit": "count", "rail": 0, "threshold": 0, "verdict": "fail",
@@ -474,3 +474,85 @@ def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
     assert {(r["metric"], r["value"], r["verdict"], r["rail"]) for r in recs if r["value"]} == {
         ("out_of_seq_request", 12, "info", 0), ("out_of_seq_request_ppm", 2400.0, "fail", 0)}
     assert cv.problems(deltas, cv.Limits(retransmit_ppm_max=2400.0), "node1") == []
+
+
+# `ethtool -S` of a ConnectX-7 400G RoCE port (400GAUI-4: four 100G PAM4 lanes; mlx5 lists lane
+# counters the port does not use, at 0 for ever), the PHY part as mlx5 prints it.
+CX7_400G = """\
+NIC statistics:
+     rx_packets_phy: {packets}
+     tx_packets_phy: {packets}
+     rx_crc_errors_phy: {crc}
+     rx_symbol_err_phy: 0
+     rx_pcs_symbol_err_phy: 0
+     rx_corrected_bits_phy: {corrected}
+     rx_err_lane_0_phy: {lane}
+     rx_err_lane_1_phy: {lane}
+     rx_err_lane_2_phy: {lane}
+     rx_err_lane_3_phy: {lane}
+     rx_err_lane_4_phy: 0
+     rx_err_lane_5_phy: 0
+     rx_err_lane_6_phy: 0
+     rx_err_lane_7_phy: 0
+     rx_bits_phy: {bits}
+     link_down_events_phy: 0
+"""
+
+
+def cx7_window(tmp_path, monkeypatch, ber: float, crc: int = 0, seconds: float = 10.0):
+    """Counter changes of one 400G port over `seconds` at line rate, its lanes at pre-FEC `ber`."""
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet")
+    start = dict(packets=10**9, crc=0, corrected=7 * 10**9, lane=2 * 10**9, bits=10**17)
+    script = ethtool_script(tmp_path, CX7_400G.format(**start))
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(script))
+    before = snap_at(root, 0.0)
+    bits = int(400e9 * seconds)
+    lane = int(ber * bits / 4)
+    (tmp_path / "ethtool.out").write_text(CX7_400G.format(
+        packets=start["packets"] + 10**8, crc=crc, corrected=start["corrected"] + 4 * lane,
+        lane=start["lane"] + lane, bits=start["bits"] + bits))
+    return c.diff(before, snap_at(root, seconds))
+
+
+@pytest.mark.parametrize("ber, verdict", [(1e-7, "pass"), (1e-4, "warn"), (5e-4, "fail")])
+def test_pre_fec_errors_are_judged_as_a_bit_error_rate_not_a_count(tmp_path, monkeypatch, ber, verdict):
+    deltas = cx7_window(tmp_path, monkeypatch, ber)
+    lane = by_name(deltas, "mlx5_0", "rx_err_lane_0_phy")
+    assert lane.kind == "pre_fec" and lane.delta > 0
+    assert lane.bits == int(400e9 * 10) // 4  # the port's bits over its 4 active lanes (of 8 listed)
+    assert lane.ber == pytest.approx(ber, rel=1e-6)
+    assert by_name(deltas, "mlx5_0", "rx_corrected_bits_phy").ber == pytest.approx(ber, rel=1e-6)
+    assert by_name(deltas, "mlx5_0", "rx_err_lane_5_phy").ber == 0.0
+    limits = cv.Limits()
+    assert cv.verdict_of(deltas, limits) == verdict
+    recs = {r["metric"]: r for r in cv.to_records(deltas, limits, {"mlx5_0": 0})}
+    assert recs["rx_err_lane_0_phy"]["verdict"] == "info"  # the count is information; its rate is judged
+    rated = recs["rx_err_lane_0_phy_ber"]
+    assert (rated["unit"], rated["threshold"], rated["verdict"]) == ("errors/bit", 2.4e-4, verdict)
+    assert rated["value"] == pytest.approx(ber, rel=1e-6)
+    said = cv.problems(deltas, limits, "node3")
+    if verdict == "pass":
+        assert said == []
+    else:
+        assert any(line.startswith("node3 mlx5_0 port 1: rx_err_lane_0_phy: pre-FEC bit error rate ")
+                   for line in said), said
+
+
+def test_a_crc_error_after_fec_fails_whatever_the_pre_fec_rate(tmp_path, monkeypatch):
+    deltas = cx7_window(tmp_path, monkeypatch, 1e-7, crc=3)
+    assert by_name(deltas, "mlx5_0", "rx_crc_errors_phy").kind == "error"
+    assert cv.verdict_of(deltas, cv.Limits()) == "fail"
+    assert cv.problems(deltas, cv.Limits(), "node3") == [
+        "node3 mlx5_0 port 1: rx_crc_errors_phy rose by 3 during the window (error counters must not rise)"]
+
+
+def test_pre_fec_errors_without_rx_bits_phy_warn(tmp_path, monkeypatch):
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet")
+    out = "NIC statistics:\n     rx_err_lane_0_phy: {}\n     rx_corrected_bits_phy: {}\n"
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path, out.format(5, 5))))
+    before = snap_at(root, 0.0)
+    (tmp_path / "ethtool.out").write_text(out.format(500, 500))
+    deltas = c.diff(before, snap_at(root, 10.0))
+    assert by_name(deltas, "mlx5_0", "rx_err_lane_0_phy").ber is None
+    assert cv.verdict_of(deltas, cv.Limits()) == "warn"
+    assert "the bits received (rx_bits_phy) are unknown" in cv.problems(deltas, cv.Limits(), "node3")[0]

@@ -153,7 +153,8 @@ def test_empty_file_gets_defaults(tmp_path):
     assert p.values["rdma_write"]["latency_p99_max"] is None  # optional bound: not set
     assert p.values["collectives"]["allreduce_busbw_min"] == []
     assert p.values["counters"] == {"enabled": True, "errors_max": 0, "discards_max": 0, "pause_rate_max": None,
-                                    "cnp_rate_max": None, "retransmit_ppm_max": 0.0}
+                                    "cnp_rate_max": None, "retransmit_ppm_max": 0.0,
+                                        "pre_fec_ber_max": 2.4e-4, "pre_fec_ber_warn": 1e-5}
     assert p.values["incast"]["senders"] == 4 and p.values["incast"]["fairness_min"] is None
 
 
