@@ -15,12 +15,14 @@ def engine(request, topology, profile, run_folder):
 
     What a suite's engine must offer is in the catalog (acceptance.spec.catalog); the choice, why, and the device each rank
     measures through are written to run.json ("engines") by rank 0; a suite without a usable
-    engine skips with the reason, and one whose engine fails to set up on any rank errors on all.
+    engine skips with the reason (fails, when the profile's run.engines names the engine its bounds are
+    written for), and one whose engine fails to set up on any rank errors on all.
     """
     module = request.module
     suite = getattr(module, "SUITE", None) or module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
-    chosen, why, name = agree(profile.get("run.engine"), catalog.suite(suite).engine_needs, topology.world,
-                              topology.node)
+    required = profile.get("run.engines").get(suite)  # the engine this suite's bounds are written for
+    chosen, why, name = agree(required or profile.get("run.engine"), catalog.suite(suite).engine_needs,
+                              topology.world, topology.node)
     error = None
     if chosen is not None:
         try:
@@ -37,6 +39,9 @@ def engine(request, topology, profile, run_folder):
         if devices:
             engines[suite]["devices"] = devices
         run_folder.update_run(engines=engines)
+    if chosen is None and required:
+        pytest.fail(f"profile {profile.name}'s bounds for {suite} are written for the {required} engine "
+                    f"(run.engines), which cannot run here: {why}; no other engine measures it", pytrace=False)
     if chosen is None:
         pytest.skip(why)
     errors = [e for e, _ in every if e]

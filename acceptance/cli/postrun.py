@@ -75,7 +75,7 @@ def summary(analysis: Analysis, report: Path | None, run_dir: str | Path | None 
         by_engine: dict[str, list[str]] = {}
         for suite, e in sorted(engines.items()):
             if isinstance(e, dict):
-                by_engine.setdefault(e.get("engine") or "none (skipped)", []).append(suite)
+                by_engine.setdefault(e.get("engine") or "none usable", []).append(suite)
         lines.append("engines: " + "; ".join(f"{name} ({', '.join(suites)})" for name, suites in by_engine.items())
                      + " (why: run.json \"engines\", report environment)")
     parts = digest.split(analysis.findings)

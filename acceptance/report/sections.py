@@ -1135,7 +1135,7 @@ def environment(run: dict) -> dict:
     if isinstance(engines, dict):
         for suite, e in sorted(engines.items()):
             if isinstance(e, dict):
-                facts.append((f"engine: {suite}", f"{e.get('engine') or 'none (skipped)'}: {e.get('why') or '–'}"))
+                facts.append((f"engine: {suite}", f"{e.get('engine') or 'none usable'}: {e.get('why') or '–'}"))
     ranks = topo.get("ranks") or []
     nics = {}
     for r in ranks if isinstance(ranks, list) and len(ranks) <= 100_000 else []:

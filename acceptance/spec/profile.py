@@ -306,6 +306,26 @@ class Rate(Field):
         return json.dumps(format_rate(value))
 
 
+class EngineMap(Field):
+    """A table of suite = engine name, e.g. { rdma_write = "verbs", collective = "nccl" }."""
+
+    expected, types = "a table of suite = engine", (dict,)
+    ENGINES = ("mpi", "verbs", "nccl")
+
+    def convert(self, raw):
+        from .catalog import SUITES
+        for suite, name in raw.items():
+            if suite not in SUITES:
+                raise ValueError(f"{suite}: not a suite (suites: {', '.join(SUITES)})")
+            if name not in self.ENGINES:
+                raise ValueError(f"{suite}: expected one of {', '.join(self.ENGINES)}, got {_show(name)}")
+        return dict(raw)
+
+    def to_toml(self, value):
+        items = ", ".join(f"{_toml_key(k)} = {json.dumps(v)}" for k, v in value.items())
+        return f"{{ {items} }}" if items else "{}"
+
+
 class StrIntMap(Field):
     """A table of name = integer >= 0, e.g. NIC name -> rail."""
 
@@ -440,6 +460,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "run": {
         "engine": Str("auto", choices=("auto", "mpi", "verbs", "nccl"),
                       help="measurement engine; auto picks the best one available"),
+        "engines": EngineMap({}, help='the engine a suite\'s bounds are written for, e.g. { rdma_write = "verbs", '
+                                      'collective = "nccl" }: that suite runs on it, or fails naming the nodes '
+                                      'where it cannot, and is never measured by another engine'),
         "hang_timeout": Duration("120s", positive=True, help="how long the job may go without progress before a HANG; bounds one step of a test"),
         "nodes": Int(2, min=1, help="virtual nodes when emulating a cluster with local ranks"),
         "ranks_per_node": Int(2, min=1, help="MPI ranks per (virtual) node"),

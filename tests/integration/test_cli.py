@@ -195,3 +195,16 @@ def test_a_launcher_that_stopped_the_others_after_an_agreed_failure_keeps_the_fa
     assert final_code(folder, 143, None, [("node2", "3", "Killed")]) == 3
     assert folder.read_run()["lost"].startswith("the launcher exited 143 after the ranks agreed on exit 1 "
                                                 "(srun: the first tasks to end: Killed)")
+
+
+def test_a_hardware_profile_never_measures_with_another_engine(acceptance_cli, tmp_path):
+    """h100-ndr400's bounds are written for the verbs engine (run.engines): on a machine without RDMA the
+    RDMA-write suite fails naming the engine and why, and no record of it comes from the mpi engine."""
+    p = acceptance_cli("run", "--no-report", "--nodes", "2", "--ranks-per-node", "2", "--profile", "h100-ndr400",
+                       "--", "-m", "p2p", "-k", "write_bandwidth")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "bounds for rdma_write are written for the verbs engine (run.engines), which cannot run here" in p.stdout
+    folder = run_folder_from(p.stdout)
+    recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+    assert not [r for r in recs if r["suite"] == "rdma_write" and r["metric"] != "test_failed"]
+    assert json.loads((folder / "run.json").read_text())["engines"]["rdma_write"]["engine"] is None
