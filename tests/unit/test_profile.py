@@ -142,8 +142,8 @@ def test_empty_file_gets_defaults(tmp_path):
     assert p.name == "empty" and p.description == ""
     assert set(p.values) == set(SCHEMA)
     assert {k: p.values[k] for k in ("run", "topology", "preflight", "latency")} == {
-        "run": {"engine": "auto", "hang_timeout": 120.0, "nodes": 2, "ranks_per_node": 2, "rail_mode": "concurrent",
-                "budget": None},
+        "run": {"engine": "auto", "engines": {}, "hang_timeout": 120.0, "nodes": 2, "ranks_per_node": 2,
+                "rail_mode": "concurrent", "budget": None},
         "topology": {"rails": 0, "nic_rails": {}, "switches": None},
         "preflight": {"memlock_min": 64 * 2**20, "same_versions": True, "rdma_devices": None, "port_rate": None,
                       "mtu": None, "link_layer": None, "hugepages_min": 0, "gpus_per_node": None,
@@ -193,7 +193,7 @@ def test_to_json_is_serializable():
 @pytest.mark.parametrize("text, key, reason", [
     ("[run\nengine = ", "", ["invalid TOML"]),
     ('[run]\nhang_timout = "5s"\n', "run.hang_timout",
-     ["unknown key (known keys in [run]: engine, hang_timeout,", "did you mean 'hang_timeout'?"]),
+     ["unknown key (known keys in [run]: engine, engines, hang_timeout,", "did you mean 'hang_timeout'?"]),
     ('[rnu]\nengine = "mpi"\n', "rnu", ["unknown section", "did you mean 'run'?"]),
     ('hang_timeout = "5s"\n', "hang_timeout", ["unknown key", "put it under [run]"]),
     ("run = 5\n", "run", ["expected a table [run], got 5"]),
@@ -281,8 +281,8 @@ nic_rails = { mlx5_1 = 1 }
     p = load_profile(child)
     assert p.name == "child"  # a name is not inherited
     assert p.description == "base"
-    assert p.values["run"] == {"engine": "auto", "hang_timeout": 10.0, "nodes": 4, "ranks_per_node": 2, "rail_mode": "concurrent",
-                                "budget": None}
+    assert p.values["run"] == {"engine": "auto", "engines": {}, "hang_timeout": 10.0, "nodes": 4, "ranks_per_node": 2,
+                                "rail_mode": "concurrent", "budget": None}
     assert p.values["topology"]["nic_rails"] == {"mlx5_0": 0, "mlx5_1": 1}
 
 
@@ -381,3 +381,13 @@ def test_format_profile_round_trip(tmp_path, source):
     assert again.values == p.values
     assert again.description == p.description
     assert format_profile(again).splitlines()[2:] == text.splitlines()[2:]  # all but the header
+
+
+def test_run_engines_names_suites_and_engines(tmp_path):
+    ok = load_profile(write(tmp_path, "ok.toml", '[run]\nengines = { rdma_write = "verbs", collective = "nccl" }\n'))
+    assert ok.get("run.engines") == {"rdma_write": "verbs", "collective": "nccl"}
+    for text, words in (('[run]\nengines = { rdma_writes = "verbs" }\n', "rdma_writes: not a suite"),
+                        ('[run]\nengines = { rdma_write = "ibverbs" }\n', "rdma_write: expected one of mpi, verbs, nccl")):
+        with pytest.raises(ProfileError) as info:
+            load_profile(write(tmp_path, "bad.toml", text))
+        assert info.value.key == "run.engines" and words in info.value.reason, info.value.reason
