@@ -668,6 +668,17 @@ def test_configure_picks_the_rails_device_and_the_settings(monkeypatch):
     assert ENGINE.configured() == vdev.Config("mlx5_1", vdev.Settings())
 
 
+def test_oversubscribed_counts_the_nodes_cpus_not_the_ranks_mask(monkeypatch):
+    """Two ranks bound to one core each on a 64-CPU node share nothing; six on a 2-CPU guest do."""
+    monkeypatch.setattr(pv, "get_device_list", lambda: [SimpleNamespace(name=b"mlx5_0"),
+                                                           SimpleNamespace(name=b"mlx5_1")])
+    monkeypatch.setattr(vdev.os, "sched_getaffinity", lambda pid: {3})
+    monkeypatch.setattr(vdev.os, "cpu_count", lambda: 64)
+    assert not vdev.configuration(topology(1, "node1", 1, [0, 1]), load_profile()).oversubscribed
+    monkeypatch.setattr(vdev.os, "cpu_count", lambda: 1)
+    assert vdev.configuration(topology(1, "node1", 1, [0, 1]), load_profile()).oversubscribed
+
+
 # ---- PairLink over a simulated device ----------------------------------------------------------------------
 # Two PairLinks in two threads, joined by a threaded 2-rank "communicator". The fake QP carries out
 # the real pyverbs SendWR / RecvWR the engine posts (decoded from their C structs) on the numpy

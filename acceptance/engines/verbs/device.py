@@ -141,8 +141,10 @@ def configuration(topology, profile) -> Config:
         raise VerbsError(f"rail {topology.rail} (rank {topology.rank} on {topology.node}) "
                          f"has no RDMA device: {exc}") from exc
     on_host = sum(r.host == topology.me.host for r in topology.ranks)
+    # The node's CPUs, not this rank's mask: under Slurm's core binding every rank's mask is narrower
+    # than the node's ranks while no CPU is shared.
     return Config(pick_device(names, topology, profile.get("topology.nic_rails")), settings,
-                  oversubscribed=on_host > len(os.sched_getaffinity(0)))
+                  oversubscribed=on_host > (os.cpu_count() or 1))
 
 
 def open_context(name: str):
