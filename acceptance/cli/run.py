@@ -290,6 +290,11 @@ def run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFo
     reader = threading.Thread(target=relay, daemon=True)
     reader.start()
     ended_at = None
+    # The launcher runs in a session of its own (so a stop reaches every rank, not just its foreground
+    # process), which a SIGTERM sent to us (timeout, systemd, a wrapper, scancel's first signal) does
+    # not reach: pass it on, as Ctrl-C is.
+    previous = (signal.signal(signal.SIGTERM, _terminated)
+                if threading.current_thread() is threading.main_thread() else None)
     try:
         while True:
             try:
@@ -312,6 +317,20 @@ def run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFo
     except KeyboardInterrupt:
         # Stop every rank, not just the launcher's foreground process.
         return _stop(proc, signal.SIGINT), None
+    except Terminated:
+        return _stop(proc, signal.SIGTERM), ("acceptance was sent SIGTERM: it stopped the MPI job (every rank); "
+                                             "what the ranks recorded is kept")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(Exception):
+    """SIGTERM arrived while the launcher ran."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 def _stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> int:
@@ -363,6 +382,9 @@ def final_code(folder: RunFolder, rc: int, overran: str | None = None, lost: lis
         # No run.json: the job stopped before rank 0 started (bad profile, bad arguments, crash).
         return EXIT_USAGE if rc in (EXIT_USAGE, 4) else EXIT_INCOMPLETE
     if not run.get("complete"):
+        if overran:
+            folder.update_run(lost=overran)
+            print(f"acceptance: {overran}", file=sys.stderr)
         return EXIT_INCOMPLETE
     code = run.get("exit_code")
     if code not in _WORDS:

@@ -208,3 +208,41 @@ def test_a_hardware_profile_never_measures_with_another_engine(acceptance_cli, t
     recs = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     assert not [r for r in recs if r["suite"] == "rdma_write" and r["metric"] != "test_failed"]
     assert json.loads((folder / "run.json").read_text())["engines"]["rdma_write"]["engine"] is None
+
+
+def test_sigterm_stops_every_rank_and_keeps_the_run_folder(tmp_path):
+    """`acceptance run` killed by SIGTERM (timeout, systemd, a wrapper) stops its MPI job: no rank is
+    left running, the run is INCOMPLETE and run.json says why."""
+    import os
+    import signal
+    import time
+    suite = ROOT / "tests" / "mpi_suites" / "suite_hang.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
+    env.update(HANG_RANK="3", HANG_MODE="sleep")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "acceptance"), "run", "--no-report", "--hang-timeout", "600", "--suites",
+                             str(suite), "--", f"--confcutdir={suite.parent}"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        folder = None
+        while time.monotonic() < deadline:  # wait for the ranks to reach the test that hangs
+            found = sorted((tmp_path / "reports").glob("*/run.json"))
+            if found and not folder:
+                folder = found[0].parent
+            if folder and subprocess.run(["pgrep", "-f", str(folder)], capture_output=True).stdout.count(b"\n") >= 4:
+                break
+            time.sleep(0.5)
+        assert folder is not None, "the run never started"
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, out + err
+    assert "acceptance was sent SIGTERM: it stopped the MPI job (every rank)" in err, err
+    left = subprocess.run(["pgrep", "-f", str(folder)], capture_output=True, text=True).stdout.split()
+    assert left == [] or all(not os.path.exists(f"/proc/{pid}") for pid in left), left
+    meta = json.loads((folder / "run.json").read_text())
+    assert meta["complete"] is False and "SIGTERM" in meta["lost"]
