@@ -333,16 +333,18 @@ def gpu_count(root: Path) -> int:
 
 def pcie_links(root: Path, only: Iterable[str] | None = None) -> list:
     """The PCIe links of this node's RDMA devices and NVIDIA GPUs (acceptance.host.pcie)."""
-    found = []
-    for fact in (rdma_devices, nvidia_gpus):
-        try:
-            found.append(fact(root, only) if fact is rdma_devices else fact(root))
-        except Unavailable:
-            found.append([])
-    out = pcie.links(Path(root), *found)
+    out = pcie.links(Path(root), _or_empty(rdma_devices, root, only), _or_empty(nvidia_gpus, root))
     if not out:
         raise Unavailable("no RDMA device or GPU with a PCIe link in sysfs (current_link_speed, current_link_width)")
     return out
+
+
+def _or_empty(fact, *args) -> list:
+    """A list fact, or [] where this node has none of it."""
+    try:
+        return fact(*args)
+    except Unavailable:
+        return []
 
 
 # --- nvidia-smi topo -m -----------------------------------------------------------------
