@@ -23,8 +23,10 @@ def pytest_addoption(parser):
 # another: the Slurm tests share /etc/slurm and /etc/acceptance/site.env while an emulated cluster is up,
 # the rig's tests share one guest, and each emulation needs the cores to itself more than the unit
 # tests do (the Soft-RoCE guest beside an emulated cluster slowed both 2-3x and stood healthy links
-# 8x apart). Every other test is a unit of its own, spread over the other workers.
-XDIST_GROUPS = {"tests/e2e/": "emulation", "tests/cluster/": "emulation", "tests/integration/test_srun.py": "emulation"}
+# 8x apart). The embedded default run's tests share one run (test_default_run.py's module fixture),
+# so they go to one worker too. Every other test is a unit of its own, spread over the other workers.
+XDIST_GROUPS = {"tests/e2e/": "emulation", "tests/cluster/": "emulation", "tests/integration/test_srun.py": "emulation",
+                "tests/integration/test_default_run.py": "default_run"}
 
 
 # The emulation worker's modules are `make test`'s longest path (the guest, then the cluster); the
@@ -38,7 +40,7 @@ def _group(nodeid: str) -> str | None:
 
 
 def pytest_runtest_setup(item):
-    if os.environ.get("PYTEST_XDIST_WORKER") and _group(item.nodeid) is None:
+    if os.environ.get("PYTEST_XDIST_WORKER") and _group(item.nodeid) != "emulation":
         if os.getpriority(os.PRIO_PROCESS, 0) < UNIT_NICE:
             os.setpriority(os.PRIO_PROCESS, 0, UNIT_NICE)
 
@@ -131,7 +133,7 @@ class Run:
         return json.loads((self.folder / "run.json").read_text())
 
 
-def _env(extra: dict | None) -> dict:
+def run_env(extra: dict | None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
     env["PYTHONHASHSEED"] = "0"
     env.update(extra or {})
@@ -153,7 +155,7 @@ def mpi_pytest(tmp_path):
         if launcher:
             cmd = [str(BIN / "mpiexec"), "-n", str(n), *cmd]
         start = time.monotonic()
-        p = subprocess.run(cmd, cwd=tmp_path, env=_env(extra), capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, cwd=tmp_path, env=run_env(extra), capture_output=True, text=True, timeout=timeout)
         return Run(p.returncode, p.stdout + p.stderr, time.monotonic() - start, folder)
     return run
 
@@ -164,6 +166,6 @@ def acceptance_cli(tmp_path):
     the longest runs here take 140 s on this machine with the cores to share, and must pass at half
     its speed (beside the Soft-RoCE guest, which holds a core while it measures)."""
     def run(*args: str, env: dict | None = None, timeout: float = 420) -> subprocess.CompletedProcess:
-        return subprocess.run([str(BIN / "acceptance"), *args], cwd=tmp_path, env=_env(env),
+        return subprocess.run([str(BIN / "acceptance"), *args], cwd=tmp_path, env=run_env(env),
                               capture_output=True, text=True, timeout=timeout)
     return run

@@ -14,30 +14,6 @@ def run_folder_from(out: str) -> Path:
     return Path(match.group(1))
 
 
-def test_run_embedded_default_writes_a_complete_run_folder(acceptance_cli, tmp_path):
-    p = acceptance_cli("run")
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert "4 local ranks as 2 virtual nodes x 2 rails" in p.stdout
-    folder = run_folder_from(p.stdout)
-    assert folder.parent == tmp_path / "reports"
-    assert sorted(x.name for x in folder.iterdir()) == [
-        "drain.txt", "findings.json", "junit.xml", "links.npz", "logs", "report.html", "results.jsonl", "run.json"]
-    assert re.search(r"^verdict: PASS \([\d,]+ measurements within bounds; 0 confirmed failing, 0 warnings\)$",
-                     p.stdout, re.M), p.stdout
-    assert json.loads((folder / "findings.json").read_text()) == []
-    meta = json.loads((folder / "run.json").read_text())
-    assert meta["complete"] is True and meta["exit_code"] == 0
-    assert meta["command"] == "acceptance run"
-    assert meta["profile"]["name"] == "local"
-    assert meta["topology"]["world_size"] == 4
-    assert set(meta["identity"]) == set(meta["topology"]["nodes"])  # each node's physical identity
-    assert meta["start"].endswith("Z") and meta["end"].endswith("Z")
-    records = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
-    assert {r["suite"] for r in records} >= {"preflight", "memreg", "rdma_write", "collective"}
-    memlock = [r for r in records if r["metric"] == "memlock"]
-    assert sorted(r["ranks"][0] for r in memlock) == [0, 1, 2, 3]
-
-
 def test_run_passes_pytest_args_and_layout(acceptance_cli):
     p = acceptance_cli("run", "--nodes", "3", "--ranks-per-node", "1", "--", "-m", "preflight", "-k", "layout")
     assert p.returncode == 0, p.stdout + p.stderr

@@ -1,10 +1,8 @@
 """Analysis: re-judging records, fleet outliers, localization, burn-in, baseline, drain lines."""
 
 import json
-import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -237,14 +235,14 @@ def test_busbw_bounds_convert_gbit_to_gbyte(tmp_path):
 
 
 def test_latency_bounds_convert_seconds_to_us(tmp_path):
-    profile = load_profile(profile_file(tmp_path, '[rdma_write]\nlatency_p50_max = "3.5us"\n'
-                                                  'latency_p99_max = "0.004ms"\n'))
+    profile = load_profile(profile_file(tmp_path, '[rdma_write]\nlatency_p50_max = "1.75us"\n'
+                                                  'latency_p99_max = "0.002ms"\n'))
     run = synthetic.make_run(tmp_path / "run", nodes=3, rails=1, collectives=False, memreg=False,
                              preflight=False)
     ev = evaluate(load_records(run), profile)
     p50, p99 = ev[ev["metric"] == "latency_p50"], ev[ev["metric"] == "latency_p99"]
-    assert p50["threshold"].to_numpy() == pytest.approx(3.5) and set(p50["verdict"]) == {"pass"}
-    assert p99["threshold"].to_numpy() == pytest.approx(4.0) and set(p99["verdict"]) == {"fail"}  # ~4.5 us
+    assert p50["threshold"].to_numpy() == pytest.approx(1.75) and set(p50["verdict"]) == {"pass"}
+    assert p99["threshold"].to_numpy() == pytest.approx(2.0) and set(p99["verdict"]) == {"fail"}  # ~2.25 us
     assert set(ev.loc[ev["metric"] == "latency_max", "verdict"]) == {"info"}
 
 
@@ -467,21 +465,6 @@ def test_write_outputs(tmp_path):
     write_outputs(clean, analyze(clean))
     assert json.loads((clean / "findings.json").read_text()) == []
     assert (clean / "drain.txt").read_text() == ""
-
-
-@pytest.mark.timeout(450)  # 125 s here beside the other tests; it must pass at half this machine's speed
-def test_real_run_has_no_findings(tmp_path):
-    out = tmp_path / "reports"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
-    subprocess.run([str(BIN / "acceptance"), "run", "--output", str(out)], check=False, cwd=ROOT, capture_output=True,
-                   text=True, timeout=420, env=env)
-    (folder,) = [p for p in out.iterdir() if (p / "results.jsonl").is_file()]
-    a = analyze(folder)
-    assert a.findings == [], [f["message"] for f in a.findings]
-    assert len(a.records) > 100 and set(a.records["suite"].astype(str)) >= {"rdma_write", "collective", "memreg"}
-    # our verdicts agree with the ones the suites wrote
-    written = [json.loads(line)["verdict"] for line in (folder / "results.jsonl").read_text().splitlines()]
-    assert list(a.records["verdict"].astype(str)) == written
 
 
 # ---- loading ----------------------------------------------------------------------------
