@@ -57,9 +57,10 @@ DEFAULT_SIZES = (65536, 8388608)
 LATENCY_SIZE = 8
 BW_PEAK = 370.0          # Gbit/s at large sizes
 BW_HALF = 32768          # bytes at which the bandwidth curve reaches half of the peak
-LATENCY = {"latency_p50": 3.0, "latency_p99": 4.5, "latency_p999": 8.0, "latency_max": 25.0}
-PINGPONG = {"pingpong_latency_p50": 3.5, "pingpong_latency_p99": 5.0,
-            "pingpong_latency_p999": 9.0, "pingpong_latency_max": 30.0}
+# One-way latencies (half a round trip, the catalog's definition), in us.
+LATENCY = {"latency_p50": 1.5, "latency_p99": 2.25, "latency_p999": 4.0, "latency_max": 12.5}
+PINGPONG = {"pingpong_latency_p50": 1.75, "pingpong_latency_p99": 2.5,
+            "pingpong_latency_p999": 4.5, "pingpong_latency_max": 15.0}
 BW_NOISE, LAT_NOISE, MAX_NOISE = 0.01, 0.03, 0.20
 BUSBW = {"world": 150.0, "rail": 45.0, "node": 350.0}   # GB/s
 COLLECTIVE_SIZES = (1048576, 67108864)

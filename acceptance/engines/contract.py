@@ -43,6 +43,9 @@ class PairLink(Protocol):
                        seed: tuple[int, int, int], budget_s: float | None = None,
                        policy: Policy | None = None) -> Transfer: ...
 
+    # Each latency's times are what the catalog declares for its metric (Metric.timing): a write's
+    # and a ping-pong's one-way (half a measured round trip, as ib_write_lat), a read's and an
+    # atomic's a full round trip (as ib_read_lat, ib_atomic_lat).
     def put_latency(self, size: int, iters: int, warmup: int, origin: int, seed=None,
                     policy: Policy | None = None) -> Transfer: ...
 

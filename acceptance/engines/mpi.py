@@ -198,9 +198,15 @@ class PairLink:
 
     def put_latency(self, size: int, iters: int, warmup: int, origin: int,
                     seed: tuple[int, int, int] = (0, 1, 0), policy: Policy | None = None) -> Transfer:
-        """osu_put_latency with flush: one Put + Flush per sample (not halved), each to its own slot
-        while the link's memory lasts; the target checks the slots afterwards (WriteCheck)."""
-        return self.put_bandwidth(size, iters, warmup, 1, origin, seed, policy=policy)
+        """One-way write latency (the catalog's definition): one Put + Flush per sample, as
+        osu_put_latency with flush, halved. The Flush returns when the target has the data, which
+        takes the write out and its acknowledgement back, a round trip, as ib_write_lat's ping-pong
+        of two writes is; both report half of it. Each sample writes its own slot while the link's
+        memory lasts; the target checks the slots afterwards (WriteCheck)."""
+        got = self.put_bandwidth(size, iters, warmup, 1, origin, seed, policy=policy)
+        if got.times_ns is not None:
+            got.times_ns //= 2
+        return got
 
     def read_bandwidth(self, size: int, iters: int, warmup: int, window: int, origin: int,
                        seed: tuple[int, int, int], budget_s: float | None = None,

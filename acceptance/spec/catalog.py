@@ -32,6 +32,7 @@ GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records G
 #   counter   by the counter's kind (acceptance.host.counter_kinds.kind_of): errors, discards, pause, CNP
 # A metric marked `advisory` warns where its bound is not met, instead of failing.
 BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "one", "counter")
+TIMINGS = (None, "one-way", "round trip")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,10 @@ class Metric:
     # node drives at once; a communicator over every GPU of every node loads all of them).
     per_nic: bool = False
     advisory: bool = False          # outside its bound: warn, not fail
+    # A latency's definition, which every engine measures alike (engines.contract.PairLink):
+    # "one-way" is half a measured round trip (ib_write_lat, osu_latency); "round trip" is the whole
+    # of it (ib_read_lat, ib_atomic_lat, a post-to-completion sample). A bound is for that definition.
+    timing: str | None = None
     # The profile key the metric owns: setting(acceptance.spec.profile) builds its Field (type, default, help).
     # None where the key is a general setting defined in acceptance.spec.profile (topology.rails).
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
@@ -64,6 +69,8 @@ class Metric:
     def __post_init__(self):
         if self.bound not in BOUND_KINDS:
             raise ValueError(f"{self.names}: bound {self.bound!r} is not one of {BOUND_KINDS}")
+        if self.timing not in TIMINGS:
+            raise ValueError(f"{self.names}: timing {self.timing!r} is not one of {TIMINGS}")
 
     @property
     def name(self) -> str:
@@ -90,20 +97,25 @@ class Suite:
     finding: str = ""
 
 
-def _latencies(prefix: str, label: str, key_prefix: str | None, bounded=("p50", "p99", "p999"), outlier=(),
-               trend=(), heatmap=(), export=(), what: str = ""):
-    """Latency p50, p99, p99.9 and max of one operation; `bounded` percentiles have a profile key
-    (a duration, unset by default), `outlier`, `trend`, `heatmap` and `export` say which percentiles
-    have those roles (export: the family stem is the metric's name, prefixed "write_" for a write)."""
+TIMING_WORDS = {"one-way": "one-way: half a round trip, as ib_write_lat", "round trip": "a full round trip"}
+
+
+def _latencies(prefix: str, label: str, key_prefix: str | None, timing: str, bounded=("p50", "p99", "p999"),
+               outlier=(), trend=(), heatmap=(), export=(), what: str = ""):
+    """Latency p50, p99, p99.9 and max of one operation, each sample `timing` (Metric.timing);
+    `bounded` percentiles have a profile key (a duration, unset by default), `outlier`, `trend`,
+    `heatmap` and `export` say which percentiles have those roles (export: the family stem is the
+    metric's name, prefixed "write_" for a write)."""
     out = []
     for p, shown in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
         has = key_prefix is not None and p in bounded
         name = f"{prefix}latency_{p}"
+        help = f"{what or label + ' latency'} {shown} bound ({TIMING_WORDS[timing]})"
         out.append(Metric((name,), "us", False, "scalar" if has else "none",
                           f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
                           outlier=p in outlier, trend=p in trend, heatmap=p in heatmap,
-                          export=(f"{prefix or 'write_'}latency_{p}" if p in export else None),
-                          setting=_duration(f"{what or label + ' latency'} {shown} bound") if has else None))
+                          export=(f"{prefix or 'write_'}latency_{p}" if p in export else None), timing=timing,
+                          setting=_duration(help) if has else None))
     return tuple(out)
 
 
@@ -187,22 +199,22 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="read_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="RDMA READ bandwidth bound by size (Gbit/s): "
                                            "the origin reads the target's memory")),
-        *_latencies("", "write", "rdma_write.latency", outlier=("p50", "p99", "p999"), trend=("p50", "p99"),
-                    heatmap=("p99",), export=("p99",),
-                    what="write latency (verbs: half a round trip, as ib_write_lat; mpi: a Put + Flush round trip)"),
-        *_latencies("read_", "read", "rdma_write.read_latency", bounded=("p50", "p99"), what="RDMA read latency"),
-        *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", bounded=("p50", "p99"),
+        *_latencies("", "write", "rdma_write.latency", "one-way", outlier=("p50", "p99", "p999"),
+                    trend=("p50", "p99"), heatmap=("p99",), export=("p99",), what="RDMA write latency"),
+        *_latencies("read_", "read", "rdma_write.read_latency", "round trip", bounded=("p50", "p99"),
+                    what="RDMA read latency"),
+        *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", "round trip", bounded=("p50", "p99"),
                     what="8-byte atomic fetch-and-add latency"),
-        *_latencies("pingpong_", "ping-pong", None),
+        *_latencies("pingpong_", "ping-pong", None, "one-way"),
         DATA_ERRORS,
     )),
     Suite("gpudirect", ("PairLink", "gpu_register_times"), pairwise=True, finding="GPUDirect: ", metrics=(
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "gpudirect.bandwidth_min", label="GPU write bandwidth",
                outlier=True, heatmap=True, curve=True, export="gpu_write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),
-        *_latencies("", "GPU write", "gpudirect.latency", bounded=("p50", "p99"),
+        *_latencies("", "GPU write", "gpudirect.latency", "round trip", bounded=("p50", "p99"),
                     what="GPU-to-GPU RDMA write latency (post to completion)"),
-        *_latencies("pingpong_", "GPU ping-pong", None),
+        *_latencies("pingpong_", "GPU ping-pong", None, "one-way"),
         DATA_ERRORS, REG_TIME, DEREG_TIME,
     )),
     Suite("collective", ("allreduce", "alltoall"), (
@@ -224,8 +236,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                label="incast aggregate bandwidth",
                setting=lambda f: f.Rate(None, help="bandwidth all senders together must deliver to the receiver")),
         Metric(("bandwidth",), "Gbit/s", True, label="incast sender bandwidth"),
-        *_latencies("loaded_", "loaded", "incast.latency", bounded=("p99",),
-                    what="receiver's put latency, while the other senders load it,"),
+        *_latencies("loaded_", "loaded", "incast.latency", "round trip", bounded=("p99",),
+                    what="receiver's Put + Flush latency, while the other senders load it,"),
         DATA_ERRORS,
     )),
     Suite("intranode", (), (
@@ -258,8 +270,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     # ib_write_bw / ib_write_lat beside the harness's own numbers: information only.
     Suite("perftest", (), pairwise=True, finding="perftest: ", metrics=(
         Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average"),
-        *_latencies("", "ib_write_lat", None),
-        Metric(("latency_avg",), "us", False, label="ib_write_lat average"),
+        *_latencies("", "ib_write_lat", None, "one-way"),
+        Metric(("latency_avg",), "us", False, label="ib_write_lat average", timing="one-way"),
     )),
 )}
 

@@ -15,10 +15,10 @@ ib_read_lat / ib_atomic_lat. Connection setup is perftest's: path MTU = the
 smaller active MTU of the two ports, timeout 14, retry 7, RNR retry 7, min RNR
 timer 12, outstanding reads negotiated from both devices.
 
-Latency units differ between the engines: the mpi engine's put latency is a
-full Put + Flush round trip; this engine's put_latency, pingpong_latency and
-write_imm_latency are perftest's half round trip (RTT / 2), while
-read_latency and atomic_latency are a full round trip (perftest's rtt_factor).
+Each latency is what the catalog declares for its metric (Metric.timing), as
+in the mpi engine: put_latency, pingpong_latency and write_imm_latency are
+one-way, perftest's half round trip (RTT / 2); read_latency and atomic_latency
+are a full round trip (perftest's rtt_factor).
 
 One module per concern: binding (pyverbs, imported once), errors, device
 (discovery, availability and this rank's configuration), memreg (registration),
