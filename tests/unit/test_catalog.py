@@ -131,3 +131,11 @@ def test_the_docs_the_readme_links_exist():
         cited |= set(re.findall(r"docs/[a-z-]+\.md", path.read_text()))
     for link in cited:
         assert (root / link).is_file(), link
+
+
+def test_every_latency_says_whether_it_is_one_way_or_a_round_trip():
+    latencies = [m for s in catalog.SUITES.values() for m in s.metrics if "latency" in m.name]
+    assert latencies and all(m.timing in ("one-way", "round trip") and m.unit == "us" for m in latencies), [
+        m.names for m in latencies if m.timing is None]
+    with pytest.raises(ValueError, match="timing 'both'"):
+        catalog.Metric(("x",), "us", False, timing="both")

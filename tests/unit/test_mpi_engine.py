@@ -83,3 +83,14 @@ def test_every_builtin_profile_selects_a_sweep():
     for name in ("local", "h100-ndr400", "h200-ndr400", "a100-hdr200"):
         sweep = sweep_from_profile(load_profile(name))
         assert sweep.sizes[0] == 8
+
+
+def test_write_latency_is_one_way_half_the_put_and_flush():
+    """The catalog declares write latency one-way (Metric.timing): the mpi engine halves its Put +
+    Flush round trip, as ib_write_lat halves its ping-pong."""
+    from acceptance.engines.contract import Transfer
+    from acceptance.spec import catalog
+    assert {m.timing for m in catalog.metrics("rdma_write", "latency_p50")} == {"one-way"}
+    link = object.__new__(mpi.PairLink)
+    link.put_bandwidth = lambda *args, **kwargs: Transfer(np.array([1000, 3001], dtype=np.int64), None)
+    assert list(mpi.PairLink.put_latency(link, 8, 2, 0, 0).times_ns) == [500, 1500]
