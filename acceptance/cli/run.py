@@ -12,11 +12,14 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 
 from . import launch, plan
+from . import lost as lost_reports
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
 from ..records.results import ENV_ITERATION, InputError, RunFolder
+from ..report.data import compress_ints
 from ..runtime.watchdog import END_GRACE_S
 from ..spec import switches
 from ..spec.profile import load_profile
@@ -79,10 +82,9 @@ def add_parser(sub) -> None:
     run.set_defaults(func=cmd_run)
 
 
-# srun's report of a task that died, e.g. "srun: error: node4: tasks 6-7: Killed".
-SRUN_TASK_ERROR = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Exited with exit code \d+)")
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHER_GRACE_S = 30.0  # beyond the ranks' own bound on their end, for the launcher to notice and exit
+LAUNCHER_TAIL_CHUNKS = 16  # the launcher's last reads (64 KiB at most each) kept for its report of the first ranks to die
 
 
 def cmd_run(args) -> int:
@@ -128,7 +130,7 @@ def cmd_run(args) -> int:
     # Once the ranks agreed on the exit code, each bounds its own end by the hang timeout plus
     # END_GRACE_S; the launcher gets that and a little more to exit.
     end_bound = (args.hang_timeout or profile.get("run.hang_timeout")) + END_GRACE_S + LAUNCHER_GRACE_S
-    code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound)
+    code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound, watch_here=launcher.here)
     if code in (EXIT_OK, EXIT_FAILED):
         # The verdict decides: a pass needs measurements in bounds.
         code = post_run(folder, args.drain, report=not args.no_report)
@@ -140,7 +142,7 @@ def cmd_run(args) -> int:
 
 
 def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | None,
-             duration: float | None, end_bound: float) -> int:
+             duration: float | None, end_bound: float, watch_here: bool = False) -> int:
     """Launch the suites once, or repeatedly for a burn-in; the worst exit code wins."""
     start = time.monotonic()
     codes: list[int] = []
@@ -148,11 +150,14 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
         k = len(codes)
         env[ENV_ITERATION] = str(k)
         lost: list = []
-        rc, overran = run_child(cmd, env, lost, folder, end_bound)
+        # Every rank here: which ended first is seen directly (acceptance.cli.lost.DeathWatch).
+        watch = lost_reports.DeathWatch() if watch_here else None
+        rc, overran = run_child(cmd, {**env, **watch.env()} if watch else env, lost, folder, end_bound)
+        watched = watch.lost() if watch else None
         code = final_code(folder, rc, overran, lost)
         codes.append(code)
         if code == EXIT_INCOMPLETE:
-            _record_lost(folder, lost)
+            _record_lost(folder, lost_reports.first_of(lost, watched))
             print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
                   file=sys.stderr)
         elapsed = time.monotonic() - start
@@ -270,25 +275,47 @@ def _suites_path(explicit: str | None) -> Path:
 
 
 def run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFolder | None = None,
-               end_bound: float | None = None) -> tuple[int, str | None]:
-    """Run the launcher, passing its output through; srun's reports of dead tasks go into `lost`.
+              end_bound: float | None = None) -> tuple[int, str | None]:
+    """Run the launcher, passing its output through; its reports of the first ranks to die go into
+    `lost` (acceptance.cli.lost: srun's as they come, Open MPI's and Hydra's from the output's end).
 
     Returns (exit status, why it was stopped): once run.json says the ranks ended, the launcher
     has `end_bound` seconds to exit, then its processes are killed."""
     ended_before = _run_end(folder)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, text=True,
-                            errors="replace", bufsize=1)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # What the launcher printed last, for its report of the first ranks to die: Hydra writes it to
+    # stdout, Open MPI and srun to stderr. Passed through as it comes (pytest's progress has no newline).
+    tails = {"out": deque(maxlen=LAUNCHER_TAIL_CHUNKS), "err": deque(maxlen=LAUNCHER_TAIL_CHUNKS)}
 
-    def relay():
-        for line in proc.stderr:
-            sys.stderr.write(line)
-            sys.stderr.flush()
-            m = SRUN_TASK_ERROR.search(line)
-            if m and lost is not None:
-                lost.append((m.group(1), m.group(2), m.group(3)))
+    def relay(source, sink, tail: deque, lines: bool):
+        out = getattr(sink, "buffer", None)
+        pending = b""
+        while chunk := os.read(source.fileno(), 65536):
+            if out is not None:
+                out.write(chunk)
+                out.flush()
+            else:
+                sink.write(chunk.decode(errors="replace"))
+                sink.flush()
+            tail.append(chunk)
+            if lines and lost is not None:  # srun's reports, one line each, as they come
+                pending += chunk
+                *complete, pending = pending.split(b"\n")
+                lost.extend(found for line in complete
+                            if (found := lost_reports.from_line(line.decode(errors="replace"))))
 
-    reader = threading.Thread(target=relay, daemon=True)
-    reader.start()
+    readers = [threading.Thread(target=relay, args=(proc.stdout, sys.stdout, tails["out"], False), daemon=True),
+               threading.Thread(target=relay, args=(proc.stderr, sys.stderr, tails["err"], True), daemon=True)]
+    for reader in readers:
+        reader.start()
+
+    def drained() -> None:
+        for reader in readers:
+            reader.join(timeout=10)
+        if lost is not None:
+            for tail in tails.values():
+                lost.extend(lost_reports.from_text(b"".join(tail).decode(errors="replace")))
+
     ended_at = None
     # The launcher runs in a session of its own (so a stop reaches every rank, not just its foreground
     # process), which a SIGTERM sent to us (timeout, systemd, a wrapper, scancel's first signal) does
@@ -308,11 +335,9 @@ def run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFo
                 ended_at = time.monotonic()
             if ended_at is not None and time.monotonic() - ended_at > end_bound:
                 _stop(proc)
-                reader.join(timeout=10)
                 return proc.returncode, (f"the launcher had not exited {end_bound:g} s after the ranks agreed on "
                                          f"the exit code (a rank stuck in teardown: junit.xml, NCCL, MPI_Finalize); "
                                          f"it was killed; see logs/")
-        reader.join(timeout=10)
         return rc, None
     except KeyboardInterrupt:
         # Stop every rank, not just the launcher's foreground process.
@@ -321,6 +346,7 @@ def run_child(cmd: list[str], env: dict, lost: list | None = None, folder: RunFo
         return _stop(proc, signal.SIGTERM), ("acceptance was sent SIGTERM: it stopped the MPI job (every rank); "
                                              "what the ranks recorded is kept")
     finally:
+        drained()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
@@ -342,31 +368,32 @@ def _stop(proc: subprocess.Popen, first: int = signal.SIGTERM) -> int:
         return proc.wait()
 
 
+def _read_run(folder: RunFolder) -> dict:
+    try:
+        return folder.read_run()
+    except (OSError, ValueError):  # not written yet, or being written
+        return {}
+
+
 def _run_end(folder: RunFolder | None):
-    try:
-        return folder.read_run().get("end") if folder is not None else None
-    except (OSError, ValueError):
-        return None
+    return _read_run(folder).get("end") if folder is not None else None
 
 
-def _record_lost(folder: RunFolder, lost: list) -> None:
-    """After srun tore a step down, name the node whose tasks died first (rank 0 may not have lived to)."""
-    try:
-        run = folder.read_run()
-    except (OSError, ValueError):
+def _record_lost(folder: RunFolder, first: lost_reports.Lost | None) -> None:
+    """After the launcher tore the job down, name the ranks and node that died first (rank 0 may not
+    have lived to), unless the run already says why it ended (a hang, a stop)."""
+    run = _read_run(folder)
+    if not run or run.get("missing_ranks") or run.get("lost") or first is None:
         return
-    if run.get("missing_ranks") or run.get("lost") or not lost:
+    ranks, nodes = lost_reports.resolve(first, run)
+    if not ranks and not nodes:
         return
-    node, tasks, how = lost[0]
-    ranks = sorted(r for part in tasks.split(",") for r in _task_range(part))
-    folder.update_run(missing_ranks=ranks, lost_nodes=[node],
-                      lost=f"srun: tasks {tasks} on {node} ended first ({how}); Slurm then stopped the step")
-    print(f"acceptance: lost node {node}: tasks {tasks} ended first ({how})", file=sys.stderr)
-
-
-def _task_range(part: str) -> range:
-    low, _, high = part.partition("-")
-    return range(int(low), int(high or low) + 1)
+    which = f"rank{'s' if len(ranks) > 1 else ''} {compress_ints(ranks)}" if ranks else f"the process {first.pid}"
+    where = f" on {', '.join(nodes)}" if nodes else (f" on host {first.host}" if first.host else "")
+    why = f"{first.source}: {which}{where} ended first ({first.how}); the launcher then stopped the job"
+    folder.update_run(missing_ranks=ranks, lost_nodes=nodes, lost=why)
+    print(f"acceptance: lost {'node ' + ', '.join(nodes) if nodes else first.host or 'a rank'}: {which} ended first "
+          f"({first.how})", file=sys.stderr)
 
 
 def final_code(folder: RunFolder, rc: int, overran: str | None = None, lost: list | None = None) -> int:
@@ -389,15 +416,15 @@ def final_code(folder: RunFolder, rc: int, overran: str | None = None, lost: lis
     code = run.get("exit_code")
     if code not in _WORDS:
         return EXIT_INCOMPLETE
-    first = lost[0][2] if lost else None
+    first = lost[0] if lost else None
     if code == EXIT_OK:
         crashed = rc != EXIT_OK
     else:
-        crashed = first is not None and first != f"Exited with exit code {code}"
+        crashed = first is not None and first.exit_code != code
     if overran is None and not crashed:
         return code
     why = overran or (f"the launcher exited {rc} after the ranks agreed on exit {code}"
-                      + (f" (srun: the first tasks to end: {first})" if first else "")
+                      + (f" ({first.source}: the first to end: {first.how})" if first else "")
                       + ": a rank crashed or hung after the results were in (junit.xml, NCCL teardown, "
                         "MPI_Finalize); see logs/")
     folder.update_run(complete=False, exit_code=EXIT_INCOMPLETE, launcher_exit_code=rc, lost=why)

@@ -20,7 +20,8 @@ def software_versions() -> dict[str, str]:
     return {
         "python": platform.python_version(),
         "mpi4py": mpi4py.__version__,
-        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        # Open MPI's string ends in the C string's NUL.
+        "mpi_library": MPI.Get_library_version().replace("\x00", "").strip().splitlines()[0].strip(),
         "pytest": pytest.__version__,
         "acceptance": __version__,
     }

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from mpi4py import MPI
 
-from . import outcomes, pulse
+from . import liveness, outcomes, pulse
 from . import overrides
 from ..host.identity import merge_identities, node_identity
 from ..host.preflight import software_versions
@@ -269,7 +269,8 @@ class CollectivePlugin:
         census_timeout = max(self.default_timeout, CENSUS_MIN_S)
         self.watchdog = self._make_watchdog()
         self._arm("session", "census", census_timeout)
-        me = {"host": MPI.Get_processor_name(), "versions": software_versions()}
+        liveness.announce(self.rank)
+        me = {"host": MPI.Get_processor_name(), "pid": os.getpid(), "versions": software_versions()}
         run_dir = None
         if self.rank == 0:
             # Before the census: a hang at start-up still leaves run.json and junit.xml behind.
@@ -362,6 +363,9 @@ class CollectivePlugin:
                 "fabric_unknown": self.fabric.unknown(self.topology.nodes)} if self.fabric else {}),
             "software": software,
             "identity": identity,
+            # Each rank's [host, pid]: a launcher that names a dead process, not its rank (Hydra), is
+            # mapped to the rank and node through it (acceptance.cli.lost).
+            "processes": [[c["host"], c["pid"]] for c in census],
             "complete": False,
             "exit_code": None,
             "missing_ranks": [],

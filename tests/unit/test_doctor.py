@@ -97,7 +97,8 @@ def test_launcher_falls_back_to_mpiexec_without_srun(monkeypatch, tmp_path):
 
 
 def test_launcher_falls_back_to_path_mpiexec(monkeypatch, tmp_path, no_slurm_env):
-    monkeypatch.setattr(doctor.sys, "executable", str(tmp_path / "nobin" / "python"))
+    from acceptance.cli import launch
+    monkeypatch.setattr(launch.sys, "executable", str(tmp_path / "nobin" / "python"))
     script(tmp_path, "mpirun", 'echo "mpirun (Open MPI) 4.1.5"')
     monkeypatch.setenv("PATH", str(tmp_path))
     a = probe_launcher()
@@ -192,3 +193,17 @@ def test_perftest_probe_names_what_is_missing(monkeypatch, tmp_path):
     a = doctor.probe_perftest()
     assert not a.usable and "ib_write_bw, ib_write_lat not on ACCEPTANCE_PERFTEST_DIR=" in a.detail
     assert "apt install perftest" in a.detail
+
+
+def test_the_mpi_stack_and_its_transport_libraries_are_named(tmp_path):
+    from acceptance.cli import launch
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 00000000 08:01 1 /opt/hpcx/ucx/lib/libucp.so.0.0.0\n"
+                    "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libibverbs.so.1.14\n"
+                    "7f04-7f05 rw-p 00000000 00:00 0\n")
+    assert doctor.transports(str(maps)) == ["UCX (libucp.so.0.0.0)", "verbs (libibverbs.so.1.14)"]
+    assert doctor.transports(str(tmp_path / "none")) == []
+    for text, stack in (("mpirun (Open MPI) 4.1.5", "Open MPI"), ("prterun (PRRTE) 3.0.6", "Open MPI"),
+                        ("HYDRA build details:\\n    Version: 4.2.0", "MPICH"), ("something else", "")):
+        script(tmp_path, "mpiexec", f'printf "{text}\\n"')
+        assert launch.stack_of(str(tmp_path / "mpiexec")) == stack, text
