@@ -30,21 +30,24 @@ def engine(request, topology, profile, run_folder):
             chosen.configure(topology, profile, log_dir=run_folder.path / "logs")
         except Exception as e:  # noqa: BLE001 - every rank hears of it, so none waits in a collective
             error = f"{topology.label(topology.rank)}: {type(e).__name__}: {e}"
-    # Which device each rank measures through (the verbs engine's rail NIC), for run.json.
-    every = topology.world.allgather((error, chosen.used_device() if chosen is not None and not error else None))
+    # Which device each rank measures through (the verbs engine's rail NIC) and where it runs, for run.json.
+    ready = chosen is not None and not error
+    every = topology.world.gather((error, chosen.used_device() if ready else None,
+                                   chosen.placement() if ready else None), root=0)
+    errors = topology.world.bcast([e for e, _, _ in every if e] if topology.rank == 0 else None, root=0)
     if topology.rank == 0:
         engines = dict(run_folder.read_run().get("engines") or {})
         engines[suite] = {"engine": name, "why": why}
-        devices = {topology.label(r): d for r, (_, d) in enumerate(every) if d}
-        if devices:
-            engines[suite]["devices"] = devices
+        for key, k in (("devices", 1), ("placement", 2)):
+            found = {topology.label(r): got[k] for r, got in enumerate(every) if got[k]}
+            if found:
+                engines[suite][key] = found
         run_folder.update_run(engines=engines)
     if chosen is None and required:
         pytest.fail(f"profile {profile.name}'s bounds for {suite} are written for the {required} engine "
                     f"(run.engines), which cannot run here: {why}; no other engine measures it", pytrace=False)
     if chosen is None:
         pytest.skip(why)
-    errors = [e for e, _ in every if e]
     if errors:
         raise RuntimeError(f"the {name} engine could not be set up:\n" + "\n".join(errors))
     return chosen

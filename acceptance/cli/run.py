@@ -19,7 +19,7 @@ from . import launch, plan
 from . import lost as lost_reports
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
 from ..records.results import ENV_ITERATION, InputError, RunFolder
-from ..report.data import compress_ints
+from ..records.naming import compress_ints
 from ..runtime.watchdog import END_GRACE_S
 from ..spec import switches
 from ..spec.profile import load_profile

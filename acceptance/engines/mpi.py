@@ -495,3 +495,7 @@ class MpiEngine:
     def used_device(self) -> str | None:
         """The RDMA device this rank measures through: the MPI library picks its own, unnamed here."""
         return None
+
+    def placement(self) -> str | None:
+        """Where this rank runs: the MPI library and the launcher place the rank; the engine does not."""
+        return None

@@ -328,6 +328,10 @@ class NcclEngine:
         """The RDMA device this rank measures through: NCCL picks its own per channel (its log names them)."""
         return None
 
+    def placement(self) -> str | None:
+        """Where this rank runs: NCCL sets its own CPU affinity from the GPU's (NCCL_IGNORE_CPU_AFFINITY)."""
+        return None
+
     def allreduce(self, comm: MPI.Comm, size: int, iters: int, warmup: int,
                   verified: frozenset[int] = frozenset()) -> Collective:
         return allreduce(comm, size, iters, warmup, verified, gpu=self.gpu)

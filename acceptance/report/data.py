@@ -93,22 +93,6 @@ def compress_hosts(names: Iterable[str], limit: int = 160) -> str:
     return text
 
 
-def compress_ints(values: Iterable[int]) -> str:
-    """[0, 1, 2, 3, 8] -> "0-3,8"."""
-    nums = sorted({int(v) for v in values})
-    if not nums:
-        return ""
-    ranges, start, prev = [], nums[0], nums[0]
-    for k in nums[1:] + [None]:
-        if k is not None and k == prev + 1:
-            prev = k
-            continue
-        ranges.append(str(start) if start == prev else f"{start}-{prev}")
-        if k is not None:
-            start = prev = k
-    return ",".join(ranges)
-
-
 # --- formatting -----------------------------------------------------------------
 
 def is_missing(value) -> bool:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..history.checked import CHECK_FILE, SHOWN_KINDS, check_problem, read_check
+from ..records.naming import compress_ints
 from ..records.results import InputError
 from ..spec import catalog
 from ..runtime.overrides import describe as describe_overrides
@@ -20,7 +21,6 @@ from . import digest, figures
 from .data import (
     collective_labels,
     compress_hosts,
-    compress_ints,
     fmt_int,
     fmt_num,
     fmt_size,

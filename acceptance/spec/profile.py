@@ -555,6 +555,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "timeout": Int(14, help="local ACK timeout exponent: 4.096 us x 2^timeout (perftest default 14)"),
         "retry_count": Int(7, help="transport retries before RETRY_EXC_ERR (perftest default 7)"),
         "rnr_retry": Int(7, help="receiver-not-ready retries; 7 = infinite"),
+        "numa_bind": Bool(True, help="run each rank on its NIC's NUMA node, CPUs and memory (the device's "
+                          "sysfs numa_node), as perftest advises; false = where the launcher put it"),
     },
     "perftest": {
         "duration": Duration("5s", help="ib_write_bw run time per pair and direction (-D)"),

@@ -180,6 +180,9 @@ def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
     assert run_json["engines"]["rdma_write"]["devices"] == {
         "0@node1": "rxe_n1r0", "1@node1": "rxe_n1r1", "2@node2": "rxe_n2r0", "3@node2": "rxe_n2r1"}
     assert [r["nic"] for r in run_json["topology"]["ranks"]] == ["rxe_n1r0", "rxe_n1r1", "rxe_n2r0", "rxe_n2r1"]
+    # Each rank's NUMA placement by its device (the guest has one NUMA node, or none in sysfs).
+    placement = run_json["engines"]["rdma_write"]["placement"]
+    assert all(placement[label].startswith(f"{dev}: ") for label, dev in run_json["engines"]["rdma_write"]["devices"].items()), placement
     # Written while measuring: the fleet bound applies (the whole run decides it); every link of both
     # rails is one population, and none stands apart.
     assert {r["bound"] for r in recs if r["suite"] == "rdma_write" and r["metric"] == "bandwidth"

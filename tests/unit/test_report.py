@@ -15,7 +15,8 @@ import pytest
 from acceptance.analysis import Analysis
 from acceptance.spec.profile import format_profile, load_profile
 from acceptance.report import render
-from acceptance.report.data import compress_hosts, compress_ints, fmt_num, prepare
+from acceptance.records.naming import compress_ints
+from acceptance.report.data import compress_hosts, fmt_num, prepare
 
 SIZES = [8 * 4 ** k for k in range(10)]  # 8 B .. 2 MiB
 OPS = ("allreduce", "alltoall")

@@ -660,16 +660,24 @@ def test_configure_on_this_host_without_devices(monkeypatch):
         ENGINE.configure(topology(0, "node1", 0, [0, 1]), load_profile())
 
 
-def test_configure_picks_the_rails_device_and_the_settings(monkeypatch):
+def test_configure_picks_the_rails_device_and_the_settings(monkeypatch, tmp_path):
     monkeypatch.setattr(pv, "get_device_list", lambda: [SimpleNamespace(name=b"mlx5_0"),
                                                            SimpleNamespace(name=b"mlx5_1")])
     monkeypatch.setattr(ENGINE, "config", None)
+    monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(tmp_path))  # no numa_node: the rank stays where it is
     ENGINE.configure(topology(1, "node1", 1, [0, 1]), load_profile())
-    assert ENGINE.configured() == vdev.Config("mlx5_1", vdev.Settings())
+    assert ENGINE.configured() == vdev.Config("mlx5_1", vdev.Settings(),
+                                              placement="mlx5_1: no NUMA node in sysfs; not bound")
+    assert ENGINE.placement() == "mlx5_1: no NUMA node in sysfs; not bound"
+    off = tmp_path / "off.toml"
+    off.write_text("[verbs]\nnuma_bind = false\n")
+    ENGINE.configure(topology(1, "node1", 1, [0, 1]), load_profile(str(off)))
+    assert ENGINE.placement() == "not bound (verbs.numa_bind = false)"
 
 
-def test_oversubscribed_counts_the_nodes_cpus_not_the_ranks_mask(monkeypatch):
+def test_oversubscribed_counts_the_nodes_cpus_not_the_ranks_mask(monkeypatch, tmp_path):
     """Two ranks bound to one core each on a 64-CPU node share nothing; six on a 2-CPU guest do."""
+    monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(tmp_path))
     monkeypatch.setattr(pv, "get_device_list", lambda: [SimpleNamespace(name=b"mlx5_0"),
                                                            SimpleNamespace(name=b"mlx5_1")])
     monkeypatch.setattr(vdev.os, "sched_getaffinity", lambda pid: {3})

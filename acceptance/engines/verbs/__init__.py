@@ -68,6 +68,10 @@ class VerbsEngine:
         """The RDMA device this rank measures through, once configured."""
         return self.config.device if self.config is not None else None
 
+    def placement(self) -> str | None:
+        """This rank's NUMA placement by its device (acceptance.host.numa), once configured."""
+        return self.config.placement if self.config is not None else None
+
     def PairLink(self, comm, max_size: int, slot_bytes: int = 0, memory: str = "host") -> Link:  # noqa: N802 - the role's name
         return Link(comm, max_size, slot_bytes, memory, config=self.configured())
 

@@ -7,7 +7,8 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
-from ...host import nics
+from ...host import nics, numa
+from ...host.sysfs import sysfs_root
 from . import binding as pv
 from .errors import VerbsError, enum_name
 
@@ -30,6 +31,7 @@ class Settings:
     timeout: int = 14
     retry_count: int = 7
     rnr_retry: int = 7
+    numa_bind: bool = True
 
     def __post_init__(self):
         ranges = {"port": (1, 255), "gid_index": (-1, 1 << 16), "traffic_class": (0, 255),
@@ -54,6 +56,7 @@ class Config:
     # A rank spinning on a CPU that its peer, or the kernel's RDMA work (rxe), needs would otherwise
     # hold it for a whole time slice: milliseconds per round trip, on some pairs and not others.
     oversubscribed: bool = False
+    placement: str | None = None  # where the rank runs (acceptance.host.numa), once bound
 
     @property
     def relax(self) -> Callable[[], None] | None:
@@ -141,10 +144,12 @@ def configuration(topology, profile) -> Config:
         raise VerbsError(f"rail {topology.rail} (rank {topology.rank} on {topology.node}) "
                          f"has no RDMA device: {exc}") from exc
     on_host = sum(r.host == topology.me.host for r in topology.ranks)
+    device = pick_device(names, topology, profile.get("topology.nic_rails"))
+    placement = (str(numa.bind_to_device(device, sysfs_root(topology.node))) if settings.numa_bind
+                 else "not bound (verbs.numa_bind = false)")
     # The node's CPUs, not this rank's mask: under Slurm's core binding every rank's mask is narrower
     # than the node's ranks while no CPU is shared.
-    return Config(pick_device(names, topology, profile.get("topology.nic_rails")), settings,
-                  oversubscribed=on_host > (os.cpu_count() or 1))
+    return Config(device, settings, oversubscribed=on_host > (os.cpu_count() or 1), placement=placement)
 
 
 def open_context(name: str):
