@@ -22,6 +22,7 @@ from mpi4py import MPI
 
 from acceptance.host import nics
 from acceptance.host import sysfs
+from acceptance.host.roce import traffic_class
 from acceptance.spec import judge
 from acceptance.tools import perftest
 from acceptance.drivers.p2p import RailPairs
@@ -102,9 +103,12 @@ def test_perftest_crosscheck(request, topology, rail, profile, record, progress)
     rp = RailPairs(topology, rail, progress)
     if not rp.active:
         return
-    # -u: the QP's ACK timeout exponent, the verbs engine's ([verbs] timeout): one connection setting for both.
+    # -u: the QP's ACK timeout exponent, and --tclass: the GRH traffic class (-T is RDMA-CM's ToS, with
+    # -R only), the verbs engine's ([verbs] timeout, traffic_class, else NCCL_IB_TC): one setting for both.
+    tclass, _ = traffic_class(profile.get("verbs.traffic_class"))
     side = {"device": me["device"], "ib_port": me["port"], "gid_index": me["gid"],
-            "extra": ("-u", str(profile.get("verbs.timeout"))), "allowance_s": profile.get("perftest.timeout")}
+            "extra": ("-u", str(profile.get("verbs.timeout")), *((f"--tclass={tclass}",) if tclass else ())),
+            "allowance_s": profile.get("perftest.timeout")}
     specs = (perftest.Spec("bw", size=min(sweep_from_profile(profile).sizes[-1], profile.get("perftest.max_size")),
                            duration_s=profile.get("perftest.duration"), tx_depth=profile.get("verbs.tx_depth"), **side),
              perftest.Spec("lat", size=profile.get("latency.size"), iters=profile.get("latency.iters"), **side))

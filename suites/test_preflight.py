@@ -26,7 +26,9 @@ from acceptance.host.pcie import trained_down
 from acceptance.host.sysfs import sysfs_root
 from acceptance.spec import judge
 from acceptance.host.nics import mapped_devices, topology_rails
-from acceptance.host.preflight import UNLIMITED, layout_problems, memlock_limit, odd_ones_out, software_versions
+from acceptance.host.preflight import (UNLIMITED, differing, layout_problems, memlock_limit, odd_ones_out,
+                                      software_versions)
+from acceptance.host.roce import traffic_class
 from acceptance.spec.profile import format_size
 
 pytestmark = pytest.mark.preflight
@@ -384,6 +386,39 @@ def test_pcie_links(topology, profile, fabric, record):
             judge.record(record, profile, SUITE, "pcie_trained_down", None if found is None else len(found),
                          nodes=[node], ranks=_ranks(topology, node), rail=None, missing="info", detail=detail)
     assert not problems, "PCIe links trained below what they can do:\n" + problems.text()
+
+
+def test_roce_lossless_class(topology, profile, fabric, record):
+    """Every node's RoCE ports with one lossless setup (PFC per priority, trust, ECN per priority:
+    acceptance.host.roce names each file and command read); with preflight.lossless, the priority
+    that the traffic class maps to is lossless and congestion-controlled (the class NCCL_IB_TC puts
+    training on)."""
+    lossless = profile.get("preflight.lossless")
+    have, problems = _available(fabric, "qos", "RoCE QoS", "preflight.lossless = true" if lossless else None)
+    mapped = profile.get("topology.nic_rails")  # rail NICs only, where mapped (not a storage NIC)
+    have = {node: {dev: q for dev, q in qos.items() if not mapped or dev in mapped} for node, qos in have.items()}
+    if not any(have.values()) and not problems:
+        pytest.skip("no RoCE port among the rail NICs (topology.nic_rails) of any node")
+    # One traffic class for every rank's judgement: rank 0's (the job's NCCL_IB_TC, or the profile's).
+    tclass = topology.world.bcast(traffic_class(profile.get("verbs.traffic_class"))[0] if topology.rank == 0
+                                  else None, root=0)
+    for node, line in differing({node: {dev: q.summary() for dev, q in qos.items()} for node, qos in have.items()}):
+        problems.add(node, line)
+    if lossless:
+        for node, qos in have.items():
+            for q in qos.values():
+                for line in q.lossless_problems(tclass):
+                    problems.add(node, f"{node}: {line}", line)
+    if topology.rank == 0:
+        for node, facts in fabric.items():
+            qos = have.get(node)
+            mine = [d for n, _, d in problems if n == node]
+            detail = (str(facts.qos) if qos is None else "; ".join(mine) or
+                      "; ".join(f"{dev}: {q.summary()} (read: {', '.join(q.read)})" for dev, q in qos.items()))
+            judge.record(record, profile, SUITE, "roce_qos_problems", None if qos is None else len(mine),
+                         nodes=[node], ranks=_ranks(topology, node), rail=None, missing=_missing(problems, node),
+                         detail=detail)
+    assert not problems, f"RoCE lossless class (traffic class {tclass}) differs or is missing:\n" + problems.text()
 
 
 @pytest.mark.gpudirect

@@ -210,3 +210,36 @@ def dgx_node(root: Path, *, nics: int = 8, link_layer: str = "InfiniBand", gpus:
     for i in range(gpus):
         gpu(root, f"0000:{0x19 + 0x10 * i:02x}:00.0", numa_node=0 if i < gpus // 2 else 1)
     return Path(root)
+
+
+def ecn(root: Path, netdev: str, np: tuple[int, ...] = (3,), rp: tuple[int, ...] = (3,)) -> Path:
+    """MLNX_OFED's ECN sysfs of one netdev: ecn/{roce_np,roce_rp}/enable/<0..7>, "1" where on."""
+    for point, on in (("roce_np", np), ("roce_rp", rp)):
+        for prio in range(8):
+            _write(Path(root) / "class" / "net" / netdev / "ecn" / point / "enable" / str(prio),
+                   "1" if prio in on else "0")
+    return Path(root)
+
+
+def dcb_standin(bin_dir: Path, ports: dict[str, tuple[tuple[int, ...], dict[int, int]]]) -> Path:
+    """A `dcb` that answers `dcb -j pfc show dev X` and `dcb -j app show dev X dscp-prio` as iproute2
+    prints them (dcb_pfc.c: "prio_pfc", one on/off per priority; dcb_app.c: "dscp_prio", [dscp, prio,
+    " "] per entry), for each netdev: (priorities with PFC, DSCP -> priority table); others fail as
+    dcb does on a device without DCB."""
+    import json
+    data = Path(bin_dir) / "dcb-data"
+    data.mkdir(parents=True, exist_ok=True)
+    for netdev, (pfc, table) in ports.items():
+        _write(data / f"{netdev}.pfc", json.dumps({"pfc_cap": 8, "macsec_bypass": False, "delay": 0,
+                                                   "prio_pfc": [p in pfc for p in range(8)]}))
+        _write(data / f"{netdev}.app", json.dumps({"dscp_prio": [[d, p, " "] for d, p in sorted(table.items())]}))
+    script = Path(bin_dir) / "dcb"
+    script.write_text(f'''#!/bin/sh
+# dcb -j OBJECT show dev NETDEV [...]
+kind=$2; dev=$5
+f="{data}/$dev.$kind"
+if [ -f "$f" ]; then cat "$f"; exit 0; fi
+echo "Attribute failed: Operation not supported" >&2; exit 1
+''')
+    script.chmod(0o755)
+    return script

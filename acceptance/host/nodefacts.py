@@ -18,6 +18,8 @@ Sources (docs/rdma.md §2, §5, §6):
   header that names them mlx5_0.. (older drivers) parse into the same table.
 - PCIe links as trained: <root>/bus/pci/devices/<bdf>/{current,max}_link_{speed,width} of every RDMA
   device and GPU, and of its upstream port (acceptance.host.pcie).
+- RoCE's lossless class (PFC, trust, DSCP -> priority, ECN per priority) of each Ethernet port's
+  netdev: `dcb -j` and MLNX_OFED's ecn sysfs (acceptance.host.roce).
 - GPUDirect RDMA: the nvidia_peermem module (older: nv_peer_mem's
   <root>/kernel/mm/memory_peers/nv_mem/version), else dma-buf as CUDA reports it
   (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED through cupy).
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # One rule for the sysfs root, shared with the port counters: sysfs_root(node).
-from . import pcie, sysfs
+from . import pcie, roce, sysfs
 from .sysfs import read_sysfs
 from .command import run_command
 from ..records.naming import natural_key
@@ -339,6 +341,16 @@ def pcie_links(root: Path, only: Iterable[str] | None = None) -> list:
     return out
 
 
+def roce_qos(root: Path, only: Iterable[str] | None = None) -> dict:
+    """device -> its RoCE port's lossless settings (acceptance.host.roce), for every Ethernet port."""
+    devices = rdma_devices(Path(root), only)
+    found = {p.device: roce.read_qos(Path(root), p.netdev) for p in sysfs.ports(Path(root), devices)
+             if p.link_layer == "Ethernet" and p.netdev}
+    if not found:
+        raise Unavailable("no RoCE port (no RDMA port with an Ethernet link layer and a netdev)")
+    return found
+
+
 def _or_empty(fact, *args) -> list:
     """A list fact, or [] where this node has none of it."""
     try:
@@ -552,6 +564,7 @@ class NodeFacts:
     peermem: object      # str | None | Unavailable
     dmabuf: object       # bool | Unavailable
     pcie: object = field(default_factory=lambda: Unavailable("not collected"))  # list[pcie.Link] | Unavailable
+    qos: object = field(default_factory=lambda: Unavailable("not collected"))  # dict[str, roce.QoS] | Unavailable
 
 
 def _fact(fn, *args):
@@ -589,4 +602,5 @@ def collect(root: Path, lib_dirs=None, only: Iterable[str] | None = None) -> Nod
         peermem=peer,
         dmabuf=dmabuf,
         pcie=_fact(pcie_links, root, only),
+        qos=_fact(roce_qos, root, only),
     )

@@ -35,6 +35,11 @@ def memlock_limit() -> int | str:
 
 def odd_ones_out(values_by_node: Mapping[str, Mapping[str, str]]) -> list[str]:
     """For each key, the nodes whose value differs from the most common one, as readable lines."""
+    return [line for _, line in differing(values_by_node)]
+
+
+def differing(values_by_node: Mapping[str, Mapping[str, str]]) -> list[tuple[str, str]]:
+    """For each key, (node, line) for the nodes whose value differs from the most common one."""
     problems = []
     keys = sorted({k for v in values_by_node.values() for k in v})
     for key in keys:
@@ -44,8 +49,8 @@ def odd_ones_out(values_by_node: Mapping[str, Mapping[str, str]]) -> list[str]:
         common, _ = seen.most_common(1)[0]
         for node, values in values_by_node.items():
             if values.get(key) != common:
-                problems.append(f"{node}: {key} {values.get(key)!r} differs from {common!r} "
-                                f"on {seen[common]} of {len(values_by_node)} nodes")
+                problems.append((node, f"{node}: {key} {values.get(key)!r} differs from {common!r} "
+                                       f"on {seen[common]} of {len(values_by_node)} nodes"))
     return problems
 
 

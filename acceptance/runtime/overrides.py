@@ -16,6 +16,7 @@ SOURCES = {
     "ACCEPTANCE_IBV_DEVINFO": "ibv_devinfo is this command",
     "ACCEPTANCE_NVIDIA_SMI": "nvidia-smi is this command",
     "ACCEPTANCE_ETHTOOL": "ethtool is this command",
+    "ACCEPTANCE_DCB": "dcb (RoCE PFC and trust) is this command",
     "ACCEPTANCE_PERFTEST_DIR": "ib_write_bw / ib_write_lat come from this folder",
     "ACCEPTANCE_DEVICE_MAP": "each virtual node's RDMA devices are named by this map (nodes share one host)",
 }

@@ -1,7 +1,8 @@
 """`--profile auto`: the built-in profile that matches this node's GPUs and RDMA ports.
 
 A built-in names its hardware with [detect] gpu_model (a part of nvidia-smi's GPU name,
-e.g. "H100") and preflight.port_rate (the active rate of its RDMA ports). The node is read
+e.g. "H100"), preflight.port_rate (the active rate of its RDMA ports) and preflight.link_layer
+(InfiniBand or Ethernet: NDR and 400 GbE RoCE ports run at the same rate). The node is read
 once (nvidia-smi --query-gpu=name, sysfs port rates), on the node that launches the job,
 and exactly one built-in must match. When none does, the answer is the `fleet` built-in
 (every measurement judged against the run's own fleet), and the line says so, with what the
@@ -24,6 +25,7 @@ class Hardware:
     gpu_why: str               # why none, when none
     port_gbps: float | None    # the most common rate of the ACTIVE RDMA ports
     port_why: str
+    link_layer: str | None = None  # the most common link layer of those ports
 
     def describe(self) -> str:
         if self.gpus:
@@ -31,7 +33,8 @@ class Hardware:
             gpus = f"{n}x {common}"
         else:
             gpus = f"no GPU ({self.gpu_why})"
-        ports = f"RDMA ports at {self.port_gbps:g} Gbit/s" if self.port_gbps else f"no RDMA port ({self.port_why})"
+        ports = (f"{self.link_layer + ' ' if self.link_layer else ''}RDMA ports at {self.port_gbps:g} Gbit/s"
+                 if self.port_gbps else f"no RDMA port ({self.port_why})")
         return f"{gpus}, {ports}"
 
 
@@ -41,11 +44,12 @@ def this_node() -> Hardware:
     except nodefacts.Unavailable as e:
         gpus, gpu_why = [], e.reason
     try:
-        rates = [p.gbps for p in nodefacts.read_ports(sysfs_root()) if p.up and p.gbps]
-        port, port_why = (Counter(rates).most_common(1)[0][0] if rates else None), "none ACTIVE"
+        up = [p for p in nodefacts.read_ports(sysfs_root()) if p.up and p.gbps]
+        port, port_why = (Counter(p.gbps for p in up).most_common(1)[0][0] if up else None), "none ACTIVE"
+        layer = Counter(p.link_layer for p in up).most_common(1)[0][0] if up else None
     except nodefacts.Unavailable as e:
-        port, port_why = None, e.reason
-    return Hardware(gpus, gpu_why or "nvidia-smi lists none", port, port_why)
+        port, port_why, layer = None, e.reason, None
+    return Hardware(gpus, gpu_why or "nvidia-smi lists none", port, port_why, layer)
 
 
 def candidates() -> list[Profile]:
@@ -54,9 +58,10 @@ def candidates() -> list[Profile]:
 
 def matches(profile: Profile, hw: Hardware) -> bool:
     model = profile.get("detect.gpu_model").lower()
-    rate = profile.get("preflight.port_rate")
+    rate, layer = profile.get("preflight.port_rate"), profile.get("preflight.link_layer")
     return (any(model in name.lower() for name in hw.gpus)
-            and (rate is None or (hw.port_gbps is not None and abs(hw.port_gbps - rate) < 1e-6)))
+            and (rate is None or (hw.port_gbps is not None and abs(hw.port_gbps - rate) < 1e-6))
+            and (layer is None or hw.link_layer == layer))
 
 
 # The built-in for hardware no other built-in knows: judged against its own fleet.
@@ -70,8 +75,8 @@ def choose(hw: Hardware | None = None) -> tuple[Profile, str]:
     found = [p for p in candidates() if matches(p, hw)]
     if len(found) == 1:
         return found[0], f"profile auto: {found[0].name} (this node: {hw.describe()})"
-    known = "; ".join(f"{p.name} ({p.get('detect.gpu_model')}, {p.get('preflight.port_rate'):g} Gbit/s ports)"
-                      for p in candidates())
+    known = "; ".join(f"{p.name} ({p.get('detect.gpu_model')}, {p.get('preflight.port_rate'):g} Gbit/s "
+                      f"{p.get('preflight.link_layer') or 'RDMA'} ports)" for p in candidates())
     if not found:
         return load_profile(FALLBACK), (
             f"profile auto: {FALLBACK}: no built-in profile matches this node ({hw.describe()}; built-ins with "

@@ -182,6 +182,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                setting=lambda f: f.Int(None, help="GPUs every node must have; unset = not checked")),
         Metric(("gpu_nic_far",), "count", False, "zero", label="GPUs far from their NIC"),
         Metric(("pcie_trained_down",), "count", False, "zero", label="PCIe links below what they can train to"),
+        Metric(("roce_qos_problems",), "count", False, "zero",
+               label="RoCE ports whose lossless class differs between nodes or is missing"),
         Metric(("gpudirect_missing",), "count", False, "zero", label="GPU nodes without GPUDirect RDMA"),
         Metric(("saturated_counters",), "count", False, "zero", label="saturated error counters"),
     )),

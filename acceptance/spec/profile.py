@@ -493,6 +493,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "gpu_nic_max_distance": Str("PXB", choices=("PIX", "PXB", "PHB", "NODE", "SYS"),
                                     help="farthest nvidia-smi topo -m distance allowed between a rail's GPU and NIC"),
         "gpudirect": Bool(True, help="GPU nodes must have nvidia_peermem loaded or dma-buf support"),
+        "lossless": Bool(False, help="RoCE: the priority the traffic class (verbs.traffic_class, else NCCL_IB_TC) "
+                                     "maps to must have PFC, DSCP trust and ECN (notification and reaction) on "
+                                     "every port; either way every node's settings must match"),
     },
     "sweep": {
         "min_size": Size("8B", help="smallest message of bandwidth and collective sweeps"),
@@ -547,7 +550,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "verbs": {
         "port": Int(1, min=1, help="port of each rail's RDMA device"),
         "gid_index": Int(-1, min=-1, help="RoCE GID index; -1 = the first RoCEv2 GID, IPv4-mapped preferred"),
-        "traffic_class": Int(0, help="RoCE traffic class (DSCP << 2) of the queue pairs, e.g. 106 for DSCP 26"),
+        "traffic_class": Int(None, help="RoCE traffic class (DSCP << 2) of the queue pairs and of perftest (--tclass), "
+                             "e.g. 106 for DSCP 26; unset = $NCCL_IB_TC where the job sets it (NCCL's own), else 0"),
         "hop_limit": Int(64, min=2, help="RoCE hop limit; more than 1 so routed RoCE works"),
         "service_level": Int(0, help="InfiniBand service level of the queue pairs"),
         "tx_depth": Int(128, min=1, help="writes in flight per queue pair (perftest -t)"),

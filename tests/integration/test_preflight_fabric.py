@@ -79,7 +79,8 @@ def test_healthy_fabric_passes_every_check(mpi_pytest, cluster):
     env, profile, _ = cluster
     run = mpi_pytest(str(SUITE), "-m", "preflight", "-rs", "--profile", str(profile), env=env)
     assert run.rc == 0, run.out
-    assert re.search(r"\b14 passed\b", run.out) and "skipped" not in run.out, run.out
+    assert re.search(r"\b14 passed, 1 skipped\b", run.out), run.out
+    assert re.search(r"SKIPPED .*RoCE QoS unavailable on every node: no RoCE port", run.out), run.out  # InfiniBand
     recs = [r for r in records(run) if r["suite"] == "preflight"]
     by = {}
     for r in recs:
@@ -180,3 +181,63 @@ def test_a_node_without_rdma_devices_is_a_finding_and_a_drain_line(mpi_pytest, c
     assert {"rdma_devices", "ports_down", "port_rate"} <= {f["metric"] for f in failing if f["node"] == "node2"}
     assert analysis.verdict == "fail" and analysis.exit_code == 1
     assert (run.folder / "drain.txt").read_text().startswith("scontrol update NodeName=node2 State=DRAIN")
+
+
+ROCE_PROFILE = """\
+extends = "local"
+[topology]
+nic_rails = { mlx5_0 = 0, mlx5_1 = 1 }
+[preflight]
+link_layer = "Ethernet"
+lossless = true
+"""
+
+
+@pytest.fixture
+def roce(tmp_path):
+    """Two RoCE nodes, each NIC's netdev named by its node (ens<k>..), lossless on priority 3 (PFC,
+    DSCP trust with DSCP 26 -> 3, ECN), read through a `dcb` stand-in and the ECN sysfs."""
+    roots, ports = {}, {}
+    for k, node in enumerate(("node1", "node2"), start=1):
+        root = tmp_path / "sys" / node
+        for i in range(2):
+            netdev = f"ens{k}{i}f0np0"
+            fakesysfs.ib_device(root, f"mlx5_{i}", bdf=f"0000:{0x18 + 0x10 * i:02x}:00.0", link_layer="Ethernet",
+                                netdev=netdev, netdev_mtu=9000)
+            fakesysfs.ecn(root, netdev)
+            ports[netdev] = ((3,), {26: 3})
+        roots[node] = root
+    env = {"ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "sys" / "{node}"), "NCCL_IB_TC": "106",
+           "ACCEPTANCE_DCB": str(fakesysfs.dcb_standin(tmp_path / "bin", ports))}
+    profile = tmp_path / "roce.toml"
+    profile.write_text(ROCE_PROFILE)
+    return env, profile, roots, ports, tmp_path
+
+
+def test_roce_lossless_class_is_the_same_on_every_node_and_carries_the_traffic_class(mpi_pytest, roce):
+    env, profile, roots, ports, tmp_path = roce
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "-k", "roce", "--profile", str(profile), env=env)
+    assert run.rc == 0, run.out
+    recs = [r for r in records(run) if r["metric"] == "roce_qos_problems"]
+    assert [(r["nodes"], r["value"], r["verdict"]) for r in recs] == [(["node1"], 0, "pass"), (["node2"], 0, "pass")]
+    # What was read, named in the record.
+    assert "mlx5_0: PFC on 3; trust dscp; ECN notification on 3, reaction on 3 (read: " in recs[0]["detail"]
+    assert "-j pfc show dev ens10f0np0" in recs[0]["detail"] and "ecn/roce_np/enable/{0..7}" in recs[0]["detail"]
+
+    # node2's rail-1 port pauses priority 4 instead, and NCCL's class sits on 3: named twice, node2 only.
+    ports["ens21f0np0"] = ((4,), {26: 3})
+    fakesysfs.dcb_standin(tmp_path / "bin", ports)
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "-k", "roce", "--profile", str(profile), env=env)
+    assert run.rc == 1, run.out
+    assert ("node2: mlx5_1 'PFC on 4; trust dscp; ECN notification on 3, reaction on 3' differs from "
+            "'PFC on 3; trust dscp; ECN notification on 3, reaction on 3' on 1 of 2 nodes") in run.out, run.out
+    assert "node2: ens21f0np0: traffic class 106 (DSCP 26) maps to priority 3, which has no PFC (PFC on 4)" in run.out
+    recs = [r for r in records(run) if r["metric"] == "roce_qos_problems"][-2:]  # the run folder is reused
+    assert [(r["nodes"], r["value"], r["verdict"]) for r in recs] == [(["node1"], 0, "pass"), (["node2"], 2, "fail")]
+
+    # Every node alike but training's class not lossless (NCCL_IB_TC 0: DSCP 0 -> priority 0).
+    ports["ens21f0np0"] = ((3,), {26: 3})
+    fakesysfs.dcb_standin(tmp_path / "bin", ports)
+    run = mpi_pytest(str(SUITE), "-m", "preflight", "-k", "roce", "--profile", str(profile),
+                     env={**env, "NCCL_IB_TC": "0"})
+    assert run.rc == 1 and "node1: ens10f0np0: traffic class 0 (DSCP 0) maps to priority 0, which has no PFC" in run.out

@@ -16,19 +16,20 @@ from acceptance.spec.profile import ProfileError
 H100 = ["NVIDIA H100 80GB HBM3"] * 8
 
 
-@pytest.mark.parametrize("gpus, gbps, name", [
-    (H100, 400.0, "h100-ndr400"),
-    (["NVIDIA H200"] * 8, 400.0, "h200-ndr400"),
-    (["NVIDIA A100-SXM4-80GB"] * 8, 200.0, "a100-hdr200"),
+@pytest.mark.parametrize("gpus, gbps, layer, name", [
+    (H100, 400.0, "InfiniBand", "h100-ndr400"),
+    (H100, 400.0, "Ethernet", "h100-roce400"),   # the same rate: the link layer tells them apart
+    (["NVIDIA H200"] * 8, 400.0, "InfiniBand", "h200-ndr400"),
+    (["NVIDIA A100-SXM4-80GB"] * 8, 200.0, "InfiniBand", "a100-hdr200"),
 ])
-def test_the_matching_built_in_is_chosen_and_said(gpus, gbps, name):
-    profile, why = autoprofile.choose(Hardware(gpus, "", gbps, ""))
+def test_the_matching_built_in_is_chosen_and_said(gpus, gbps, layer, name):
+    profile, why = autoprofile.choose(Hardware(gpus, "", gbps, "", layer))
     assert profile.name == name
-    assert why == f"profile auto: {name} (this node: 8x {gpus[0]}, RDMA ports at {gbps:g} Gbit/s)"
+    assert why == f"profile auto: {name} (this node: 8x {gpus[0]}, {layer} RDMA ports at {gbps:g} Gbit/s)"
 
 
 @pytest.mark.parametrize("hw, said", [
-    (Hardware(H100, "", 200.0, ""), "8x NVIDIA H100 80GB HBM3, RDMA ports at 200 Gbit/s"),
+    (Hardware(H100, "", 200.0, "", "InfiniBand"), "8x NVIDIA H100 80GB HBM3, InfiniBand RDMA ports at 200 Gbit/s"),
     (Hardware([], "nvidia-smi not found on PATH", None, "no /sys/class/infiniband"),
      "no GPU (nvidia-smi not found on PATH), no RDMA port (no /sys/class/infiniband)"),
 ])
@@ -36,16 +37,16 @@ def test_no_match_falls_back_to_the_fleet_profile_and_says_so(hw, said):
     profile, why = autoprofile.choose(hw)
     assert profile.name == "fleet" and profile.get("fleet.bounds")
     assert why.startswith(f"profile auto: fleet: no built-in profile matches this node ({said}; built-ins with "
-                          "hardware: a100-hdr200 (A100, 200 Gbit/s ports); h100-ndr400 (H100, 400 Gbit/s ports); "
-                          "h200-ndr400 (H200, 400 Gbit/s ports)), so every measurement is judged against the run's "
-                          "own fleet"), why
+                          "hardware: a100-hdr200 (A100, 200 Gbit/s InfiniBand ports); h100-ndr400 (H100, 400 Gbit/s "
+                          "InfiniBand ports); h100-roce400 (H100, 400 Gbit/s Ethernet ports); h200-ndr400 (H200, "
+                          "400 Gbit/s InfiniBand ports)), so every measurement is judged against the run's own fleet"), why
 
 
 def test_several_matches_must_be_told_apart(monkeypatch):
     twin = autoprofile.load_profile("h100-ndr400")
     monkeypatch.setattr(autoprofile, "candidates", lambda: [twin, twin])
     with pytest.raises(ProfileError) as info:
-        autoprofile.choose(Hardware(H100, "", 400.0, ""))
+        autoprofile.choose(Hardware(H100, "", 400.0, "", "InfiniBand"))
     assert "several built-ins match this node (h100-ndr400, h100-ndr400" in str(info.value)
 
 
@@ -57,7 +58,7 @@ def test_this_node_reads_nvidia_smi_and_the_port_rates(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(root))
     monkeypatch.setenv("ACCEPTANCE_NVIDIA_SMI", str(smi))
     hw = autoprofile.this_node()
-    assert hw.gpus == H100[:2] and hw.port_gbps == 400.0
+    assert hw.gpus == H100[:2] and hw.port_gbps == 400.0 and hw.link_layer == "InfiniBand"
     assert autoprofile.choose(hw)[0].name == "h100-ndr400"
 
 

@@ -80,7 +80,7 @@ def test_the_job_agrees_on_one_engine_and_names_the_odd_nodes():
 
 def test_every_builtin_profile_selects_a_sweep():
     from acceptance.measure import sweep_from_profile
-    for name in ("local", "h100-ndr400", "h200-ndr400", "a100-hdr200"):
+    for name in ("local", "h100-ndr400", "h100-roce400", "h200-ndr400", "a100-hdr200"):
         sweep = sweep_from_profile(load_profile(name))
         assert sweep.sizes[0] == 8
 

@@ -142,7 +142,7 @@ def test_a_tight_budget_shortens_perftest_and_incast_before_it_gives_up_screenin
 
 
 def test_the_hardware_profiles_fit_1024_nodes_in_30_minutes_and_128_in_15():
-    for name in ("h100-ndr400", "h200-ndr400", "a100-hdr200"):
+    for name in ("h100-ndr400", "h100-roce400", "h200-ndr400", "a100-hdr200"):
         profile = load_profile(name)
         assert profile.get("run.budget") == 1800 and profile.get("rdma_write.pattern") == "auto"
         big = make_plan(1024, 8, profile, slurm_left=None)

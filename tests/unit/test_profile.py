@@ -147,7 +147,7 @@ def test_empty_file_gets_defaults(tmp_path):
         "topology": {"rails": 0, "nic_rails": {}, "switches": None},
         "preflight": {"memlock_min": 64 * 2**20, "same_versions": True, "rdma_devices": None, "port_rate": None,
                       "mtu": None, "link_layer": None, "hugepages_min": 0, "gpus_per_node": None,
-                      "gpu_nic_max_distance": "PXB", "gpudirect": True},
+                      "gpu_nic_max_distance": "PXB", "gpudirect": True, "lossless": False},
         "latency": {"size": 8, "iters": 10000, "warmup": 100},
     }
     assert p.values["rdma_write"]["latency_p99_max"] is None  # optional bound: not set

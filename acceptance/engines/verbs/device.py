@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
-from ...host import nics, numa
+from ...host import nics, numa, roce
 from ...host.sysfs import sysfs_root
 from . import binding as pv
 from .errors import VerbsError, enum_name
@@ -44,7 +44,12 @@ class Settings:
 
     @classmethod
     def from_profile(cls, profile) -> Settings:
-        return cls(**{f.name: profile.get(f"verbs.{f.name}") for f in fields(cls)})
+        values = {f.name: profile.get(f"verbs.{f.name}") for f in fields(cls)}
+        try:
+            values["traffic_class"], _ = roce.traffic_class(values["traffic_class"])
+        except ValueError as e:
+            raise VerbsError(str(e)) from None
+        return cls(**values)
 
 
 @dataclass(frozen=True)
