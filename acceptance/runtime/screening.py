@@ -8,7 +8,8 @@ the time budget on values no bound judges. So a screening sweep keeps:
 - each size a bound by size of a pairwise suite starts at (its table's keys, e.g. "8MiB"; fleet.bounds
   tables included), taken at the first sweep size at or above it: the strictest point of that bound;
 and a screening latency test takes samples_needed(p) samples for the highest percentile a profile
-gates (p50: 200, p99: 1e4, p99.9: 1e5), never more than latency.iters.
+gates (p50: 200, p99: 1e4, p99.9: 1e5; the engine's bounds or ib_write_lat's), never more than
+latency.iters.
 """
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ PAIRWISE_SUITES = ("rdma_write", "gpudirect")
 _PERCENTILE = re.compile(r"latency_p(\d+)$")
 
 
-def _bounds(profile, kind: str):
-    """(metric name, profile value) of each bound of the pairwise suites of `kind` that the profile sets."""
-    for suite in PAIRWISE_SUITES:
+def _bounds(profile, kind: str, suites=PAIRWISE_SUITES):
+    """(metric name, profile value) of each bound of `suites` of `kind` that the profile sets."""
+    for suite in suites:
         for m in catalog.suite(suite).metrics:
             if m.bound == kind and m.key:
                 value = profile.get(m.key)
@@ -50,9 +51,10 @@ def screening_sizes(profile) -> list[int]:
 
 
 def gated_percentile(profile) -> float:
-    """The highest latency percentile a pairwise bound gates (50 when none is set)."""
+    """The highest latency percentile a pairwise bound gates (50 when none is set): the engine's own, or
+    ib_write_lat's (perftest.latency_*), whose suspects the engine's screening must find."""
     gated = [50.0]
-    for name, _ in _bounds(profile, "scalar"):
+    for name, _ in _bounds(profile, "scalar", (*PAIRWISE_SUITES, "perftest")):
         match = _PERCENTILE.search(name)
         if match:
             digits = match[1]  # p50 -> 50, p99 -> 99, p999 -> 99.9

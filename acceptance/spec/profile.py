@@ -568,6 +568,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "timeout": Duration("30s", positive=True, help="how much longer than its own test time (duration, or "
                             "iterations at 100 us) a perftest client may run before it is killed; keep it "
                             "below run.hang_timeout"),
+        "required": Bool(False, help="the profile's write-latency bounds are ib_write_lat's (perftest.latency_*): "
+                                     "where perftest cannot run, the suite fails instead of skipping"),
     },
     "incast": {
         "senders": Int(4, min=1, help="senders writing to one receiver at once (K), at most the rail's nodes - 1"),

@@ -60,6 +60,13 @@ def test_skips_when_a_node_lacks_the_tools(acceptance_cli, tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert (f"perftest not in ACCEPTANCE_PERFTEST_DIR={empty} on node1, node2: install perftest "
             f"(no ib_write_bw, ib_write_lat)") in p.stdout, p.stdout
+    # A profile that gates write latency on ib_write_lat cannot pass without it: the suite fails.
+    required = tmp_path / "required.toml"
+    required.write_text('extends = "local"\n[perftest]\nrequired = true\n')
+    p = acceptance_cli(*ARGS[:1], "--profile", str(required), *ARGS[1:], env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert (f"profile required gates write latency on ib_write_lat (perftest.required), which cannot run here: "
+            f"perftest not in ACCEPTANCE_PERFTEST_DIR={empty} on node1, node2") in p.stdout, p.stdout
 
 
 def test_runs_end_to_end_with_stand_in_tools_and_records_both_directions(acceptance_cli, tmp_path):
@@ -124,3 +131,21 @@ def test_a_failing_tool_fails_the_test_naming_pair_rail_and_error(acceptance_cli
     found = json.loads((folder_of(p) / "findings.json").read_text())
     test = [f for f in found if f["kind"] == "test"]
     assert len(test) == 1 and test[0]["scope"] == "cluster" and "ib_write_bw server: exited 1" in test[0]["message"]
+
+
+def test_the_profile_gates_ib_write_lat_on_the_job_traffic_class(acceptance_cli, tmp_path):
+    """perftest.latency_p50_max holds ib_write_lat's median (1.04 us in the stand-in's report) and fails
+    it above; both tools run at the job's traffic class (NCCL_IB_TC, GRH --tclass)."""
+    log = install_fakes(tmp_path / "bin")
+    strict = tmp_path / "strict.toml"
+    strict.write_text('extends = "local"\n[perftest]\nlatency_p50_max = "1us"\n')
+    env = {"ACCEPTANCE_SYSFS_ROOT": fake_nodes(tmp_path / "sys"), "ACCEPTANCE_PERFTEST_DIR": str(tmp_path / "bin"),
+           "NCCL_IB_TC": "106"}
+    p = acceptance_cli(*ARGS[:1], "--profile", str(strict), *ARGS[1:], env=env)
+    assert p.returncode == 1, p.stdout + p.stderr
+    recs = [json.loads(line) for line in (folder_of(p) / "results.jsonl").read_text().splitlines()]
+    p50 = [r for r in recs if r["suite"] == "perftest" and r["metric"] == "latency_p50"]
+    assert len(p50) == 2 and all(r["value"] == 1.04 and r["threshold"] == 1.0 and r["verdict"] == "fail" for r in p50)
+    assert all(r["verdict"] == "info" for r in recs if r["suite"] == "perftest" and r["metric"] == "latency_p99")
+    calls = [line.split() for line in log.read_text().splitlines()]
+    assert calls and all("--tclass=106" in c for c in calls), calls
