@@ -402,7 +402,11 @@ def test_roce_lossless_class(topology, profile, fabric, record):
     # One traffic class for every rank's judgement: rank 0's (the job's NCCL_IB_TC, or the profile's).
     tclass = topology.world.bcast(traffic_class(profile.get("verbs.traffic_class"))[0] if topology.rank == 0
                                   else None, root=0)
-    for node, line in differing({node: {dev: q.summary() for dev, q in qos.items()} for node, qos in have.items()}):
+    # Compared rail by rail: device names differ between nodes (rxe_n1r0, rxe_n2r0; mlx5_ numbering).
+    rails = _rails(topology, profile, fabric)
+    by_rail = {node: {(f"rail {rails[node][dev]}" if rails[node].get(dev) is not None else dev): q.summary()
+                      for dev, q in qos.items()} for node, qos in have.items()}
+    for node, line in differing(by_rail):
         problems.add(node, line)
     if lossless:
         for node, qos in have.items():

@@ -185,8 +185,6 @@ def test_a_node_without_rdma_devices_is_a_finding_and_a_drain_line(mpi_pytest, c
 
 ROCE_PROFILE = """\
 extends = "local"
-[topology]
-nic_rails = { mlx5_0 = 0, mlx5_1 = 1 }
 [preflight]
 link_layer = "Ethernet"
 lossless = true
@@ -195,14 +193,15 @@ lossless = true
 
 @pytest.fixture
 def roce(tmp_path):
-    """Two RoCE nodes, each NIC's netdev named by its node (ens<k>..), lossless on priority 3 (PFC,
+    """Two RoCE nodes whose NICs are named apart (node1 mlx5_0-1, node2 mlx5_2-3, as rxe_n1r0 and
+    rxe_n2r0 on the rig: compared rail by rail), netdevs too (ens<k>..), lossless on priority 3 (PFC,
     DSCP trust with DSCP 26 -> 3, ECN), read through a `dcb` stand-in and the ECN sysfs."""
     roots, ports = {}, {}
     for k, node in enumerate(("node1", "node2"), start=1):
         root = tmp_path / "sys" / node
         for i in range(2):
             netdev = f"ens{k}{i}f0np0"
-            fakesysfs.ib_device(root, f"mlx5_{i}", bdf=f"0000:{0x18 + 0x10 * i:02x}:00.0", link_layer="Ethernet",
+            fakesysfs.ib_device(root, f"mlx5_{2 * (k - 1) + i}", bdf=f"0000:{0x18 + 0x10 * i:02x}:00.0", link_layer="Ethernet",
                                 netdev=netdev, netdev_mtu=9000)
             fakesysfs.ecn(root, netdev)
             ports[netdev] = ((3,), {26: 3})
@@ -222,6 +221,7 @@ def test_roce_lossless_class_is_the_same_on_every_node_and_carries_the_traffic_c
     assert [(r["nodes"], r["value"], r["verdict"]) for r in recs] == [(["node1"], 0, "pass"), (["node2"], 0, "pass")]
     # What was read, named in the record.
     assert "mlx5_0: PFC on 3; trust dscp; ECN notification on 3, reaction on 3 (read: " in recs[0]["detail"]
+    assert "mlx5_2: PFC on 3" in recs[1]["detail"]
     assert "-j pfc show dev ens10f0np0" in recs[0]["detail"] and "ecn/roce_np/enable/{0..7}" in recs[0]["detail"]
 
     # node2's rail-1 port pauses priority 4 instead, and NCCL's class sits on 3: named twice, node2 only.
@@ -229,7 +229,7 @@ def test_roce_lossless_class_is_the_same_on_every_node_and_carries_the_traffic_c
     fakesysfs.dcb_standin(tmp_path / "bin", ports)
     run = mpi_pytest(str(SUITE), "-m", "preflight", "-k", "roce", "--profile", str(profile), env=env)
     assert run.rc == 1, run.out
-    assert ("node2: mlx5_1 'PFC on 4; trust dscp; ECN notification on 3, reaction on 3' differs from "
+    assert ("node2: rail 1 'PFC on 4; trust dscp; ECN notification on 3, reaction on 3' differs from "
             "'PFC on 3; trust dscp; ECN notification on 3, reaction on 3' on 1 of 2 nodes") in run.out, run.out
     assert "node2: ens21f0np0: traffic class 106 (DSCP 26) maps to priority 3, which has no PFC (PFC on 4)" in run.out
     recs = [r for r in records(run) if r["metric"] == "roce_qos_problems"][-2:]  # the run folder is reused
