@@ -1,5 +1,5 @@
 """What an engine is, as the drivers use it: small Protocols (one per role, as pytest-xdist's
-scheduler protocol) and the one result type of a point-to-point operation.
+scheduler protocol), the one result type of a point-to-point operation and that of an incast round.
 
 An engine is a class (MpiEngine, VerbsEngine, NcclEngine), registered by its NAME
 (acceptance.engines.registry.register) and made once per process, which keeps its set-up (the
@@ -29,6 +29,15 @@ class Transfer:
 
     times_ns: np.ndarray | None  # origin only
     tally: Tally | None  # who verified (the target of writes, the origin of reads): what arrived
+
+
+@dataclass
+class IncastRound:
+    """One incast round (IncastGroup.round): what each sender timed, what the receiver saw."""
+
+    times_ns: np.ndarray | None       # a sender's windowed-write iterations
+    latency_ns: np.ndarray | None     # the receiver's write round trips to its first sender, under the load
+    mismatches: list | None           # receiver only: (sender group rank, Tally of its slots) per sender
 
 
 @runtime_checkable
@@ -64,7 +73,7 @@ class IncastGroup(Protocol):
     """Senders and one receiver of a rail; round() is collective over the group."""
 
     def round(self, receiver: int, size: int, window: int, budget_s: float, probe_size: int, probe_iters: int,
-              seed: Callable) -> object: ...
+              seed: Callable) -> IncastRound: ...
 
     def free(self) -> None: ...
 

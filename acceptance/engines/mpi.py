@@ -22,7 +22,7 @@ from mpi4py import MPI
 from ..measure import Tally, timed, timed_capped, timed_sequence, timed_verified
 from ..measure.verify import Policy, Slots, WriteCheck, batched, planned_batches
 from .collective_data import ALLREDUCE, ALLTOALL, Buffers
-from .contract import Transfer
+from .contract import IncastRound, Transfer
 from .registry import register
 from .memory import allocate, counter_tally, fetched_tally, fill_pattern, poison, slot_tally
 
@@ -322,15 +322,6 @@ class PairLink:
 
 
 # ---- incast -------------------------------------------------------------------
-
-
-@dataclass
-class IncastRound:
-    """One incast round: what each sender timed, what the receiver saw."""
-
-    times_ns: np.ndarray | None       # a sender's windowed-put iterations
-    latency_ns: np.ndarray | None     # the receiver's put+flush samples to its first sender, under the load
-    mismatches: list | None           # receiver only: (sender group rank, Tally of its slots) per sender
 
 
 class IncastGroup:

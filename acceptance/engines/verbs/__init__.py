@@ -1,8 +1,8 @@
 """The `verbs` engine: RC queue pairs through pyverbs, rdma-core's Python bindings.
 
 Same interface as the `mpi` engine (NAME, available, register_times,
-registration_growth, PairLink), plus `configure`, which picks this rank's RDMA
-device (the one on its rail) and the [verbs] profile settings.
+registration_growth, PairLink, IncastGroup), plus `configure`, which picks this
+rank's RDMA device (the one on its rail) and the [verbs] profile settings.
 
 Memory registration is ibv_reg_mr / ibv_dereg_mr on page-aligned numpy
 buffers. Point-to-point traffic follows perftest (linux-rdma/perftest
@@ -15,6 +15,13 @@ ib_read_lat / ib_atomic_lat. Connection setup is perftest's: path MTU = the
 smaller active MTU of the two ports, timeout 14, retry 7, RNR retry 7, min RNR
 timer 12, outstanding reads negotiated from both devices.
 
+Incast (IncastGroup) joins every two ranks of a group by a PairLink: in a round
+each sender posts ib_write_bw's windowed RDMA WRITEs into its own area of the
+receiver's memory, with no exchange with the receiver while they run, and the
+receiver times signaled writes to its first sender, each posted and polled to its
+completion (a full round trip, as the mpi engine's Put + Flush); the receiver
+checks every sender's slots afterwards.
+
 Each latency is what the catalog declares for its metric (Metric.timing), as
 in the mpi engine: put_latency, pingpong_latency and write_imm_latency are
 one-way, perftest's half round trip (RTT / 2); read_latency and atomic_latency
@@ -23,10 +30,10 @@ are a full round trip (perftest's rtt_factor).
 One module per concern: binding (pyverbs, imported once), errors, device
 (discovery, availability and this rank's configuration), memreg (registration),
 qp (GIDs and the queue pair's attributes), wr (work requests, the posting
-window, waits) and link (PairLink). Everything that is not a device call is a
-small function or builder that works with the real pyverbs classes and no
-device, so the attribute and work request objects the engine posts are
-unit-tested where no RDMA hardware is.
+window, waits), link (PairLink) and incast (IncastGroup, a PairLink per pair of
+the group). Everything that is not a device call is a small function or builder
+that works with the real pyverbs classes and no device, so the attribute and
+work request objects the engine posts are unit-tested where no RDMA hardware is.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from ..registry import register
 from . import memreg
 from .device import Config, Settings, available, configuration
 from .errors import VerbsError
+from .incast import IncastGroup as Incast
 from .link import PairLink as Link
 
 
@@ -45,7 +53,8 @@ class VerbsEngine:
 
     NAME = "verbs"
     # What this engine can do (acceptance.engines.contract.OPERATIONS); collectives run on mpi or nccl.
-    OFFERS = frozenset(("PairLink", "register_times", "registration_growth", "memlock_effect", "gpu_register_times"))
+    OFFERS = frozenset(("PairLink", "IncastGroup", "register_times", "registration_growth", "memlock_effect",
+                        "gpu_register_times"))
     available = staticmethod(available)
 
     def __init__(self, config: Config | None = None):
@@ -74,6 +83,9 @@ class VerbsEngine:
 
     def PairLink(self, comm, max_size: int, slot_bytes: int = 0, memory: str = "host") -> Link:  # noqa: N802 - the role's name
         return Link(comm, max_size, slot_bytes, memory, config=self.configured())
+
+    def IncastGroup(self, comm, size: int, window: int = 1, slot_bytes: int = 0) -> Incast:  # noqa: N802 - the role's name
+        return Incast(comm, size, window, slot_bytes, config=self.configured())
 
     def register_times(self, nbytes: int, repeats: int, how: str):
         return memreg.register_times(self.configured(), nbytes, repeats, how)

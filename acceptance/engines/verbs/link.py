@@ -371,6 +371,40 @@ class PairLink:
                                 None if budget_s is None else int(budget_s * 1e9), min_iters=2)
         return Transfer(times, tally)
 
+    # -- one side alone: for a group of links (acceptance.engines.verbs.incast), no pair step
+
+    def write_window(self, stack: contextlib.ExitStack, size: int, per: int, window: int) -> Callable[[], None]:
+        """An op that posts `window` RDMA WRITEs of `size` B from the first `per` slots of local_buf to
+        the same slots at the start of the peer's window (WR j to slot j % per), at most tx_depth in
+        flight and one completion every cq_mod (ib_write_bw), and returns once every one is
+        acknowledged. Only this side acts (the peer's CPU takes no part, nor a collective call); the
+        work requests live until `stack` closes."""
+        limit = min(self.max_size, self.remote.length)
+        if size < 1 or per < 1 or window < 1 or per * size > limit:
+            raise ValueError(f"{per} slots of {size} B outside the link's {limit} B (window {window})")
+        slots = Slots(size, per, 1, window)
+        r, inline = self.remote, self._inline(size) and self.memory == "host"  # inline: the CPU reads the bytes
+        wrs = self._slot_wrs(stack, lambda sg, addr, sig: write_wr(0, sg, r.rkey, addr, sig, inline),
+                             slots, self.local_buf, r.addr, self.local_mr)
+        return self._slot_op_at(wrs, slots, window, "RDMA WRITE")(0)
+
+    def write_probe(self, stack: contextlib.ExitStack, size: int) -> Callable[[], None]:
+        """An op that posts one signaled RDMA WRITE of `size` B from local_buf to the start of the peer's
+        window and polls it to its completion (the responder's ACK): a full round trip, as the GPU
+        write latency's sample. Only this side acts; the work request lives until `stack` closes."""
+        limit = min(self.max_size, self.remote.length)
+        if not 1 <= size <= limit:
+            raise ValueError(f"size {size} B outside 1..{limit} B (the link's max_size)")
+        sg = self._sge(stack, self.local_buf, size, self.local_mr)
+        inline = self._inline(size) and self.memory == "host"  # inline: the CPU reads the bytes
+        wr = stack.enter_context(write_wr(0, sg, self.remote.rkey, self.remote.addr, True, inline))
+        post, scq, relax = self.qp.post_send, self.scq, self.relax
+
+        def op() -> None:
+            post(wr)
+            wait_completion(scq, "RDMA WRITE", relax=relax)
+        return op
+
     # -- latency
 
     def put_latency(self, size: int, iters: int, warmup: int, origin: int,
