@@ -239,7 +239,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                setting=lambda f: f.Rate(None, help="bandwidth all senders together must deliver to the receiver")),
         Metric(("bandwidth",), "Gbit/s", True, label="incast sender bandwidth"),
         *_latencies("loaded_", "loaded", "incast.latency", "round trip", bounded=("p99",),
-                    what="receiver's Put + Flush latency, while the other senders load it,"),
+                    what="receiver's write latency, post to completion (verbs: a signaled RDMA WRITE; mpi: Put + "
+                         "Flush), while the other senders load it,"),
         DATA_ERRORS,
     )),
     Suite("intranode", (), (
