@@ -8,7 +8,9 @@ identity, so a replaced NIC gives its links new keys, and their series start aga
 
 Ingesting is idempotent (a run id is kept once) and safe beside another ingest: the ids are
 allocated, the columns written and the night inserted inside one IMMEDIATE transaction, which a
-second writer waits for.
+second writer waits for. On a local disk the database is in WAL mode; on a network filesystem
+(NFS, Lustre, ...) in the rollback journal's (DELETE) mode, every write also holding an fcntl lock
+on history.lock, and a mount whose locks stay on each node is refused (storage.py says how and why).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import re
 import sqlite3
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -29,6 +32,7 @@ import pandas as pd
 from ..records.results import InputError
 from .identity import Name, nic_identity, node_serial, subject
 from .night import Night, read_night
+from .storage import LOCK_NAME, LockError, Placement, WriteLock, placement
 
 ENV_HISTORY = "ACCEPTANCE_HISTORY"
 DB_NAME = "history.db"
@@ -93,9 +97,13 @@ class Ingested:
 class Store:
     """One history folder. Open with Store.open(path); every method reads or writes it directly."""
 
-    def __init__(self, path: Path, db: sqlite3.Connection):
+    def __init__(self, path: Path, db: sqlite3.Connection, storage: Placement | None = None):
         self.path = path
         self.db = db
+        # How the store is kept safe where it is (storage.placement): the journal mode, and whether
+        # every write holds history.lock (a network filesystem).
+        self.storage = storage or Placement(None, "wal", False, "not told")
+        self._lock = WriteLock(path / LOCK_NAME, self.storage.mount, BUSY_TIMEOUT_S) if self.storage.shared else None
         self._keys_cache: dict[str, np.ndarray] = {}
 
     # ---- opening, versions ---------------------------------------------------------------
@@ -111,18 +119,66 @@ class Store:
             path.mkdir(parents=True, exist_ok=True)
             (path / "nights").mkdir(exist_ok=True)
             (path / "keys").mkdir(exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"{path}: cannot open the history store: {e}") from None
+        where = placement(path)  # after mkdir: an automounted folder is mounted by now
+        if where.refusal:
+            raise StoreError(where.refusal)
+        try:
             db = sqlite3.connect(db_file, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except (OSError, sqlite3.Error) as e:
             raise StoreError(f"{path}: cannot open the history store: {e}") from None
-        store = cls(path, db)
+        store = cls(path, db, where)
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            store._ensure_schema()
+            with store._hold():  # network: the journal mode changes and the schema is made under the lock
+                store._journal()
+                store._ensure_schema()
+        except sqlite3.OperationalError as e:
+            db.close()
+            if "locked" in str(e) or "busy" in str(e):
+                raise StoreError(f"{db_file}: another process holds the store ({e}); run this again when it is "
+                                 "done") from None
+            raise StoreError(f"{db_file}: not an acceptance history store ({e})") from None
         except sqlite3.DatabaseError as e:  # a history.db that is not SQLite, or not ours
             db.close()
             raise StoreError(f"{db_file}: not an acceptance history store ({e})") from None
+        except StoreError:
+            db.close()
+            raise
         store._import_runs_tsv()
         return store
+
+    def _journal(self) -> None:
+        """WAL on a local disk; the rollback journal (DELETE) on a network filesystem, where WAL's
+        shared-memory index cannot be shared between nodes (a WAL store is turned back here, under the
+        lock, by its first open over the network). The mode is checked, not assumed."""
+        want = self.storage.journal_mode
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                got = str(self.db.execute(f"PRAGMA journal_mode={want.upper()}").fetchone()[0]).lower()
+                break
+            except sqlite3.OperationalError as e:
+                # Leaving WAL needs the database to itself, and SQLite does not wait for that: it is
+                # open elsewhere in WAL mode (an older acceptance; a process on the host serving this
+                # folder from its own disk, before any node used it over the network).
+                if "locked" not in str(e) or not self.storage.shared:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"{self.path / DB_NAME}: in WAL mode, which does not work over a network filesystem, and "
+                        f"another process has kept it open for {BUSY_TIMEOUT_S} s, so it cannot be turned to the "
+                        f"rollback journal ({self.storage.why}). Stop the acceptance processes using this store "
+                        f"(an older acceptance; one on the host that serves this folder) and run this again"
+                    ) from None
+                time.sleep(0.5)
+        if got != want and self.storage.shared:
+            raise StoreError(f"{self.path / DB_NAME}: SQLite kept journal_mode={got} where this store needs {want} "
+                             f"({self.storage.why}); is a process of an older acceptance still using it?")
+
+    def journal_mode(self) -> str:
+        """The journal mode in effect (PRAGMA journal_mode): "wal" or "delete"."""
+        return str(self.db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
 
     def close(self) -> None:
         self.db.close()
@@ -149,7 +205,11 @@ class Store:
         tsv = self.path / "runs.tsv"
         if not tsv.is_file() or self.meta("runs_tsv_imported"):
             return
-        for n, line in enumerate(tsv.read_text().splitlines(), 1):
+        try:
+            text = tsv.read_text()
+        except FileNotFoundError:
+            return  # another job opening the store at once has imported it
+        for n, line in enumerate(text.splitlines(), 1):
             parts = line.split("\t")
             if len(parts) < 3 or not parts[1]:
                 continue
@@ -170,7 +230,10 @@ class Store:
                          f"runs.tsv line {n}: run folder not readable; no values"))
         with self.write():
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('runs_tsv_imported', ?)", (_now(),))
-        tsv.rename(tsv.with_name("runs.tsv.imported"))
+        try:
+            tsv.rename(tsv.with_name("runs.tsv.imported"))
+        except FileNotFoundError:
+            pass  # the other job renamed it first (each run id was kept once)
 
     def meta(self, key: str) -> str | None:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
@@ -178,14 +241,31 @@ class Store:
 
     @contextmanager
     def write(self):
-        """One IMMEDIATE transaction: a second writer waits (busy timeout) rather than interleaving."""
-        self.db.execute("BEGIN IMMEDIATE")
+        """One IMMEDIATE transaction: a second writer waits (busy timeout) rather than interleaving. On a
+        network filesystem it runs holding history.lock (StoreError when that cannot be had)."""
+        with self._hold():
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    @contextmanager
+    def _hold(self):
+        """history.lock, exclusively, where the store is shared over the network (re-entrant); else nothing."""
+        if self._lock is None:
+            yield
+            return
         try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+            self._lock.__enter__()
+        except LockError as e:
+            raise StoreError(str(e)) from None
+        try:
+            yield
+        finally:
+            self._lock.__exit__(None, None, None)
 
     # ---- ingest ------------------------------------------------------------------------
     def ingest(self, run_dir, source: str = "run") -> Ingested:
@@ -349,9 +429,9 @@ class Store:
 
     def prune(self, before: str) -> int:
         """Drop the nights started before `before` (ISO), their rows and columns; never the pinned one."""
-        old = self.db.execute("SELECT id, run_id, metrics FROM nights WHERE started < ? AND pinned=0",
-                              (before,)).fetchall()
         with self.write():
+            old = self.db.execute("SELECT id, run_id, metrics FROM nights WHERE started < ? AND pinned=0",
+                                  (before,)).fetchall()
             for nid, _run_id, metrics in old:
                 for table in ("summary", "fleet", "findings"):
                     self.db.execute(f"DELETE FROM {table} WHERE night=?", (nid,))
@@ -359,10 +439,13 @@ class Store:
         for _nid, _run_id, metrics in old:
             for m in json.loads(metrics or "{}").values():
                 (self.path / "nights" / m["file"]).unlink(missing_ok=True)
-        used = {k for (k,) in self.db.execute("SELECT DISTINCT keys FROM nights WHERE keys IS NOT NULL")}
-        for f in (self.path / "keys").glob("*.npy"):
-            if f.stem not in used:
-                f.unlink(missing_ok=True)
+        # Inside a write: an ingest writes its keys file before its night is committed, and must not
+        # see it taken away as unused.
+        with self.write():
+            used = {k for (k,) in self.db.execute("SELECT DISTINCT keys FROM nights WHERE keys IS NOT NULL")}
+            for f in (self.path / "keys").glob("*.npy"):
+                if f.stem not in used:
+                    f.unlink(missing_ok=True)
         return len(old)
 
     # ---- reading columns ------------------------------------------------------------------
