@@ -1,8 +1,9 @@
-"""Two threads standing in for the two ranks of an mpi4py pair communicator.
+"""Threads standing in for the ranks of an mpi4py communicator.
 
-PairLink only calls Get_size, Get_rank, allgather, bcast and Barrier on its communicator, so a
-pair of threads can play both ranks: the verbs engine's data path runs against a
-simulated device (test_verbs.py) or a real one in loopback (test_verbs_device.py).
+PairLink and the verbs IncastGroup only call Get_size, Get_rank, allgather, bcast, Barrier, Split
+and Free on their communicators, so threads can play the ranks: the verbs engine's data path runs
+against a simulated device (test_verbs.py, test_verbs_incast.py) or a real one in loopback
+(test_verbs_device.py).
 """
 
 import threading
@@ -10,19 +11,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 
 class PairShared:
-    def __init__(self):
-        self.barrier = threading.Barrier(2, timeout=60)
-        self.slots = [None, None]
+    """What the n ranks of one communicator share (n = 2: a pair)."""
+
+    def __init__(self, n=2):
+        self.n = n
+        self.barrier = threading.Barrier(n, timeout=60)
+        self.slots = [None] * n
+        self.lock = threading.Lock()
+        self.children = {}  # (split count, colour) -> PairShared of the communicators Split makes
 
 
 class ThreadComm:
-    """The calls PairLink makes on an mpi4py pair communicator, between two threads."""
+    """The calls the verbs engine makes on an mpi4py communicator, between threads."""
 
     def __init__(self, shared, rank):
-        self.shared, self.rank = shared, rank
+        self.shared, self.rank, self.splits, self.freed = shared, rank, 0, False
 
     def Get_size(self):
-        return 2
+        return self.shared.n
 
     def Get_rank(self):
         return self.rank
@@ -40,18 +46,38 @@ class ThreadComm:
     def Barrier(self):
         self.shared.barrier.wait()
 
+    def Split(self, color, key=0):
+        everyone = self.allgather((color, key))
+        self.splits += 1
+        members = sorted((k, r) for r, (c, k) in enumerate(everyone) if c == color)
+        with self.shared.lock:
+            shared = self.shared.children.setdefault((self.splits, color), PairShared(len(members)))
+        sub = ThreadComm(shared, members.index((key, self.rank)))
+        SPLIT.append(sub)
+        return sub
 
-THREAD = threading.local()  # .rank: the pair rank the current thread plays
+    def Free(self):
+        self.freed = True
 
 
-def run_pair(body):
-    """body(comm) in two threads as pair ranks 0 and 1; [(result, exception)] per rank."""
-    shared = PairShared()
+THREAD = threading.local()  # .rank: the rank the current thread plays
+SPLIT: list = []  # every communicator Split made: all must be freed
+
+
+def run_ranks(body, n):
+    """body(comm) in n threads as ranks 0..n-1; [(result, exception)] per rank."""
+    shared = PairShared(n)
 
     def as_rank(rank):
         THREAD.rank = rank
         return body(ThreadComm(shared, rank))
 
-    with ThreadPoolExecutor(2) as pool:
-        futures = [pool.submit(as_rank, r) for r in (0, 1)]
-        return [(f.result(timeout=120) if f.exception(timeout=120) is None else None, f.exception()) for f in futures]
+    with ThreadPoolExecutor(n) as pool:
+        futures = [pool.submit(as_rank, r) for r in range(n)]
+        return [(f.result(timeout=120) if f.exception(timeout=120) is None else None, f.exception())
+                for f in futures]
+
+
+def run_pair(body):
+    """body(comm) in two threads as pair ranks 0 and 1; [(result, exception)] per rank."""
+    return run_ranks(body, 2)

@@ -10,8 +10,6 @@ a failure on one rank fails every rank, none hangs, and everything is freed.
 
 import ctypes
 import sys
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from pyverbs.pyverbs_error import PyverbsRDMAError
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import test_verbs  # noqa: E402
-from threadpair import THREAD  # noqa: E402
+from threadpair import SPLIT, THREAD, run_ranks  # noqa: E402
 from test_verbs import ENGINE, IB  # noqa: E402
 
 fake_device = test_verbs.fake_device  # its simulated device (a fixture), for N ranks in group_device
@@ -43,69 +41,9 @@ SLOT_BYTES = N * PER * SIZE
 BUDGET = 0.02
 
 
-class GroupShared:
-    def __init__(self, n):
-        self.n = n
-        self.barrier = threading.Barrier(n, timeout=60)
-        self.slots = [None] * n
-        self.lock = threading.Lock()
-        self.children = {}
-
-
-class GroupComm:
-    """The calls IncastGroup and PairLink make on an mpi4py communicator, between n threads."""
-
-    def __init__(self, shared, rank):
-        self.shared, self.rank, self.splits, self.freed = shared, rank, 0, False
-
-    def Get_size(self):
-        return self.shared.n
-
-    def Get_rank(self):
-        return self.rank
-
-    def allgather(self, obj):
-        self.shared.slots[self.rank] = obj
-        self.shared.barrier.wait()
-        out = list(self.shared.slots)
-        self.shared.barrier.wait()
-        return out
-
-    def bcast(self, obj, root=0):
-        return self.allgather(obj)[root]
-
-    def Barrier(self):
-        self.shared.barrier.wait()
-
-    def Split(self, color, key=0):
-        everyone = self.allgather((color, key))
-        self.splits += 1
-        members = sorted((k, r) for r, (c, k) in enumerate(everyone) if c == color)
-        with self.shared.lock:
-            shared = self.shared.children.setdefault((self.splits, color), GroupShared(len(members)))
-        sub = GroupComm(shared, members.index((key, self.rank)))
-        SPLIT.append(sub)
-        return sub
-
-    def Free(self):
-        self.freed = True
-
-
-SPLIT: list = []  # every communicator Split made: all must be freed
-
-
 def run_group(body, n=N):
     """body(comm) in n threads as group ranks 0..n-1; [(result, exception)] per rank."""
-    shared = GroupShared(n)
-
-    def as_rank(rank):
-        THREAD.rank = rank
-        return body(GroupComm(shared, rank))
-
-    with ThreadPoolExecutor(n) as pool:
-        futures = [pool.submit(as_rank, r) for r in range(n)]
-        return [(f.result(timeout=120) if f.exception(timeout=120) is None else None, f.exception())
-                for f in futures]
+    return run_ranks(body, n)
 
 
 def no_errors(results):
