@@ -104,6 +104,12 @@ class Local(Launcher):
             # Open MPI gives a machine one slot per core and refuses more ranks ("not enough slots");
             # virtual nodes on one machine are oversubscribed on purpose, and Hydra allows it.
             extra.append("--oversubscribe")
+            # Every rank is on this machine, where osc/sm serves one-sided MPI. osc/ucx is queried
+            # again for every window and fails without a network device, printing an error each
+            # time; on some machines that query takes 200 ms, which memreg would time as registration.
+            if "OMPI_MCA_osc" not in env:
+                env["OMPI_MCA_osc"] = "^ucx"
+                notes.append("osc/ucx off")
             if os.geteuid() == 0:
                 # It also refuses root (containers and CI run as root); these are its own switches.
                 env["OMPI_ALLOW_RUN_AS_ROOT"] = env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"

@@ -29,6 +29,8 @@ def test_the_embedded_default_passes_under_open_mpi(acceptance_cli):
     p = acceptance_cli("run", "--no-report", env=OPEN_MPI_ENV)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "4 local ranks as 2 virtual nodes x 2 rails (Open MPI mpiexec" in p.stdout, p.stdout
+    # osc/ucx, queried per window, failing here and slow on some machines, is left out on one machine
+    assert "osc/ucx off" in p.stdout and "OSC UCX" not in p.stderr, p.stdout + p.stderr
     run = json.loads((folder_of(p.stdout) / "run.json").read_text())
     assert all(s["mpi_library"].startswith("Open MPI v5") for s in run["software"].values()), run["software"]
     assert run["engines"]["rdma_write"]["why"].startswith("mpi engine (Open MPI v5")
