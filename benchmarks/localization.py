@@ -53,7 +53,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import tempfile
 import time
@@ -74,7 +73,6 @@ CLASSES = ("clean", "link", "nic", "node", "rail", "leaf", "uplink", "spine", "t
 TWO = ("uplink+nic", "link+nic", "nic+nic", "leaf+link")
 FACTORS = (0.5, 0.8)
 SIZES = (65536, 8388608)
-DRAIN_NODE = re.compile(r"NodeName=(\S+)")
 KWARG = {"link": "slow_link", "nic": "slow_nic", "node": "slow_node", "rail": "slow_rail", "leaf": "slow_leaf",
          "uplink": "slow_uplink", "spine": "slow_spine"}
 
@@ -206,14 +204,14 @@ def describe(f: dict) -> str:
     return f"{f['kind']} {where}{rail} x{f['factor']}".replace("  ", " ")
 
 
-def score(faults: list[dict], findings: list[dict], drains: list[str]) -> dict:
+def score(faults: list[dict], findings: list[dict], drains: list) -> dict:
     found = [f for f in findings if f["severity"] in ("fail", "warn")]
     hits = [any(is_component(t, f) for t in faults) for f in found]
     alt = [not h and any(is_component(t, a) for t in faults for a in f.get("alternatives") or [])
            for f, h in zip(found, hits)]
     recalled = [any(is_component(t, f) for f in found) for t in faults]
     drainable = {t["node"] for t in faults if t["kind"] in ("nic", "node")}
-    drained = [m.group(1) for m in map(DRAIN_NODE.search, drains) if m]
+    drained = [d.node for d in drains]
     return {"findings": len(found), "hits": sum(hits), "false_positives": [short(f) for f, h in zip(found, hits) if not h],
             "false_fail": sum(1 for f, h in zip(found, hits) if not h and f["severity"] == "fail"),
             "false_warn": sum(1 for f, h in zip(found, hits) if not h and f["severity"] == "warn"),

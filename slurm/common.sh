@@ -1,38 +1,11 @@
 # Shared by the sbatch jobs: find the checkout and its Python, fix what every rank must agree on.
 # Sourced as "$CHECKOUT/slurm/common.sh" (sbatch runs a copy of the job script from its spool).
 
-# Site defaults: KEY=VALUE lines (ACCEPTANCE_PROFILE, ACCEPTANCE_SRUN_MPI, MPI variables, ...) in
-# $ACCEPTANCE_SITE_ENV (default /etc/acceptance/site.env), for what every job on this cluster needs;
-# a variable already set in the job's environment wins. The emulated cluster writes one while up.
-SITE_ENV="${ACCEPTANCE_SITE_ENV:-/etc/acceptance/site.env}"
-if [ -r "$SITE_ENV" ]; then
-    while IFS= read -r line || [ -n "$line" ]; do
-        case "$line" in ''|'#'*) continue ;; esac
-        key="${line%%=*}"
-        if ! [[ "$key" =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]] || [ "$key" = "$line" ]; then
-            echo "acceptance: $SITE_ENV: not KEY=VALUE: $line" >&2
-            exit 2
-        fi
-        [ -z "${!key+set}" ] && export "$key=${line#*=}"
-    done < "$SITE_ENV"
-    echo "acceptance: site defaults from $SITE_ENV"
-fi
+. "$CHECKOUT/slurm/site.sh" || exit 2
 # A hash seed shared by every rank: all ranks must collect the same tests in the same order.
 export PYTHONHASHSEED=0
 # srun's MPI plugin; pmix unless the site (or the emulated cluster: pmi2) says otherwise.
 export ACCEPTANCE_SRUN_MPI="${ACCEPTANCE_SRUN_MPI:-pmix}"
-
-if [ -n "${ACCEPTANCE_PYTHON:-}" ]; then
-    PY="$ACCEPTANCE_PYTHON"
-elif [ -x "$CHECKOUT/.venv/bin/python" ]; then
-    PY="$CHECKOUT/.venv/bin/python"
-else
-    PY="$(command -v python3)"
-fi
-if ! "$PY" -c "import acceptance" 2>/dev/null; then
-    echo "acceptance: $PY cannot import acceptance; run 'make venv' in $CHECKOUT or set ACCEPTANCE_PYTHON" >&2
-    exit 2
-fi
 
 OUTPUT="${ACCEPTANCE_OUTPUT:-$CHECKOUT/reports}"
 # A job judges a real fabric: it needs the profile of its hardware, never local's harness-only bounds by default.

@@ -28,8 +28,10 @@ def unavailable_reason() -> str | None:
 
 
 def slurm_conf(*, cluster: str, folder: Path, controller: str, port: int, munge_socket: Path,
-               mpi_default: str, nodes: str, partition: str) -> str:
+               mpi_default: str, nodes: str, partition: str, extra: str = "") -> str:
     """A slurm.conf whose every file, socket and port is private to `folder` (shared by emucluster.py).
+
+    `extra`: more slurm.conf lines, appended as given (e.g. emucluster's HealthCheckProgram lines).
 
     Job ids start at a random number: MPICH names its shared-memory segments after
     the PMI job, and a segment left by a killed rank of an earlier "job 1" of a
@@ -61,7 +63,7 @@ SlurmdParameters=config_overrides
 KillWait=5
 {nodes}
 PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
-"""
+""" + (extra.rstrip("\n") + "\n" if extra.strip() else "")
 
 
 def _free_ports(count: int) -> list[int]:

@@ -21,7 +21,7 @@ class Analysis:
     profile: Profile                  # the profile the records were re-evaluated against
     records: pd.DataFrame             # one row per record; see load_records() for the columns
     findings: list[Finding]           # docs/records.md, "A finding"; most severe and most specific first
-    drains: list[str]                 # scontrol lines, one per node to drain
+    drains: list                      # host.slurmnode.Drain, one per node to drain
     deltas: pd.DataFrame | None = None  # baseline comparison, when a baseline was given
     baseline_id: str | None = None
     extra: dict = field(default_factory=dict)

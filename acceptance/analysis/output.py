@@ -4,21 +4,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
-import shlex
 from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 
+from ..host.slurmnode import Drain, reason as slurm_reason
 from .model import Analysis
 from .validate import is_node_name
 from .finding import clean_value
 from .wording import fmt_value
 
-
-
-_UNSAFE = re.compile(r'["\\$`\x00-\x1f\x7f]+')
 
 
 def _reason(f: dict) -> str:
@@ -37,20 +33,20 @@ def _reason(f: dict) -> str:
             text += " baseline"
     else:
         text = f"{metric} failed"
-    reason = _UNSAFE.sub(" ", f"{where}{text}")
-    return re.sub(r"\s+", " ", reason).strip()[:120]
+    return f"{where}{text}"
 
 
-def drain_lines(findings: list[dict], nodes: Collection[str] | None = None) -> list[str]:
-    """One scontrol line per node named by a failing node- or NIC-scope finding (first finding wins).
+def drain_lines(findings: list[dict], nodes: Collection[str] | None = None) -> list[Drain]:
+    """One drain per node named by a failing node- or NIC-scope finding (first finding wins), with the
+    reason "acceptance: <suite>: <what>" (host.slurmnode: the namespace node-check resumes from).
 
     Only exact Slurm node names are drained (validate.is_node_name: never a hostlist such as
     gpu[001-512], which scontrol would expand), and with `nodes` (the run's topology) only
     those nodes; a finding naming any other is left out (analysis refuses such records when it
     loads them, so that is a caller's mistake, not something to drain). The node name is
-    shell-quoted when it needs it; the reason is double-quoted and holds no double quote,
-    backslash, $, backtick or control character, so the line is safe to paste into a shell
-    and to shlex.split().
+    shell-quoted in the line when it needs it; the reason holds no quote, backslash, $, backtick or
+    control character (slurmnode.clean_reason), so the line is safe to paste into a shell, and
+    --drain passes the argv, never through a shell.
     """
     known = None if nodes is None else frozenset(nodes)
     reasons: dict[str, str] = {}
@@ -59,9 +55,8 @@ def drain_lines(findings: list[dict], nodes: Collection[str] | None = None) -> l
         if f.get("severity") == "fail" and f.get("scope") in ("node", "nic") and node:
             node = str(node)
             if is_node_name(node) and (known is None or node in known):
-                reasons.setdefault(node, _reason(f))
-    return [f'scontrol update NodeName={shlex.quote(node)} State=DRAIN Reason="acceptance: {reason}"'
-            for node, reason in reasons.items()]
+                reasons.setdefault(node, slurm_reason(str(f.get("suite") or "run"), _reason(f)))
+    return [Drain(node, reason) for node, reason in reasons.items()]
 
 
 def _json_default(x):
@@ -80,4 +75,4 @@ def write_outputs(run_dir, analysis: Analysis) -> None:
     findings = [{k: clean_value(v) for k, v in f.items()} for f in analysis.findings]
     (run_dir / "findings.json").write_text(json.dumps(findings, indent=2, default=_json_default,
                                                       allow_nan=False) + "\n")
-    (run_dir / "drain.txt").write_text("".join(line + "\n" for line in analysis.drains))
+    (run_dir / "drain.txt").write_text("".join(d.line + "\n" for d in analysis.drains))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import shutil
-import subprocess
 from pathlib import Path
 
 from ..analysis import Analysis, analyze, write_outputs
@@ -135,18 +132,13 @@ def summary(analysis: Analysis, report: Path | None, run_dir: str | Path | None 
     return "\n".join(lines)
 
 
-def execute_drains(lines: list[str]) -> int:
-    """Run the scontrol lines; returns how many failed. Only ever called when the operator asked (--drain)."""
-    if not lines:
-        return 0
-    if not shutil.which("scontrol"):
-        print("acceptance: --drain: scontrol is not on PATH; nothing drained")
-        return len(lines)
+def execute_drains(drains) -> int:
+    """Drain each node (host.slurmnode.apply_drain: one argv, no shell; a node drained by someone else
+    keeps its reason); returns how many failed. Only ever called when the operator asked (--drain)."""
+    from ..host.slurmnode import apply_drain
     failed = 0
-    for line in lines:
-        p = subprocess.run(shlex.split(line), capture_output=True, text=True, timeout=60)
-        ok = p.returncode == 0
-        failed += not ok
-        print(f"acceptance: {'drained' if ok else 'FAILED'}: {line}"
-              + ("" if ok else f" ({(p.stderr or p.stdout).strip()})"))
+    for d in drains:
+        outcome, text = apply_drain(d)
+        failed += outcome == "failed"
+        print(f"acceptance: {'FAILED: ' if outcome == 'failed' else ''}{text}")
     return failed

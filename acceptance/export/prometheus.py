@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import math
 import os
-import shlex
 import tempfile
 from pathlib import Path
 
@@ -263,21 +262,6 @@ def _counters(records: pd.DataFrame, fam: _Family) -> None:
                  "port": port_n, "counter": counter, "kind": kind_name}, v)
 
 
-def _drain_nodes(drains: list[str]) -> list[str]:
-    """The node of each scontrol drain line (analysis.drain_lines shell-quotes it)."""
-    nodes = []
-    for line in drains:
-        try:
-            words = shlex.split(line)
-        except ValueError:
-            continue
-        for w in words:
-            if w.startswith("NodeName="):
-                nodes.append(w[len("NodeName="):])
-                break
-    return list(dict.fromkeys(nodes))
-
-
 def _timestamp(text) -> float | None:
     if not text or not isinstance(text, str):
         return None
@@ -411,7 +395,7 @@ def render(analysis, history: dict | None = None) -> str:
         _p2p_families(records, latency_size, fams)
         _collectives(records, fams["collective_busbw_bytes_per_second"])
         _counters(records, fams["port_error_increase"])
-    for node in _drain_nodes(analysis.drains):
+    for node in dict.fromkeys(d.node for d in analysis.drains):
         fams["node_drain_suggested"].add({"node": node}, 1)
     if history is not None:
         fams.update({key: _Family(key, text) for key, text in _HISTORY_HELP.items()})

@@ -51,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .command import run_command
+from .slurmnode import clean_reason
 
 # -- the catalog --------------------------------------------------------------------------------
 
@@ -447,26 +448,6 @@ def _lines(text: str) -> list[str]:
 def parse_events(text: str) -> list[XidEvent]:
     """Every Xid event in a kernel log, in log order."""
     return [e for e in map(parse_line, _lines(text)) if e is not None]
-
-
-# -- a Slurm drain reason -------------------------------------------------------------------------
-
-REASON_MAX = 200  # characters of a drain reason taken from one log line
-
-# ANSI escape sequences (CSI, OSC, two-character) go whole, so no "[31m" is left behind.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-# What a drain reason keeps: letters, digits, space and . , : _ + - / ( ) [ ] % = @ -- no quote,
-# backslash, dollar, backtick, semicolon, pipe, ampersand, redirection, glob or control character,
-# so the reason means the same pasted into scontrol, a shell or a log line.
-_UNSAFE = re.compile(r"[^A-Za-z0-9 .,:_+\-/()\[\]%=@]+")
-
-
-def clean_reason(text: str, limit: int | None = None) -> str:
-    """`text` made safe for a Slurm drain reason: one line of the characters above, cut to `limit`."""
-    limit = REASON_MAX if limit is None else limit
-    text = _UNSAFE.sub(" ", _ANSI.sub(" ", text))
-    text = " ".join(text.split())
-    return text[:max(limit, 0)].rstrip().lstrip("-+ ")
 
 
 # -- since the last check -------------------------------------------------------------------------

@@ -6,6 +6,8 @@
     python tests/cluster/emucluster.py throttle node3 1 20mbit
     python tests/cluster/emucluster.py throttle-uplink leaf2 1 20mbit
     python tests/cluster/emucluster.py restore
+    python tests/cluster/emucluster.py link-down node2 1
+    python tests/cluster/emucluster.py link-up node2 1
     python tests/cluster/emucluster.py down
 
 Network (all addresses from 198.18.0.0/15, nothing leaves the machine):
@@ -57,6 +59,18 @@ rail link and a throttle has no effect (measured: ~20 Gbit/s with node2 rail0 at
 (namespace side ``rail<r>`` egress and root side ``acc-n<K>r<r>`` egress); ``restore``
 removes every qdisc we put on any link. ``throttle-uplink LEAF RAIL RATE`` does the same on both
 ends of a leaf's uplink on that rail: every pair crossing the leaf slows, the pairs inside it do not.
+
+``link-down NODE RAIL`` sets the namespace side ``rail<r>`` of that node's rail link down (a dead
+port: the kernel drops the routes through it, the address stays); ``link-up NODE RAIL`` sets it up
+again and puts back what ``up`` had set for that rail (address, routes, policy rule) if it is gone.
+``status`` lists the links that are down.
+
+``up --health-check SECONDS``: slurm.conf runs ``slurm/node-check.sh`` (``acceptance node-check
+--slurm``) as Slurm's HealthCheckProgram every SECONDS on every node (HealthCheckNodeState=ANY), and
+site.env also names the checkout's Python (ACCEPTANCE_PYTHON) and the node check's state folder
+(ACCEPTANCE_NODE_CHECK_STATE, ``node-check/`` in the state folder, one file per node, gone on down).
+``--health-check-program PATH`` runs another program instead (for tests). Without --health-check
+there is no health check at all.
 """
 
 from __future__ import annotations
@@ -80,6 +94,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import emutree  # noqa: E402
 
 STATE = Path("/run/acceptance-emucluster")
+CHECKOUT = Path(__file__).resolve().parents[2]
+NODE_CHECK = CHECKOUT / "slurm" / "node-check.sh"  # the HealthCheckProgram of `up --health-check`
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
 MARK = "# managed by acceptance emucluster"
 # The sbatch jobs' site defaults (slurm/common.sh): while up, a plain
@@ -230,6 +246,16 @@ class EmuCluster:
         return (self.meta() or {}).get("leaves", 0)
 
     @property
+    def health_check(self) -> int:
+        """HealthCheckInterval in seconds; 0 without a health check."""
+        return (self.meta() or {}).get("health_check", 0)
+
+    @property
+    def node_check_state(self) -> Path | None:
+        """The node check's state folder (site.env's ACCEPTANCE_NODE_CHECK_STATE) while up with a health check."""
+        return self.dir / "node-check" if self.health_check else None
+
+    @property
     def topology_conf(self) -> Path | None:
         """The tree's topology.conf while up with --leaves."""
         return self.dir / "topology.conf" if self.leaves else None
@@ -277,14 +303,24 @@ class EmuCluster:
         return (want_ns <= set(st["namespaces"]) and want_d <= names and all(st["daemons"].values())
                 and len(st["nodes"]) == m["nodes"] and all(s == "idle" for s in st["nodes"].values()))
 
-    def up(self, nodes: int = 2, rails: int = 2, timeout: float = 60, leaves: int = 0) -> EmuCluster:
+    def up(self, nodes: int = 2, rails: int = 2, timeout: float = 60, leaves: int = 0, health_check: int = 0,
+           health_check_program: str | Path | None = None) -> EmuCluster:
+        """`health_check`: Slurm's HealthCheckInterval in seconds (0: no health check), running
+        `health_check_program` (default slurm/node-check.sh) on every node."""
         if not 1 <= nodes <= 250 or not 1 <= rails <= 200:
             raise ValueError("need 1..250 nodes and 1..200 rails")
         if leaves:
             emutree.leaf_blocks(nodes, leaves)  # ValueError for a bad count, before anything is built
-        shape = f"{nodes} nodes x {rails} rails" + (f", {leaves} leaves per rail" if leaves else "")
+        if health_check < 0:
+            raise ValueError("--health-check needs a positive number of seconds")
+        program = str(Path(health_check_program or NODE_CHECK).resolve()) if health_check else None
+        if program and not os.access(program, os.X_OK):
+            raise ValueError(f"health check program not executable: {program}")
+        shape = (f"{nodes} nodes x {rails} rails" + (f", {leaves} leaves per rail" if leaves else "")
+                 + (f", health check every {health_check} s ({program})" if health_check else ""))
         m = self.meta()
         if (m and m.get("nodes") == nodes and m.get("rails") == rails and m.get("leaves", 0) == leaves
+                and m.get("health_check", 0) == health_check and m.get("health_check_program") == program
                 and self.healthy()):
             print(f"emucluster already up and healthy: {shape}")
             return self
@@ -294,14 +330,20 @@ class EmuCluster:
         try:
             self.dir.mkdir(parents=True)
             (self.dir / "log").mkdir()
-            self.meta_file.write_text(json.dumps({"nodes": nodes, "rails": rails, "leaves": leaves,
-                                                  "host": self.host}))
+            meta = {"nodes": nodes, "rails": rails, "leaves": leaves, "host": self.host}
+            if health_check:
+                meta.update(health_check=health_check, health_check_program=program)
+            self.meta_file.write_text(json.dumps(meta))
             self._net_up(nodes, rails, leaves)
-            self._write_conf(nodes, rails)
+            self._write_conf(nodes, rails, health_check, program)
             extra = {}
             if leaves:
                 self.topology_conf.write_text(emutree.topology_conf(nodes, leaves))
                 extra["ACCEPTANCE_TOPOLOGY"] = str(self.topology_conf)
+            if health_check:
+                self.node_check_state.mkdir()
+                extra["ACCEPTANCE_PYTHON"] = str(CHECKOUT / ".venv" / "bin" / "python")
+                extra["ACCEPTANCE_NODE_CHECK_STATE"] = str(self.node_check_state)
             self._write_site_env(extra)
             self._start_munge()
             self._start_slurm(nodes)
@@ -363,17 +405,31 @@ class EmuCluster:
                 _ip("link", "set", outer, "up")
                 nsip("addr", "add", addr, "dev", inner)
                 nsip("link", "set", inner, "up")
-            # other rail subnets via rail0's gateway; traffic from rail r's address leaves on rail r
-            nsip("route", "add", "198.18.0.0/15", "via", "198.18.1.254", "dev", "rail0")
             for r in range(rails):
-                table = str(100 + r)
-                nsip("route", "add", f"198.18.{r + 1}.0/24", "dev", f"rail{r}", "table", table)
-                nsip("route", "add", "198.18.0.0/24", "dev", "mgmt", "table", table)
-                nsip("route", "add", "198.18.0.0/15", "via", f"198.18.{r + 1}.254", "dev", f"rail{r}",
-                     "table", table)
-                nsip("rule", "add", "from", f"198.18.{r + 1}.{k}", "table", table, "priority", str(1000 + r))
+                for route in self._rail_routes(r):
+                    nsip("route", "add", *route)
+                nsip("rule", "add", *self._rail_rule(k, r))
 
-    def _write_conf(self, nodes: int, rails: int) -> None:
+    @staticmethod
+    def _rail_addr(k: int, r: int) -> str:
+        return f"198.18.{r + 1}.{k}/24"
+
+    @staticmethod
+    def _rail_routes(r: int) -> list[list[str]]:
+        """The routes `up` sets in a node's namespace for rail r: other rail subnets via rail0's
+        gateway (main table, rail 0 only); table 100+r for traffic from rail r's address, which leaves
+        on rail r."""
+        table = str(100 + r)
+        main = [["198.18.0.0/15", "via", "198.18.1.254", "dev", "rail0"]] if r == 0 else []
+        return main + [[f"198.18.{r + 1}.0/24", "dev", f"rail{r}", "table", table],
+                       ["198.18.0.0/24", "dev", "mgmt", "table", table],
+                       ["198.18.0.0/15", "via", f"198.18.{r + 1}.254", "dev", f"rail{r}", "table", table]]
+
+    @staticmethod
+    def _rail_rule(k: int, r: int) -> list[str]:
+        return ["from", f"198.18.{r + 1}.{k}", "table", str(100 + r), "priority", str(1000 + r)]
+
+    def _write_conf(self, nodes: int, rails: int, health_check: int = 0, program: str | None = None) -> None:
         if SLURM_CONF.exists() and not SLURM_CONF.read_text(errors="replace").startswith(MARK):
             shutil.copy2(SLURM_CONF, self.dir / "slurm.conf.orig")
         elif not SLURM_CONF.exists():
@@ -384,7 +440,9 @@ class EmuCluster:
             for k in range(1, nodes + 1))
         text = f"{MARK} ({d}); restored on `emucluster.py down`\n" + slurm_conf(
             cluster="acc-emu", folder=d, controller=f"{self.host}({CTLD_ADDR})", port=CTLD_PORT,
-            munge_socket=d / "munge" / "munge.socket.2", mpi_default="pmi2", nodes=node_lines, partition="emu")
+            munge_socket=d / "munge" / "munge.socket.2", mpi_default="pmi2", nodes=node_lines, partition="emu",
+            extra=(f"HealthCheckProgram={program}\nHealthCheckInterval={health_check}\nHealthCheckNodeState=ANY\n"
+                   if health_check else ""))
         (d / "state").mkdir(exist_ok=True)
         (d / "slurm.conf").write_text(text)
         SLURM_CONF.parent.mkdir(parents=True, exist_ok=True)
@@ -565,6 +623,43 @@ class EmuCluster:
             ns_args = ["-n", ns] if ns else []
             _run([_exe("tc"), *ns_args, "qdisc", "del", "dev", dev, "root"], check=False)
 
+    # ---------------------------------------------------------------- links
+    def link_down(self, node, rail: int) -> None:
+        """Set a node's rail link down on the node's side (``rail<r>`` in its namespace). The kernel
+        drops the routes through it (also the main table's 198.18.0.0/15 for rail 0); the address
+        and the policy rule stay. link_up puts back what is lost."""
+        ns, inner, _ = self._rail_link(node, rail)
+        _ip("-n", ns, "link", "set", inner, "down")
+
+    def link_up(self, node, rail: int) -> None:
+        """Set a node's rail link up again and restore the address, routes and policy rule `up` set
+        for that rail where they are gone (replace: a no-op for what is still there)."""
+        ns, inner, _ = self._rail_link(node, rail)
+        k, r = _node_index(node), int(rail)
+        _ip("-n", ns, "link", "set", inner, "up")
+        _ip("-n", ns, "addr", "replace", self._rail_addr(k, r), "dev", inner)
+        for route in self._rail_routes(r):
+            _ip("-n", ns, "route", "replace", *route)
+        rule = self._rail_rule(k, r)
+        if not _ip("-n", ns, "rule", "show", *rule[:-2], "priority", rule[-1], check=False).stdout.strip():
+            _ip("-n", ns, "rule", "add", *rule)
+        # a veth has carrier as soon as both ends are up; wait for it (and the bridge port) briefly
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            if "LOWER_UP" in _ip("-n", ns, "-o", "link", "show", inner, check=False).stdout:
+                break
+            time.sleep(0.05)
+
+    def links_down(self) -> list[str]:
+        """The nodes' links set down (``node2:rail1``): no UP among the link's flags in the namespace."""
+        down = []
+        for ns in self.namespaces():
+            p = _ip("-n", ns, "-o", "link", "show", check=False)
+            for name, flags in re.findall(r"^\d+: ([^:@]+)(?:@[^:]*)?: <([^>]*)>", p.stdout, re.MULTILINE):
+                if name.startswith(("rail", "mgmt")) and "UP" not in flags.split(","):
+                    down.append(f"node{ns[len(NS_PREFIX):]}:{name}")
+        return sorted(down, key=lambda s: (int(s.split(":")[0][4:]), s))
+
     # ---------------------------------------------------------------- helpers
     def kill_node_processes(self, node, sig: int = signal.SIGKILL) -> list[int]:
         """Kill the job processes run by a node's slurmd (SLURMD_NODENAME=nodeK), not the daemons."""
@@ -592,6 +687,7 @@ class EmuCluster:
             "daemon_pids": daemons,
             "nodes": self.sinfo() if any(n.startswith("slurmctld") for n in daemons) else {},
             "throttles": self.throttles(),
+            "links_down": self.links_down(),
             "slurm_conf": str(SLURM_CONF) if SLURM_CONF.exists() else None,
             "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
         }
@@ -608,6 +704,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="a switch tree per rail: K leaf bridges (node blocks) under one spine, "
                            "and a topology.conf naming them (default 0: one bridge per rail)")
     p_up.add_argument("--timeout", type=float, default=60, help="seconds to wait for all nodes idle")
+    p_up.add_argument("--health-check", type=int, default=0, metavar="SECONDS",
+                      help="run slurm/node-check.sh as Slurm's HealthCheckProgram every SECONDS on every node "
+                           "(default 0: no health check)")
+    p_up.add_argument("--health-check-program", metavar="PATH",
+                      help="with --health-check: run this program instead of slurm/node-check.sh")
     sub.add_parser("down", help="stop everything and restore the machine")
     p_th = sub.add_parser("throttle", help="tbf on both ends of one node's rail link")
     p_th.add_argument("node")
@@ -618,6 +719,11 @@ def main(argv: list[str] | None = None) -> int:
     p_tu.add_argument("rail", type=int)
     p_tu.add_argument("rate", help="tc rate, e.g. 20mbit")
     sub.add_parser("restore", help="remove all throttles")
+    for name, what in (("link-down", "set a node's rail link down (its side, rail<r> in the namespace)"),
+                       ("link-up", "set a node's rail link up again, with its address, routes and rule")):
+        p_l = sub.add_parser(name, help=what)
+        p_l.add_argument("node", help="node2 or 2")
+        p_l.add_argument("rail", type=int)
     p_st = sub.add_parser("status", help="namespaces, bridges, daemons, sinfo, throttles")
     p_st.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -630,7 +736,10 @@ def main(argv: list[str] | None = None) -> int:
     c = EmuCluster()
     try:
         if args.cmd == "up":
-            c.up(args.nodes, args.rails, timeout=args.timeout, leaves=args.leaves)
+            if args.health_check_program and not args.health_check:
+                raise ValueError("--health-check-program needs --health-check SECONDS")
+            c.up(args.nodes, args.rails, timeout=args.timeout, leaves=args.leaves, health_check=args.health_check,
+                 health_check_program=args.health_check_program)
         elif args.cmd == "down":
             c.down()
             print("emucluster down: machine clean")
@@ -644,6 +753,12 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "restore":
             c.restore()
             print("all throttles removed")
+        elif args.cmd == "link-down":
+            c.link_down(args.node, args.rail)
+            print(f"{_node_name(args.node)} rail{args.rail} down")
+        elif args.cmd == "link-up":
+            c.link_up(args.node, args.rail)
+            print(f"{_node_name(args.node)} rail{args.rail} up")
         elif args.cmd == "status":
             st = c.status()
             if args.json:
@@ -657,6 +772,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("sinfo:      " + (" ".join(f"{n}:{s}" for n, s in st["nodes"].items()) or "-"))
                 print("throttles:  " + ("\n            ".join(f"{d}: {q}" for d, q in st["throttles"].items())
                                         or "-"))
+                print(f"links down: {' '.join(st['links_down']) or '-'}")
+                if (st["meta"] or {}).get("health_check"):
+                    print(f"health:     every {st['meta']['health_check']} s: {st['meta']['health_check_program']}")
                 print(f"slurm.conf: {st['slurm_conf'] or '-'}   ip_forward: {st['ip_forward']}")
     except (RuntimeError, ValueError) as e:
         print(f"emucluster {args.cmd}: {e}", file=sys.stderr)

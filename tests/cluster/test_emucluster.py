@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -170,8 +172,75 @@ def test_kill_node_processes(cluster):
             p.wait(timeout=30)
 
 
+RAIL_CONNECT = r"""
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, sys.argv[1].encode())
+s.bind((sys.argv[2], 0))
+s.settimeout(3)
+try:
+    s.connect((sys.argv[3], int(sys.argv[4])))
+except OSError as e:
+    sys.exit(f"connect: {e}")
+"""
+
+
+def _rail_link(k: int, rail: int) -> dict:
+    out = subprocess.run(["ip", "-n", f"acc-node{k}", "-j", "link", "show", f"rail{rail}"], capture_output=True,
+                         text=True, timeout=10, check=True).stdout
+    return json.loads(out)[0]
+
+
+def _rail_connect(c: EmuCluster, server: socket.socket, k: int, rail: int) -> subprocess.CompletedProcess:
+    """TCP from node k's rail address, bound to rail<rail>, to the rail's gateway (ping is not installed)."""
+    gw, port = server.getsockname()
+    return c.run_in(f"node{k}", [sys.executable, "-c", RAIL_CONNECT, f"rail{rail}", f"198.18.{rail + 1}.{k}",
+                                 gw, str(port)], timeout=30)
+
+
+def test_link_down_and_up(cluster):
+    """link-down takes node2's rail1 down inside its namespace and traffic over it stops; link-up brings it
+    back with the routes the kernel dropped, and traffic flows again."""
+    c, _, _ = cluster
+    def routes() -> str:
+        return c.run_in("node2", ["ip", "route", "show", "table", "all"]).stdout + c.run_in("node2", ["ip", "rule"]).stdout
+
+    before = routes()
+    server = socket.create_server(("198.18.2.254", 0))
+    server.settimeout(10)
+    try:
+        p = _rail_connect(c, server, 2, 1)
+        assert p.returncode == 0, p.stdout + p.stderr
+        server.accept()[0].close()
+
+        c.link_down("node2", 1)
+        try:
+            link = _rail_link(2, 1)
+            assert link["operstate"] == "DOWN" and "UP" not in link["flags"], link
+            assert c.status()["links_down"] == ["node2:rail1"]
+            p = _rail_connect(c, server, 2, 1)
+            assert p.returncode != 0, "traffic over a link that is down"
+            assert "198.18.2.0/24 dev rail1 table 101" not in routes()  # what the kernel drops
+        finally:
+            c.link_up("node2", 1)
+        link = _rail_link(2, 1)
+        assert link["operstate"] == "UP" and "UP" in link["flags"], link
+        assert c.links_down() == []
+        p = _rail_connect(c, server, 2, 1)
+        assert p.returncode == 0, p.stdout + p.stderr
+        conn, peer = server.accept()
+        conn.close()
+        assert peer[0] == "198.18.2.2"
+    finally:
+        server.close()
+    after = routes()
+    strip = re.compile(r"^.*(fe80::|ff00::).*\n", re.MULTILINE)  # IPv6 link-local comes back on its own
+    assert sorted(strip.sub("", after).splitlines()) == sorted(strip.sub("", before).splitlines())
+
+
 def test_down_leaves_machine_clean(cluster):
     c, before, _ = cluster
+    c.link_down("node1", 1)  # down also works with a link down
     pids = list(c.status()["daemon_pids"].values())
     c.down()
     c.down()  # idempotent

@@ -2,7 +2,6 @@
 import json
 import os
 import re
-import stat
 import sys
 from pathlib import Path
 
@@ -10,6 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synthetic  # noqa: E402
 
 from acceptance.records.results import make_record  # noqa: E402
+
+FAKE_SLURM = Path(__file__).resolve().parents[1] / "fakeslurm"  # scontrol for drains without slurmctld
 
 # How `acceptance run` says a duration (acceptance.cli.run.format_duration): "42 s", "1 min 21 s", "2 h 5 min", whatever the
 # machine's speed made it.
@@ -85,18 +86,22 @@ def test_report_on_a_hand_made_folder_without_topology_takes_any_slurm_name(acce
 
 def test_report_drain_executes_only_when_asked(acceptance_cli, tmp_path):
     run = synthetic.make_run(tmp_path / "run", nodes=8, rails=4, slow_nic=("node05", 2))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     log = tmp_path / "scontrol.log"
-    fake = bin_dir / "scontrol"
-    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env = {"PATH": f"{FAKE_SLURM}:{os.environ['PATH']}", "FAKE_SCONTROL_LOG": str(log),
+           "FAKE_SCONTROL_STATE": str(tmp_path / "nodes.json")}
     acceptance_cli("report", str(run), env=env)
     assert not log.exists()
     p = acceptance_cli("report", str(run), "--drain", env=env)
-    assert "drained: scontrol update NodeName=node05" in p.stdout
-    assert log.read_text().startswith("update NodeName=node05 State=DRAIN Reason=acceptance: ")
+    assert "drained node05: acceptance: rdma_write: NIC rail 2 " in p.stdout, p.stdout
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert calls[0] == ["show", "node", "-o", "node05"]
+    assert calls[1][:3] == ["update", "NodeName=node05", "State=DRAIN"]
+    assert calls[1][3].startswith("Reason=acceptance: rdma_write: NIC rail 2 ") and len(calls[1]) == 4
+    # Drained by an admin meanwhile: a later --drain leaves the node and its reason as they are.
+    (tmp_path / "nodes.json").write_text(json.dumps({"node05": {"state": "IDLE+DRAIN", "reason": "maintenance"}}))
+    p = acceptance_cli("report", str(run), "--drain", env=env)
+    assert "node05 is already drained by someone else (maintenance); left as it is" in p.stdout, p.stdout
+    assert json.loads((tmp_path / "nodes.json").read_text())["node05"]["reason"] == "maintenance"
 
 
 def test_compare_names_the_regressed_link(acceptance_cli, tmp_path):

@@ -63,10 +63,10 @@ def test_four_faults_are_told_apart(tmp_path):
     assert "15 of 15 partners" in nic["message"]
     assert link["metric"] == "bandwidth" and link["value"] == pytest.approx(0.5 * link["expected"], rel=0.03)
     assert rail["value"] == pytest.approx(0.6 * rail["expected"], rel=0.03)
-    assert a.drains == [
-        ('scontrol update NodeName=node11 State=DRAIN Reason="acceptance: bandwidth '
+    assert [d.line for d in a.drains] == [
+        ('scontrol update NodeName=node11 State=DRAIN Reason="acceptance: rdma_write: bandwidth '
         f'{node["value"]:.1f} vs {node["expected"]:.1f} Gbit/s"'),
-        ('scontrol update NodeName=node05 State=DRAIN Reason="acceptance: NIC rail 4 bandwidth '
+        ('scontrol update NodeName=node05 State=DRAIN Reason="acceptance: rdma_write: NIC rail 4 bandwidth '
         f'{nic["value"]:.1f} vs {nic["expected"]:.1f} Gbit/s"')]
 
 
@@ -270,7 +270,7 @@ def test_errors_memlock_ranks(tmp_path):
     assert "corrupts data" in link["message"] and link["severity"] == "fail"
     memlock_finding = next(f for f in a.findings if f["scope"] == "node")
     assert "memlock limit (ulimit -l) is 65536 B, the profile needs 8388608 B" in memlock_finding["message"]
-    assert any(line.startswith("scontrol update NodeName=node02 State=DRAIN") for line in a.drains)
+    assert any(d.line.startswith("scontrol update NodeName=node02 State=DRAIN") for d in a.drains)
 
 
 def test_memreg_failure_on_one_node_and_on_all(tmp_path):
@@ -379,7 +379,7 @@ def test_find_with_baseline_frame(tmp_path):
 # ---- drain lines ------------------------------------------------------------------------
 
 def finding(scope, node, severity="fail", **kw):
-    f = {"severity": severity, "scope": scope, "node": node, "rail": kw.get("rail"), "peer": None,
+    f = {"severity": severity, "scope": scope, "node": node, "rail": kw.get("rail"), "peer": None, "suite": "rdma_write",
          "metric": "bandwidth", "value": 200.0, "expected": 370.0, "evidence": [], "message": "m",
          "kind": "outlier", "unit": "Gbit/s", "size": 8388608}
     f.update(kw)
@@ -390,15 +390,19 @@ def test_drain_lines_only_for_failing_nodes_and_nics():
     lines = drain_lines([finding("rail", None, rail=3), finding("node", "node07"), finding("nic", "node05", rail=4),
                          finding("link", "node01", rail=1), finding("nic", "node09", severity="warn", rail=2),
                          finding("cluster", None), finding("nic", "node07", rail=1)])
-    assert lines == [
-        'scontrol update NodeName=node07 State=DRAIN Reason="acceptance: bandwidth 200.0 vs 370.0 Gbit/s"',
-        'scontrol update NodeName=node05 State=DRAIN Reason="acceptance: NIC rail 4 bandwidth 200.0 vs 370.0 Gbit/s"']
+    assert [d.line for d in lines] == [
+        'scontrol update NodeName=node07 State=DRAIN Reason="acceptance: rdma_write: bandwidth 200.0 vs 370.0 Gbit/s"',
+        'scontrol update NodeName=node05 State=DRAIN Reason="acceptance: rdma_write: NIC rail 4 bandwidth 200.0 vs 370.0 Gbit/s"']
+    assert lines[0].argv == ["scontrol", "update", "NodeName=node07", "State=DRAIN",
+                             "Reason=acceptance: rdma_write: bandwidth 200.0 vs 370.0 Gbit/s"]
 
 
 def test_drain_line_quotes_odd_names_safely():
     odd = "node5;(rm)&|<x>*?~#!{y}"  # a Slurm node name (validate.is_node_name) the shell would misread
-    (line,) = drain_lines([finding("node", odd, metric='bad"metric\\$`x`\n')])
+    (drain,) = drain_lines([finding("node", odd, metric='bad"metric\\$`x`\n')])
+    line = drain.line
     argv = shlex.split(line)
+    assert argv == drain.argv
     assert argv[:2] == ["scontrol", "update"] and argv[2] == f"NodeName={odd}" and argv[3] == "State=DRAIN"
     assert argv[4].startswith("Reason=acceptance: ") and len(argv) == 5
     reason = line.split("Reason=", 1)[1]
@@ -411,8 +415,8 @@ def test_drain_lines_name_only_exact_slurm_names_of_the_run():
     topology does not have; None (no topology) leaves only the name rule."""
     odd = ["gpu[001-512]", "a,b", "a b", "a=b", 'node"5 $(rm -rf /);`x`', "n\n1", "x" * 256]
     findings = [finding("node", n) for n in odd] + [finding("node", "node07"), finding("nic", "node05", rail=4)]
-    assert [shlex.split(line)[2] for line in drain_lines(findings)] == ["NodeName=node07", "NodeName=node05"]
-    assert [shlex.split(line)[2] for line in drain_lines(findings, {"node05", "node06"})] == ["NodeName=node05"]
+    assert [d.node for d in drain_lines(findings)] == ["node07", "node05"]
+    assert [d.node for d in drain_lines(findings, {"node05", "node06"})] == ["node05"]
     assert drain_lines(findings, set()) == []
 
 
@@ -460,7 +464,7 @@ def test_write_outputs(tmp_path):
     findings = json.loads((run / "findings.json").read_text())
     assert findings == a.findings and findings[0]["scope"] == "nic"
     assert (run / "findings.json").read_text().startswith("[\n  {")
-    assert (run / "drain.txt").read_text().splitlines() == a.drains
+    assert (run / "drain.txt").read_text().splitlines() == [d.line for d in a.drains]
     clean = synthetic.make_run(tmp_path / "clean", nodes=4, rails=2)
     write_outputs(clean, analyze(clean))
     assert json.loads((clean / "findings.json").read_text()) == []
@@ -591,7 +595,7 @@ def test_a_slow_gpu_nic_is_localized_like_a_host_nic(tmp_path):
     (f,) = [f for f in a.findings if f["severity"] == "fail"]
     assert (f["scope"], f["node"], f["rail"], f["suite"], f["metric"]) == ("nic", "node05", 1, "gpudirect", "bandwidth")
     assert f["message"].startswith("GPUDirect: node05's NIC on rail 1")
-    assert a.drains == [line for line in a.drains if "node05" in line] and len(a.drains) == 1
+    assert [d.node for d in a.drains] == ["node05"]
 
 
 def test_read_bandwidth_is_compared_with_the_fleet_and_localized(tmp_path):

@@ -152,7 +152,7 @@ def test_a_node_slow_only_with_every_nic_busy_is_named_once_and_drained():
                 and f["scope"] in ("nic", "node") and f["metric"] == "bandwidth"], findings
     assert not [f for f in findings if f["severity"] == "fail" and f["node"] in ("node1", "node2")
                 and f["scope"] in ("nic", "node")], findings
-    assert [line.split()[2] for line in drain_lines(findings)] == ["NodeName=node5"]
+    assert [d.node for d in drain_lines(findings)] == ["node5"]
 
 
 def test_a_node_slow_alone_too_keeps_its_ordinary_finding():

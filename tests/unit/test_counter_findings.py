@@ -63,7 +63,7 @@ def test_rising_symbol_error_is_a_nic_finding_naming_node_device_port(tmp_path, 
     assert (f["severity"], f["scope"], f["node"], f["rail"], f["metric"], f["value"]) == \
         ("fail", "nic", "node03", 2, "symbol_error", 12.0)
     assert f["message"].startswith("node03 mlx5_2 port 1 (rail 2): symbol_error rose by 12")
-    assert any(line.startswith("scontrol update NodeName=node03 ") for line in drain_lines(a.findings))
+    assert any(d.line.startswith("scontrol update NodeName=node03 ") for d in drain_lines(a.findings))
 
 
 def test_saturated_counter_is_reported_as_saturated_not_a_delta(tmp_path, node_tree):

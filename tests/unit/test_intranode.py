@@ -203,7 +203,7 @@ def test_analysis_gives_a_node_finding_for_the_outlier(tmp_path):
     assert f["value"] == 1 and f["expected"] == 0
     assert any("GPU3 H2D 14.1 GB/s vs node median 55.0 GB/s" in line for line in f["evidence"])
     assert f["message"].startswith("node7: intranode gpu_bandwidth_outliers 1 count > bound 0 count")
-    assert any(line.startswith("scontrol update NodeName=node7 State=DRAIN") for line in a.drains)
+    assert any(d.line.startswith("scontrol update NodeName=node7 State=DRAIN") for d in a.drains)
     # Re-judged from the profile alone (local has no floors): the bandwidth records are info.
     ev = a.records
     assert set(ev.loc[ev["metric"] == "h2d_bandwidth", "verdict"]) == {"info"}

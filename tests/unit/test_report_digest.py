@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from acceptance.host.slurmnode import Drain
 from acceptance.analysis import Analysis
 from acceptance.cli.postrun import SHOWN_DRAINS, SHOWN_FINDINGS, counts_table, summary
 from acceptance.report import digest
@@ -103,7 +104,7 @@ def test_terminal_summary_is_bounded_at_a_thousand_findings(tmp_path):
                 + [finding("fail", "nic", i % 8, node=f"node{i:04d}", value=60.0, expected=100.0) for i in range(300)]
                 + [finding("warn", "link", i % 8) for i in range(400)]
                 + [finding("warn", "nic", i % 8, transient=True) for i in range(150)])
-    drains = [f'scontrol update NodeName=node{i:04d} State=DRAIN Reason="acceptance: x"' for i in range(300)]
+    drains = [Drain(f"node{i:04d}", "acceptance: x: y") for i in range(300)]
     run = {"rail_mode": "concurrent", "schedule": {"pattern": "screen:8", "rounds": 8, "seed": 3, "tree_aware": False}}
     text = summary(_analysis(findings, drains, run, Powered), tmp_path / "report.html", tmp_path)
     lines = text.splitlines()

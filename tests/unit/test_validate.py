@@ -160,7 +160,7 @@ def test_a_baseline_is_checked_against_its_own_topology(tmp_path):
 def test_drain_lines_name_only_the_runs_nodes(tmp_path):
     run = synthetic.make_run(tmp_path / "run", nodes=6, rails=2, slow_nic=("node04", 1), latency=False,
                              collectives=False, memreg=False)
-    assert [line.split()[2] for line in analyze(run).drains] == ["NodeName=node04"]
+    assert [d.node for d in analyze(run).drains] == ["node04"]
 
 
 def test_an_input_error_after_a_run_exits_2_with_the_message(tmp_path, capsys):

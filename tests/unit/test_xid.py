@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.host import xid
+from acceptance.host import slurmnode, xid
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "xid"
 
@@ -320,19 +320,19 @@ def test_a_hostile_line_cannot_inject_into_a_drain_reason():
     assert event.code == 13 and event.pid == 666 and event.process == "$(reboot)"
     for limit in (None, 40, 500, 1):
         reason = event.reason(limit)
-        assert_safe(reason, xid.REASON_MAX if limit is None else limit)
+        assert_safe(reason, slurmnode.REASON_MAX if limit is None else limit)
     assert event.reason().startswith("NVRM: Xid (PCI:0000:18:00): 13, pid=666, name= (reboot)")
     assert event.reason(500).count("A") < 500
 
 
 def test_clean_reason_on_its_own():
     text = "a\nb\r\nc\x1b[1;31md\x1b[0m \"e\" 'f' `g` $(h) ${i} j;k|l&m<n>o*p?q!r~s{t}u#v\\w\x00x"
-    cleaned = xid.clean_reason(text, 200)
+    cleaned = slurmnode.clean_reason(text, 200)
     assert_safe(cleaned, 200)
     assert cleaned == "a b c d e f g (h) i j k l m n o p q r s t u v w x"
-    assert xid.clean_reason("-- -rf x", 10) == "rf x"
-    assert xid.clean_reason("x" * 50, 10) == "x" * 10
-    assert xid.clean_reason("abc", 0) == ""
+    assert slurmnode.clean_reason("-- -rf x", 10) == "rf x"
+    assert slurmnode.clean_reason("x" * 50, 10) == "x" * 10
+    assert slurmnode.clean_reason("abc", 0) == ""
 
 
 def test_a_hostile_line_in_a_log_stays_one_event():
@@ -341,7 +341,7 @@ def test_a_hostile_line_in_a_log_stays_one_event():
             "[    1.000001] NVRM: Xid (PCI:0000:19:00): 79, GPU has fallen off the bus.\x1b[2K\n")
     events = xid.parse_events(text)
     assert [(e.pci, e.code) for e in events] == [("0000:18:00", 13)]
-    assert_safe(events[0].reason(), xid.REASON_MAX)
+    assert_safe(events[0].reason(), slurmnode.REASON_MAX)
 
 
 # -- the summary ----------------------------------------------------------------------------------
@@ -373,7 +373,7 @@ def test_the_summary_of_a_gb200_log_says_what_xid_154_says():
 def test_summary_lines_are_safe_as_they_are():
     for name in EXPECTED:
         for line in xid.summarize(xid.parse_events(sample(name))).lines:
-            assert xid.clean_reason(line, len(line)) == line
+            assert slurmnode.clean_reason(line, len(line)) == line
 
 
 def test_no_events_no_action():
