@@ -8,7 +8,7 @@ import sys
 import traceback
 
 from .. import __version__
-from . import counters, doctor, history, plan, profiles, report, run
+from . import counters, doctor, history, nodecheck, plan, profiles, report, run
 from .common import EPILOG, EXIT_INCOMPLETE, EXIT_USAGE, UsageError
 from ..records.results import InputError
 from ..spec.profile import ProfileError
@@ -41,6 +41,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"acceptance {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    for command in (run, report, doctor, profiles, plan, counters, history):
+    for command in (run, report, doctor, profiles, plan, counters, history, nodecheck):
         command.add_parser(sub)
     return p

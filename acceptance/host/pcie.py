@@ -59,6 +59,19 @@ class Link:
             out.append(f"{self.speed:g} GT/s of {self.max_speed:g} GT/s")
         return out
 
+    @property
+    def part(self) -> str:
+        """ "NIC mlx5_0 (0000:18:00.0)" or "GPU 0000:19:00.0"."""
+        return f"GPU {self.name}" if self.kind == "gpu" else f"NIC {self.name} ({self.bdf})"
+
+    def describe(self) -> str:
+        """ "PCIe link trained to x8 at 32 GT/s, can train to x16 at 32 GT/s (x8 of x16)"; "" when not short."""
+        short = self.short()
+        if not short:
+            return ""
+        now, most = _shape(self.width, self.speed), _shape(self.max_width, self.max_speed)
+        return f"PCIe link trained to {now}, can train to {most} ({', '.join(short)})"
+
 
 def _lower(a, b):
     return b if a is None else a if b is None else min(a, b)
@@ -100,15 +113,7 @@ def links(root: Path, nics: list[str], gpus: list[str]) -> list[Link]:
 
 def trained_down(found: list[Link]) -> list[str]:
     """One line per link below what it can train to, naming the device and both values."""
-    lines = []
-    for link in found:
-        short = link.short()
-        if short:
-            what = "NIC" if link.kind == "nic" else "GPU"
-            name = link.name if link.kind == "gpu" else f"{link.name} ({link.bdf})"
-            now, most = _shape(link.width, link.speed), _shape(link.max_width, link.max_speed)
-            lines.append(f"{what} {name}: PCIe link trained to {now}, can train to {most} ({', '.join(short)})")
-    return lines
+    return [f"{link.part}: {link.describe()}" for link in found if link.short()]
 
 
 def _shape(width: int | None, speed: float | None) -> str:

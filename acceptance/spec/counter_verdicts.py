@@ -106,51 +106,53 @@ def problems(deltas: Iterable[Delta], limits: Limits, node: str) -> list[str]:
     lines = []
     for d in deltas:
         verdict = counter_verdict(d, limits)
-        if verdict not in ("fail", "warn"):
-            continue
-        where = f"{node} {d.device} port {d.port}"
-        if d.saturated == "during":
-            lines.append(f"{where}: {d.name} saturated at {_cap(d)} during the window: it rose, by an "
-                         f"unknown amount; {_clear_hint(d)}")
-        elif d.saturated == "before":
-            lines.append(f"{where}: {d.name} saturated at {_cap(d)} before the window: the rise is unknown; "
-                         f"{_clear_hint(d)}")
-        elif d.kind == "error":
-            why = ("error counters must not rise" if limits.errors_max == 0
-                   else f"more than the {limits.errors_max:,} allowed")
-            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window ({why})")
-        elif d.kind == "retransmit":
-            if d.delta is None:
-                lines.append(f"{where}: {d.name} was reset or wrapped during the window: how far it rose "
-                             f"is unknown")
-            elif d.ppm is None:
-                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, and the port's packet "
-                             f"count is unknown: it cannot be judged against the traffic")
-            else:
-                lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window, {_num(d.ppm)} per million "
-                             f"of the port's {d.packets:,} packets (more than the "
-                             f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
-        elif d.kind == "pre_fec":
-            if d.ber is None:
-                lines.append(f"{where}: {d.name} rose by {_num(d.delta) if d.delta is not None else 'an unknown amount'} "
-                             f"during the window, and the bits received (rx_bits_phy) are unknown: its pre-FEC "
-                             f"bit error rate cannot be judged")
-            else:
-                failed = verdict == "fail"
-                bound = limits.pre_fec_ber_max if failed else limits.pre_fec_ber_warn
-                what = ("past what FEC corrects: frames are lost" if failed
-                        else "FEC still corrects it; the link has less margin than a healthy one")
-                lines.append(f"{where}: {d.name}: pre-FEC bit error rate {d.ber:.2g} ({d.delta:,} errors in "
-                             f"{d.bits:,} bits) > {bound:.2g} ({what}: check the cable, transceiver and switch port)")
-        elif d.kind == "discard":
-            lines.append(f"{where}: {d.name} rose by {d.delta:,} during the window "
-                         f"(more than {limits.discards_max:,}: packets dropped on this port)")
-        else:
-            bound = _rate_bound(d.kind, limits)
-            what = ("pause frames: the link partner is back-pressuring this port" if d.kind == "pause"
-                    else "congestion notifications: ECN marks on this port's flows")
-            lines.append(f"{where}: {d.name} {_num(d.rate)}/s > {_num(bound)}/s ({what})")
+        if verdict in ("fail", "warn"):
+            lines.append(f"{node} {d.device} port {d.port}: {problem(d, limits, verdict)}")
     return lines
+
+
+def problem(d: Delta, limits: Limits, verdict: str) -> str:
+    """What is wrong with one failing or warning counter change (its port aside)."""
+    if d.saturated == "during":
+        return (f"{d.name} saturated at {_cap(d)} during the window: it rose, by an "
+                f"unknown amount; {_clear_hint(d)}")
+    if d.saturated == "before":
+        return (f"{d.name} saturated at {_cap(d)} before the window: the rise is unknown; "
+                f"{_clear_hint(d)}")
+    if d.kind == "error":
+        why = ("error counters must not rise" if limits.errors_max == 0
+               else f"more than the {limits.errors_max:,} allowed")
+        return f"{d.name} rose by {d.delta:,} during the window ({why})"
+    if d.kind == "retransmit":
+        if d.delta is None:
+            return (f"{d.name} was reset or wrapped during the window: how far it rose "
+                    f"is unknown")
+        if d.ppm is None:
+            return (f"{d.name} rose by {d.delta:,} during the window, and the port's packet "
+                    f"count is unknown: it cannot be judged against the traffic")
+        else:
+            return (f"{d.name} rose by {d.delta:,} during the window, {_num(d.ppm)} per million "
+                    f"of the port's {d.packets:,} packets (more than the "
+                    f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
+    if d.kind == "pre_fec":
+        if d.ber is None:
+            return (f"{d.name} rose by {_num(d.delta) if d.delta is not None else 'an unknown amount'} "
+                    f"during the window, and the bits received (rx_bits_phy) are unknown: its pre-FEC "
+                    f"bit error rate cannot be judged")
+        else:
+            failed = verdict == "fail"
+            bound = limits.pre_fec_ber_max if failed else limits.pre_fec_ber_warn
+            what = ("past what FEC corrects: frames are lost" if failed
+                    else "FEC still corrects it; the link has less margin than a healthy one")
+            return (f"{d.name}: pre-FEC bit error rate {d.ber:.2g} ({d.delta:,} errors in "
+                    f"{d.bits:,} bits) > {bound:.2g} ({what}: check the cable, transceiver and switch port)")
+    if d.kind == "discard":
+        return (f"{d.name} rose by {d.delta:,} during the window "
+                f"(more than {limits.discards_max:,}: packets dropped on this port)")
+    bound = _rate_bound(d.kind, limits)
+    what = ("pause frames: the link partner is back-pressuring this port" if d.kind == "pause"
+            else "congestion notifications: ECN marks on this port's flows")
+    return f"{d.name} {_num(d.rate)}/s > {_num(bound)}/s ({what})"
 
 
 # ---- records for the suites ---------------------------------------------------

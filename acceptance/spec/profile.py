@@ -212,6 +212,24 @@ class Str(Field):
         return raw
 
 
+class StrList(Field):
+    """A list of distinct strings, each one of `choices`."""
+    expected, types = "a list of strings", (list,)
+
+    def __init__(self, default, choices, help=""):
+        super().__init__(default, help)
+        self.choices = choices
+
+    def convert(self, raw):
+        for item in raw:
+            if not isinstance(item, str) or item not in self.choices:
+                raise ValueError(f"each must be one of {', '.join(self.choices)}, got {_show(item)}"
+                                 + (_did_you_mean(item, self.choices) if isinstance(item, str) else ""))
+        if len(set(raw)) != len(raw):
+            raise ValueError(f"names a check twice: {_show(raw)}")
+        return list(raw)
+
+
 class Int(Field):
     expected, types = "an integer", (int,)
 
@@ -454,6 +472,9 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
 
 
+# What `acceptance node-check` can check (acceptance.drivers.nodecheck.CHECKS, in this order).
+NODE_CHECKS = ("ports", "counters", "pcie", "memlock", "gpudirect", "gpus", "xid")
+
 # Section -> key -> Field. Adding a setting is adding one line here; a metric's bound is declared with
 # its metric in acceptance.spec.catalog and added below (_add_bounds).
 SCHEMA: dict[str, dict[str, Field]] = {
@@ -496,6 +517,21 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "lossless": Bool(False, help="RoCE: the priority the traffic class (verbs.traffic_class, else NCCL_IB_TC) "
                                      "maps to must have PFC, DSCP trust and ECN (notification and reaction) on "
                                      "every port; either way every node's settings must match"),
+    },
+    "node_check": {
+        "checks": StrList(list(NODE_CHECKS), NODE_CHECKS,
+                          help="what `acceptance node-check` checks: ports (state, rate, MTU, link layer, as "
+                               "[preflight]), counters (port error counters since the last check), pcie (links "
+                               "trained down), memlock, gpudirect (nvidia_peermem or dma-buf), gpus (NVML: "
+                               "count, ECC, row remapping, throttling, temperature), xid (the kernel log)"),
+        "deadline": Duration("10s", positive=True, help="node-check answers within this, whatever hangs (a check "
+                             "still running then could not run); at most 30 s, under Slurm's 60 s limit"),
+        "resume_after": Int(2, min=1, help="node-check --slurm resumes a node drained with an acceptance: reason "
+                            "after this many consecutive passes"),
+        "port_netdev": Str(None, help='each rail r\'s port is this network interface instead of an RDMA port, '
+                           '"{rail}" standing for r (e.g. "rail{rail}" on the emulated cluster), for topology.rails rails (else run.ranks_per_node)'),
+        "gpu_temperature_margin": Float(5.0, help="a GPU within this many degrees C of its own slowdown "
+                                        "temperature (NVML) warns; at it, it fails"),
     },
     "sweep": {
         "min_size": Size("8B", help="smallest message of bandwidth and collective sweeps"),
