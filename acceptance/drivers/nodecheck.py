@@ -366,9 +366,9 @@ assert tuple(CHECKS) == NODE_CHECKS, "acceptance.spec.profile.NODE_CHECKS names 
 
 
 def run_checks(profile: Profile, root: Path, node: str, previous: dict, names: list[str],
-               deadline: float) -> list[Outcome]:
-    """Every named check at once, each in its own thread; one still running at `deadline` seconds is
-    an error (a wedged driver, a hung command): the node check always answers in time."""
+               end: float) -> list[Outcome]:
+    """Every named check at once, each in its own thread; one still running at `end` (time.monotonic())
+    is an error (a wedged driver, a hung command): the node check always answers in time."""
     outcomes: dict[str, Outcome] = {}
 
     def one(name: str) -> None:
@@ -380,14 +380,14 @@ def run_checks(profile: Profile, root: Path, node: str, previous: dict, names: l
         out.seconds = time.monotonic() - t0
         outcomes[name] = out
 
-    end = time.monotonic() + deadline
     threads = [threading.Thread(target=one, args=(n,), name=f"node-check {n}", daemon=True) for n in names]
     for t in threads:
         t.start()
     for t in threads:
         t.join(max(0.0, end - time.monotonic()))
-    return [outcomes.get(n) or Outcome(n, "error", note=f"did not finish within the deadline ({deadline:g} s)",
-                                       seconds=deadline)
+    deadline = profile.get("node_check.deadline")
+    return [outcomes.get(n) or Outcome(n, "error", note=f"did not finish within the deadline ({deadline:g} s, "
+                                                        f"node_check.deadline)", seconds=deadline)
             for n in names]
 
 
