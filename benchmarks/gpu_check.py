@@ -33,6 +33,11 @@ Checks, in order, each printed as one line:
               and busbw (busbw is 0 by definition on one rank: 2(n-1)/n = 0); NCCL's debug
               output captured to a temporary folder first (capture_nccl_debug) and parsed
               back (net_paths): version, network, connections.
+8. node-check `acceptance node-check --json --checks pcie,gpudirect,gpus,xid` as Slurm's
+              HealthCheckProgram would run it (its own process, a fresh state folder): it must
+              answer within node_check.deadline (10 s) plus a second, see the GPUs in sysfs (not
+              skip), and read them through NVML (not "could not run"); what it finds (ECC, row
+              remapping, throttling, temperature, Xid, PCIe width) is printed, not judged here.
 
 Exit status: 0 when every result is right (bandwidths are printed, not judged), also
 when there is no GPU: then it prints "SKIP: <reason>" and exits 0, so it runs anywhere;
@@ -275,6 +280,34 @@ def check_nccl(nbytes: int, iters: int, log_dir: Path, rep: Report) -> None:
 # ---- main ---------------------------------------------------------------------------
 
 
+def check_node(rep: Report) -> None:
+    import subprocess
+    with tempfile.TemporaryDirectory(prefix="gpu_check-node-") as state:
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "acceptance", "node-check", "--json", "--profile", "local",
+                            "--checks", "pcie,gpudirect,gpus,xid", "--state", state],
+                           capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+        seconds = time.monotonic() - t0
+    try:
+        out = json.loads(p.stdout)
+    except ValueError:
+        rep.fail("node-check", f"exit {p.returncode}, no JSON: {(p.stderr or p.stdout).strip()[-300:]}")
+        return
+    checks = {c["check"]: c for c in out["checks"]}
+    said = "; ".join(f"{c['check']} {c['status']}" + (f" ({c['note']})" if c["note"] else "")
+                     for c in out["checks"])
+    problems = [f"{c['check']}: {q['part']}: {q['detail']}" for c in out["checks"] for q in c["problems"]]
+    values = {"seconds": round(seconds, 2), "verdict": out["verdict"], "statuses": {k: c["status"] for k, c in checks.items()},
+              "problems": problems}
+    if seconds > 11:
+        rep.fail("node-check", f"took {seconds:.1f} s, past its 10 s deadline", **values)
+    elif checks["gpus"]["status"] in ("skip", "error"):
+        rep.fail("node-check", f"gpus {checks['gpus']['status']}: {checks['gpus']['note']}", **values)
+    else:
+        rep.line("node-check", f"{out['verdict']} in {seconds:.1f} s: {said}"
+                               + (f"; found: {'; '.join(problems)}" if problems else ""), **values)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", type=int, default=0, help="CUDA device (of those CUDA_VISIBLE_DEVICES shows)")
@@ -329,6 +362,7 @@ def main(argv=None) -> int:
             check_nccl(min(nbytes, 64 * MIB), args.iters, log_dir, rep)
         else:
             rep.line("nccl", f"not run: {why}", ran=False)
+        check_node(rep)
     except Exception as e:  # noqa: BLE001 - an error is a wrong result here, with its traceback
         traceback.print_exc()
         rep.fail("error", f"{type(e).__name__}: {e}")

@@ -20,6 +20,7 @@ examples:
   acceptance report reports/<run-id>      re-analyze a run: findings.json, drain.txt, report.html
   acceptance compare RUN BASELINE         per-link changes against a good earlier run
   acceptance doctor                       what this machine offers (MPI, Slurm, RDMA, GPUs)
+  acceptance node-check --slurm           this node in seconds; Slurm's HealthCheckProgram
   acceptance profiles show local          the thresholds a profile resolves to
   acceptance counters diff A.json B.json  which port counters rose between two snapshots
   acceptance history check reports/<id>   tonight against the pinned run and the last accepted nights
