@@ -1,7 +1,7 @@
 #!/bin/bash
 # Slurm's HealthCheckProgram and Prolog: `acceptance node-check --slurm` on this node, which drains
 # it with a reason "acceptance: <check>: <detail>" when a check fails and resumes it after passes,
-# only when the reason is its own. slurm.conf (slurm/README.md has the rest):
+# only when the reason is its own. slurm.conf (slurm/node-check.conf; docs/node-check.md):
 #
 #   HealthCheckProgram=/opt/acceptance/slurm/node-check.sh
 #   HealthCheckInterval=300

@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
                "  acceptance node-check                        one line per problem, then a summary\n"
                "  acceptance node-check --json                 for tools\n"
                "  acceptance node-check --profile h100-ndr400 --checks ports,pcie\n"
-               "  HealthCheckProgram=/opt/acceptance/slurm/node-check.sh   (slurm.conf; see slurm/README.md)\n"
+               "  HealthCheckProgram=/opt/acceptance/slurm/node-check.sh   (slurm.conf: slurm/node-check.conf)\n"
                "  acceptance node-check --forget xid           after a GPU reset: forget the Xid events kept\n\n"
                "state: one JSON file per node (the counters' last snapshot, the kernel log's cursor, Xids\n"
                "still calling for action, the passes in a row) in $ACCEPTANCE_NODE_CHECK_STATE, else\n"

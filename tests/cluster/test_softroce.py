@@ -84,7 +84,7 @@ FAULT = f"{sys.executable} {Path(softroce.__file__)} fault"
 # name -> the guest's commands for it. Each part ends with a line "<name>-exit=<code>".
 SCENARIOS = {
     "device": f"{PYTHON} -m pytest -q -rs -p no:cacheprovider tests/unit/test_verbs_device.py",
-    # The README's command, and the issue's: memreg, p2p, preflight and counters on 2 nodes x 2 rails.
+    # docs/softroce.md's command, and the issue's: memreg, p2p, preflight and counters on 2 nodes x 2 rails.
     "healthy": acceptance(QUICK, "--nodes 2 --ranks-per-node 2 -- -m 'memreg or p2p or preflight or counters'"),
     # Both rails measured, so rail 1's link has peers to stand apart from.
     "throttled": f"{FAULT} --clear --throttle node2:1:5mbit && "

@@ -1,4 +1,4 @@
-"""The e2e tests' sbatch jobs: the README's one line, on the emulated cluster that is up."""
+"""The e2e tests' sbatch jobs: docs/emulated-cluster.md's one line, on the emulated cluster that is up."""
 import os
 import re
 import subprocess
@@ -28,7 +28,7 @@ WRITES_ONLY = "-ktest_write_"
 
 def sbatch(script: str, tmp_path: Path, timeout: float = 600, nodes: int = 4, **env) -> tuple[int, str]:
     out = tmp_path / f"{Path(script).stem}-{time.monotonic_ns()}.out"
-    # The README's one line (with the output file named): ranks per node come from the profile.
+    # docs/emulated-cluster.md's one line (with the output file named): ranks per node come from the profile.
     p = subprocess.run(["sbatch", "--wait", "-N", str(nodes), "-o", str(out), f"slurm/{script}"],
                        cwd=ROOT, env=job_env(ACCEPTANCE_OUTPUT=str(tmp_path / "reports"), **env),
                        capture_output=True, text=True, timeout=timeout)

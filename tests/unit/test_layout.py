@@ -85,7 +85,7 @@ def test_the_import_graph_has_no_cycle():
     assert cycles == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
-# The packages by layer, bottom first (README "Layout"): a module imports only from its own layer and
+# The packages by layer, bottom first (docs/testing.md, "Layout"): a module imports only from its own layer and
 # the ones below. acceptance/__init__ holds only the version.
 LAYERS = (("acceptance", "records", "measure"), ("host",), ("spec",), ("runtime",), ("engines",), ("tools",),
           ("drivers",), ("analysis",), ("history",), ("report", "export"), ("cli",), ("__main__",))
