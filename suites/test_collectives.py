@@ -61,8 +61,9 @@ def test_alltoall(engine, topology, profile, record, progress, scope):
 
 def test_gpudirect_rdma_used(engine, topology, profile, record, run_folder):
     """Runs after the sweeps: NCCL logged every connection it made for them."""
-    if engine.NAME != "nccl":
-        pytest.skip(f"GPUDirect RDMA use is read from NCCL's log; the collectives ran on the {engine.NAME} engine")
+    if "net_paths" not in engine.CAN:
+        pytest.skip(f"GPUDirect RDMA use is read from the engine's log of its connections (NCCL's); the "
+                    f"collectives ran on the {engine.NAME} engine, which keeps none")
     from acceptance.engines.nccl_log import net_paths
     from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
     topology.world.Barrier()  # every rank's NCCL log is complete

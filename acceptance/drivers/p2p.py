@@ -88,9 +88,11 @@ class RailPairs:
             link = None
             self.started = utc_now()
             try:
-                # Only engines that can put GPU memory on the wire take `memory` (the verbs engine).
-                link = (engine.PairLink(comm, size, slot_bytes) if memory == "host"
-                        else engine.PairLink(comm, size, slot_bytes, memory=memory))
+                # Only engines that declare gpu_memory take `memory` (engines.contract.CAPABILITIES).
+                if memory != "host" and "gpu_memory" not in engine.CAN:
+                    raise ValueError(f"the {engine.NAME} engine cannot put {memory} memory on the wire")
+                link = (engine.PairLink(comm, size, slot_bytes, memory=memory) if "gpu_memory" in engine.CAN
+                        else engine.PairLink(comm, size, slot_bytes))
                 body(link, low, high)
             except Exception as e:  # noqa: BLE001 - reported as this pair's failure
                 _, _, nodes, ranks = self.direction(low, high, 0)

@@ -21,6 +21,10 @@ from ..measure.verify import Policy, Tally
 # Every operation an engine may offer: a suite's engine_needs are a subset.
 OPERATIONS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times",
                         "registration_growth", "memlock_effect", "gpu_register_times"))
+# What an engine can do beyond its operations, declared (CAN) rather than guessed from its name:
+# gpu_memory: its PairLink takes memory="cuda" and puts GPU memory on the wire (GPUDirect RDMA);
+# net_paths: its own log names the network path of every connection it made (NCCL's INFO lines).
+CAPABILITIES = frozenset(("gpu_memory", "net_paths"))
 
 
 @dataclass
@@ -84,6 +88,7 @@ class Engine(Protocol):
 
     NAME: str
     OFFERS: frozenset
+    CAN: frozenset  # of CAPABILITIES
 
     def available(self) -> tuple[bool, str]: ...
 

@@ -475,6 +475,7 @@ class MpiEngine:
     NAME = "mpi"
     # What this engine can do (acceptance.engines.contract.OPERATIONS).
     OFFERS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times", "registration_growth"))
+    CAN = frozenset()
     available = staticmethod(available)
     PairLink, IncastGroup = PairLink, IncastGroup
     allreduce, alltoall = staticmethod(allreduce), staticmethod(alltoall)

@@ -299,6 +299,7 @@ class NcclEngine:
     NAME = "nccl"
     # What this engine can do (acceptance.engines.contract.OPERATIONS): the collectives, on GPUs.
     OFFERS = frozenset(("allreduce", "alltoall"))
+    CAN = frozenset(("net_paths",))  # NCCL_DEBUG=INFO names each connection's transport (engines.nccl_log)
     available = staticmethod(available)
 
     def __init__(self):

@@ -40,25 +40,26 @@ def engine(name: str):
 
 
 def _load(name: str, needs: tuple[str, ...]):
-    """(engine or None, usable here, why). The engine is None when it cannot do what the suite needs."""
+    """(engine or None, usable here, why, what it lacks of `needs`). The engine is None when it cannot
+    do what the suite needs."""
     if name not in BUILT:
         return None, False, (f"engine {name!r} is not part of this version (built: {', '.join(BUILT)}); "
-                             f"set run.engine = \"auto\" in the profile")
+                             f"set run.engine = \"auto\" in the profile"), []
     try:
         made = engine(name)
     except ImportError as e:
-        return None, False, f"the {name} engine does not import: {e}"
+        return None, False, f"the {name} engine does not import: {e}", []
     lacks = [n for n in needs if n not in made.OFFERS]  # what it declares (acceptance.engines.contract)
     if lacks:
-        return None, False, f"the {name} engine has no {', '.join(lacks)}"
+        return None, False, f"the {name} engine has no {', '.join(lacks)}", lacks
     ok, detail = made.available()
-    return made, ok, detail
+    return made, ok, detail, []
 
 
 def probe(name: str) -> tuple[bool, str]:
     """(usable here, what was found or why not) of one built engine, as it says itself (its
     available()): what `acceptance doctor` prints."""
-    return _load(name, ())[1:]
+    return _load(name, ())[1:3]
 
 
 def local_choices(choice: str, needs: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
@@ -69,8 +70,8 @@ def local_choices(choice: str, needs: tuple[str, ...] = ()) -> list[tuple[str, b
     """
     out = []
     for name in PREFERENCE.get(choice, (choice,)):
-        made, ok, why = _load(name, needs)
-        if made is None and choice == "auto" and why.startswith(f"the {name} engine has no "):
+        _, ok, why, lacks = _load(name, needs)
+        if lacks and choice == "auto":
             continue
         out.append((name, ok, why))
     return out

@@ -1064,14 +1064,14 @@ def incast(recs: pd.DataFrame) -> dict:
     per = inc.groupby(["rail_key", "receiver", "metric"], dropna=False, observed=True).agg(
         value=("value", "median"), threshold=("threshold", "median"),
         failed=("verdict", lambda v: int((v == "fail").sum())), detail=("detail", "last"),
-        unit=("unit", "first")).reset_index()
+        samples=("samples", "last"), unit=("unit", "first")).reset_index()
     table = {}
     for r in per.itertuples(index=False):
         row = table.setdefault((r.rail_key, r.receiver), {"failed": 0, "senders": "–", "slowest": "–"})
         row[INCAST_COLUMNS[r.metric]] = fmt_num(r.value, r.unit if r.metric != "fairness" else None)
         row["failed"] += r.failed
-        if r.metric == "aggregate_bandwidth" and isinstance(r.detail, str):
-            row["senders"] = r.detail.split()[0]
+        if r.metric == "aggregate_bandwidth" and pd.notna(r.samples):
+            row["senders"] = str(int(r.samples))  # the aggregate's samples are its senders (drivers.incast)
         if r.metric == "fairness":
             row["fair_value"] = r.value
             if isinstance(r.detail, str):

@@ -129,6 +129,10 @@ def test_engines_declare_what_they_offer_and_have_it():
         engine = registry.engine(name)
         assert type(engine) is registry.ENGINES[name] and type(engine).__module__.startswith(module.__name__)
         assert engine.NAME == name and engine.OFFERS <= contract.OPERATIONS, name
+        assert engine.CAN <= contract.CAPABILITIES, name
+        if "PairLink" in engine.OFFERS:  # gpu_memory is the PairLink that takes memory=, and only it
+            takes = "memory" in inspect.signature(getattr(engine, "PairLink")).parameters
+            assert takes == ("gpu_memory" in engine.CAN), name
         assert registry.engine(name) is engine  # one per process: its set-up is kept there
         assert all(callable(getattr(engine, m, None)) for m in members(contract.Engine)), name
         for op in engine.OFFERS:

@@ -55,6 +55,7 @@ class VerbsEngine:
     # What this engine can do (acceptance.engines.contract.OPERATIONS); collectives run on mpi or nccl.
     OFFERS = frozenset(("PairLink", "IncastGroup", "register_times", "registration_growth", "memlock_effect",
                         "gpu_register_times"))
+    CAN = frozenset(("gpu_memory",))  # PairLink(memory="cuda"): GPU memory registered and written
     available = staticmethod(available)
 
     def __init__(self, config: Config | None = None):
