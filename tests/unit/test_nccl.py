@@ -492,6 +492,14 @@ def test_gpu_check_runs_end_to_end_on_a_stand_in_gpu(monkeypatch, capsys, tmp_pa
     for var in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE"):  # restored after the test
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
+    # The node check runs as its own process: a sysfs tree with the GPU, and NVML's stand-in, for it.
+    sys.path.insert(0, str(ROOT / "tests"))
+    import fakesysfs
+    fakesysfs.gpu(tmp_path / "sys", "0000:19:00.0")
+    monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(tmp_path / "sys"))
+    monkeypatch.setenv("ACCEPTANCE_KERNEL_LOG", "echo '[    1.000000] Linux version 6.1.0'")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests" / "data" / "nvml"), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("FAKE_NVML_GPUS", json.dumps([{"bus": "00000000:19:00.0", "temp": 85}]))
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
@@ -513,6 +521,9 @@ def test_gpu_check_runs_end_to_end_on_a_stand_in_gpu(monkeypatch, capsys, tmp_pa
     assert data["gpu_check"] == "ok" and data["nccl_allreduce"]["busbw"] == 0.0
     assert data["h2d"]["iters"] == 3 and data["h2d"]["bytes"] == 32 << 20
     assert MPI.COMM_SELF.Get_attr(nccl._keyval) is None
+    # gpudirect: no nvidia_peermem in the tree, and the subprocess has no cupy to ask about dma-buf
+    assert data["node-check"]["statuses"] == {"pcie": "pass", "gpudirect": "error", "gpus": "warn", "xid": "pass"}, data
+    assert "gpus: GPU 00000000:19:00.0: 85 C, within 5 C of its slowdown temperature 87 C" in data["node-check"]["problems"]
 
 
 def test_configure_picks_local_rank_mod_device_count_and_captures_nccl_debug(monkeypatch, tmp_path):
