@@ -223,7 +223,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
             groups = [(None, sub)]
         for key, g in groups:
             sizes = floats_of(g["size"])
-            if name in ("bandwidth", "busbw") and not np.isnan(sizes).all():
+            if catalog.metrics(suite, name)[0].trend == "largest" and not np.isnan(sizes).all():
                 largest = np.nanmax(sizes)
                 g, size = g[sizes == largest], largest
             else:

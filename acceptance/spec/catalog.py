@@ -33,6 +33,9 @@ GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records G
 # A metric marked `advisory` warns where its bound is not met, instead of failing.
 BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "one", "counter")
 TIMINGS = (None, "one-way", "round trip")
+# What burn-in and baselines follow of a metric: every record ("each"), or only its largest message
+# size ("largest": a sweep's saturated end, where a change means the link, not the message size).
+TRENDS = (None, "each", "largest")
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class Metric:
     scale: float = 1.0              # profile unit -> record unit
     label: str = ""                 # how people read it ("write latency p50")
     outlier: bool = False           # compared with the fleet (point-to-point pairs)
-    trend: bool = False             # followed by burn-in (drift, instability) and baseline comparison
+    trend: str | None = None        # followed by burn-in (drift, instability) and baselines: TRENDS
     line_rate: bool = False         # analysis.line_rate floor applies (point-to-point bandwidth)
     # Where a pairwise metric is shown: a source x destination matrix per rail in the report
     # (`heatmap`), a curve against message size per rail (`curve`), and `export`: the stem of its
@@ -69,6 +72,8 @@ class Metric:
     def __post_init__(self):
         if self.bound not in BOUND_KINDS:
             raise ValueError(f"{self.names}: bound {self.bound!r} is not one of {BOUND_KINDS}")
+        if self.trend not in TRENDS:
+            raise ValueError(f"{self.names}: trend {self.trend!r} is not one of {TRENDS}")
         if self.timing not in TIMINGS:
             raise ValueError(f"{self.names}: timing {self.timing!r} is not one of {TIMINGS}")
 
@@ -113,7 +118,7 @@ def _latencies(prefix: str, label: str, key_prefix: str | None, timing: str, bou
         help = f"{what or label + ' latency'} {shown} bound ({TIMING_WORDS[timing]})"
         out.append(Metric((name,), "us", False, "scalar" if has else "none",
                           f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
-                          outlier=p in outlier, trend=p in trend, heatmap=p in heatmap,
+                          outlier=p in outlier, trend="each" if p in trend else None, heatmap=p in heatmap,
                           export=(f"{prefix or 'write_'}latency_{p}" if p in export else None), timing=timing,
                           setting=_duration(help) if has else None))
     return tuple(out)
@@ -143,7 +148,7 @@ def _busbw(op: str, comms: tuple[str, ...]) -> Metric:
         key, where = f"collectives.{op}_busbw_min", "by size, " + " and ".join(
             {"rail": "rail communicators (one NIC per rank)", "world": "the world communicator"}[c] for c in comms)
     return Metric(("busbw",), "GB/s", True, "sizemap", key, GBIT_TO_GBYTE,
-                  f"{op} busbw{' inside a node' if comms == ('node',) else ''}", trend=True,
+                  f"{op} busbw{' inside a node' if comms == ('node',) else ''}", trend="largest",
                   when=(("op", op), ("comm", comms)), per_nic=per_nic,
                   setting=lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}"))
 
@@ -195,10 +200,10 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     )),
     Suite("rdma_write", ("PairLink",), pairwise=True, metrics=(
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth",
-               outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="write_bandwidth",
+               outlier=True, trend="largest", line_rate=True, heatmap=True, curve=True, export="write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
         Metric(("read_bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.read_bandwidth_min", label="read bandwidth",
-               outlier=True, trend=True, line_rate=True, heatmap=True, curve=True, export="read_bandwidth",
+               outlier=True, trend="largest", line_rate=True, heatmap=True, curve=True, export="read_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="RDMA READ bandwidth bound by size (Gbit/s): "
                                            "the origin reads the target's memory")),
         *_latencies("", "write", "rdma_write.latency", "one-way", outlier=("p50", "p99", "p999"),

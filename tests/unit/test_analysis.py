@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synthetic
 
 from acceptance.analysis import Analysis, analyze, compare, drain_lines, evaluate, find, load_records, write_outputs
-from acceptance.spec.profile import load_profile
+from acceptance.spec.profile import format_size, load_profile
 from acceptance.records.results import InputError, make_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -323,6 +323,16 @@ def test_drift_and_instability(tmp_path):
     assert drift[0]["value"] == pytest.approx(0.72 * drift[0]["expected"], rel=0.05)
     assert "drifted" in drift[0]["message"] and "CV" in unstable[0]["message"]
     assert {f["kind"] for f in a.findings} <= {"drift", "instability", "outlier"}
+
+
+def test_burn_in_follows_each_bandwidth_at_its_largest_size(tmp_path):
+    """The catalog says which trend metrics are followed at their largest size (trend = "largest"):
+    read bandwidth as write bandwidth, never a series mixing every message size."""
+    run = synthetic.make_run(tmp_path / "run", nodes=6, rails=2, iterations=3, latency=False, read=True)
+    series = {s["metric"]: s for s in analyze(run).burnin if s["suite"] == "rdma_write"}
+    largest = format_size(max(synthetic.DEFAULT_SIZES))
+    assert series["bandwidth"]["title"] == f"write bandwidth at {largest}"
+    assert series["read_bandwidth"]["title"] == f"read bandwidth at {largest}"
 
 
 def test_burn_in_without_faults_has_no_findings(tmp_path):
