@@ -26,6 +26,7 @@ from pathlib import Path
 from ..host import counters as port_counters
 from ..host import nodefacts, xid
 from ..host.preflight import UNLIMITED, memlock_limit
+from ..spec import judge
 from ..spec.counter_verdicts import Limits, counter_verdict, problem as counter_problem
 from ..spec.profile import NODE_CHECKS, Profile
 
@@ -62,6 +63,11 @@ class Context:
     root: Path               # sysfs root
     node: str
     previous: dict           # this check's state from the last run ({} the first time)
+
+
+def _fails(name: str, value, profile: Profile) -> bool:
+    """Whether the judge fails this preflight value against the profile (the preflight suite's bound)."""
+    return judge.judge_one("preflight", name, value, profile, peers=False)[1] == "fail"
 
 
 def _judged(check: str, problems: list[Problem], note: str = "", state: dict | None = None) -> Outcome:
@@ -113,7 +119,7 @@ def _netdev_ports(ctx: Context, pattern: str) -> Outcome:
             problems.append(Problem(part, "interface down"))
         elif not carrier:
             problems.append(Problem(part, "no carrier (link down)"))
-        elif minimum is not None and mtu < minimum:
+        elif minimum is not None and _fails("port_mtu", mtu, ctx.profile):
             problems.append(Problem(part, f"MTU {mtu} is below the profile's {minimum}"))
         else:
             seen.append(name)
@@ -148,18 +154,18 @@ def check_ports(ctx: Context) -> Outcome:
     rate, mtu, layer = (ctx.profile.get(k) for k in ("preflight.port_rate", "preflight.mtu", "preflight.link_layer"))
     problems = []
     devices = sorted({p.device for p in ports})
-    if want is not None and len(devices) != want:
+    if want is not None and _fails("rdma_devices", len(devices), ctx.profile):
         problems.append(Problem("RDMA", f"{len(devices)} RDMA devices ({', '.join(devices)}), the profile expects {want}"))
     for p in ports:
         part = p.label + (f" (rail {mapped[p.device]})" if mapped and p.device in mapped else "")
         if not p.up:
             problems.append(Problem(part, f"{p.state or '?'} / {p.phys_state or '?'}"))
             continue
-        if rate is not None and (p.gbps is None or p.gbps < rate):
+        if rate is not None and (p.gbps is None or _fails("port_rate", p.gbps, ctx.profile)):
             problems.append(Problem(part, f"rate {p.rate or '?'} is below the profile's {rate:g} Gbit/s"))
         if layer is not None and p.link_layer != layer:
             problems.append(Problem(part, f"link layer {p.link_layer}, the profile expects {layer}"))
-        if mtu is not None and (p.mtu is None or p.mtu < mtu):
+        if mtu is not None and (p.mtu is None or _fails("port_mtu", p.mtu, ctx.profile)):
             problems.append(Problem(part, p.mtu_reason if p.mtu is None else f"MTU {p.mtu} is below the profile's {mtu}"))
     up = sum(p.up for p in ports)
     return _judged("ports", problems, f"{up} of {len(ports)} ports ACTIVE")
@@ -210,7 +216,7 @@ def check_memlock(ctx: Context) -> Outcome:
     limit = memlock_limit()
     if not minimum:
         return _skip("memlock", "the profile sets no preflight.memlock_min")
-    short = limit != UNLIMITED and (minimum == UNLIMITED or limit < minimum)
+    short = _fails("memlock", None if limit == UNLIMITED else limit, ctx.profile)
     detail = (f"RLIMIT_MEMLOCK is {limit} bytes, the profile needs {minimum}: RDMA registration fails "
               f"(limits.conf, and slurmd's LimitMEMLOCK=infinity)")
     return _judged("memlock", [Problem("memlock", detail)] if short else [], f"RLIMIT_MEMLOCK {limit}")
@@ -320,7 +326,7 @@ def check_gpus(ctx: Context, nvml=None) -> Outcome:
         return _error("gpus", f"{present} NVIDIA GPUs in sysfs, but {e.reason}")
     count = nvml.nvmlDeviceGetCount()
     problems = []
-    if count != present or (want and count != want):
+    if count != present or (want and _fails("gpus", count, ctx.profile)):
         expected = f"the profile expects {want}, " if want else ""
         problems.append(Problem("GPUs", f"NVML sees {count} GPUs, {expected}sysfs lists {present}"))
     margin = ctx.profile.get("node_check.gpu_temperature_margin")

@@ -342,3 +342,10 @@ def test_a_reason_is_one_clean_argument_in_our_namespace():
     assert len(r) <= slurmnode.REASON_MAX and not set(r) & set("\"'`$;\n\x1b\\")
     d = slurmnode.Drain("gpu07", r)
     assert d.argv[-1] == f"Reason={r}" and len(d.argv) == 5
+
+
+def test_memlock_below_the_profiles_minimum_fails(node, capsys, monkeypatch):
+    import resource
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (65536, 65536))
+    code, out = check(capsys, "--profile", node.profile(("memlock",)))  # local's memlock_min: 64 MiB
+    assert code == 1 and out["checks"][0]["problems"][0]["detail"].startswith("RLIMIT_MEMLOCK is 65536 bytes"), out
