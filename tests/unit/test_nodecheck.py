@@ -347,5 +347,5 @@ def test_a_reason_is_one_clean_argument_in_our_namespace():
 def test_memlock_below_the_profiles_minimum_fails(node, capsys, monkeypatch):
     import resource
     monkeypatch.setattr(resource, "getrlimit", lambda which: (65536, 65536))
-    code, out = check(capsys, "--profile", node.profile(("memlock",)))  # local's memlock_min: 64 MiB
+    code, out = check(capsys, "--profile", node.profile(("memlock",)))  # local's memlock_min: 8 MiB
     assert code == 1 and out["checks"][0]["problems"][0]["detail"].startswith("RLIMIT_MEMLOCK is 65536 bytes"), out
