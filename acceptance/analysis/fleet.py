@@ -13,7 +13,6 @@ import pandas as pd
 from ..spec import catalog
 from .base import codes_of, floats_of
 from .finding import clean_value, make_finding
-from .wording import fmt_value
 
 FLEET, TOO_FEW = "fleet", "fleet_too_few"
 SHOWN = 10
@@ -94,10 +93,3 @@ def too_few_findings(ev: pd.DataFrame, min_population: int) -> list[dict]:
                                         f"fleet.min_population); only their absolute bounds held them",
                                 kind="fleet", unit=g["unit"].iloc[0], bound=TOO_FEW))
     return out
-
-
-def fmt_population(p: dict) -> str:
-    """'rdma_write bandwidth 32768 B over all pairs: 4 values, median 0.07 Gbit/s, bound 0.5 x'."""
-    size = "" if p.get("size") is None else f" {p['size']} B"
-    return (f"{p['suite']} {p['metric']}{size} over {p['peers']}: {p['values']} values, median "
-            f"{fmt_value(p['median'])} {p['unit']}, bound {fmt_value(p['factor'])} x the others' median")

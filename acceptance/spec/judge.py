@@ -422,13 +422,6 @@ def judge_one(suite: str, name: str, value: float | None, profile: Profile, size
     return bound, verdict, kind
 
 
-def against(value: float | None, bound: float | None, higher: bool | None) -> str:
-    """The verdict of one value against a bound a driver already holds (the same comparison)."""
-    code = compare(np.array([np.nan if value is None else float(value)]),
-                   np.array([np.nan if bound is None else float(bound)]), higher)
-    return VERDICTS[int(code[0])]
-
-
 def record(record_fn: Callable, profile: Profile, suite: str, name: str, value: float | None,
            size: int | None = None, peers: bool = True, missing: str = "info", **fields) -> tuple[float | None, str]:
     """Record `value` with its catalog unit, the judged threshold, verdict and bound kind; returns
