@@ -48,6 +48,22 @@ def subject(kind: str, node=None, rail=None, peer=None, switch=None) -> str:
     return "fleet"
 
 
+def finding_name(f: dict) -> Name | None:
+    """The component a finding names, from its fields; None for a switch or uplink (no series of its own)."""
+    scope = f.get("scope")
+    if scope == "link" and f.get("node") and f.get("peer") and f.get("rail") is not None:
+        return Name("link", f["node"], int(f["rail"]), f["peer"])
+    if scope == "nic" and f.get("node") and f.get("rail") is not None:
+        return Name("nic", f["node"], int(f["rail"]))
+    if scope == "node" and f.get("node"):
+        return Name("node", f["node"])
+    if scope == "rail" and f.get("rail") is not None:
+        return Name("rail", rail=int(f["rail"]))
+    if scope in ("switch", "uplink") and f.get("switch"):
+        return None
+    return Name("fleet")
+
+
 def finding_subject(f: dict) -> str:
     """The component a finding names, as subject() writes it."""
     scope = f.get("scope")

@@ -27,7 +27,7 @@ from ..analysis.finding import make_finding
 from ..analysis.localize import localize
 from ..records.naming import natural_key
 from ..spec.profile import Profile
-from .identity import finding_subject, parse_name
+from .identity import Name, finding_name, finding_subject, parse_name
 from .store import HISTORY_KINDS, Store
 
 SERIES_SHOWN = 10  # nights of a series in a finding's evidence line
@@ -74,11 +74,10 @@ def _day(started: str) -> str:
     return str(started)[:10]
 
 
-def series_of(store: Store, subject: str, metric: str | None, tonight: dict, ref: Reference) -> list[dict]:
-    """The component's series up to tonight (the pinned night first when it is older), as fields."""
-    try:
-        name = parse_name(subject)
-    except ValueError:
+def series_of(store: Store, name: Name | None, metric: str | None, tonight: dict, ref: Reference) -> list[dict]:
+    """The component's series up to tonight (the pinned night first when it is older), as fields;
+    none for a switch or uplink (name None)."""
+    if name is None:
         return []
     s = store.series(name, metric)
     if s.empty:
@@ -240,7 +239,7 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
                 if f["severity"] == "fail":
                     by_subject[subject]["severity"] = "fail"
                 continue
-            f["series"] = series_of(store, subject, key, tonight, ref)
+            f["series"] = series_of(store, finding_name(f), key, tonight, ref)
             f["evidence"] = [series_text(f["series"], f.get("unit") or ""), *_references(ref), *f["evidence"]]
             by_subject[subject] = f
     return list(by_subject.values())
@@ -305,7 +304,8 @@ def _trend(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
                                value=now, expected=was, message=msg, kind="trend", unit=unit, suite=suite,
                                size=stored.get(key, {}).get("size"))
             fnd["subject"] = subject
-            fnd["series"] = series_of(store, subject, key, tonight, ref)
+            fnd["series"] = series_of(store, Name("fleet") if rail < 0 else Name("rail", rail=int(rail)), key,
+                                      tonight, ref)
             fnd["evidence"] = [series_text(fnd["series"], unit), *_references(ref)]
             out.append(fnd)
     return out
