@@ -165,7 +165,8 @@ def main(args) -> int:
     state.data["passes"] = state.data.get("passes", 0) + 1 if verdict == "pass" else 0
     state.data["last"] = verdict
     state.save()
-    slurm = _slurm(node, verdict, outcomes, state.data["passes"], resume_after) if args.slurm else None
+    slurm = (_slurm(node, verdict, outcomes, state.data["passes"], resume_after,
+                    profile.get("node_check.max_drained_fraction")) if args.slurm else None)
     code = EXIT_CODES[verdict]
     if slurm and slurm["outcome"] == "failed" and code == EXIT_OK:
         code = EXIT_USAGE
@@ -186,7 +187,24 @@ def _first_problem(outcomes) -> tuple[str, str]:
     return check, f"{p.part}: {p.detail}{more}"
 
 
-def _slurm(node: str, verdict: str, outcomes, passes: int, resume_after: int) -> dict:
+def _fleet_guard(node: str, check: str, fraction: float) -> str | None:
+    """Why this node is not drained although `check` failed: too many nodes are drained for the same
+    check already (a shared cause: a profile pushed everywhere, a switch, a driver rollout); None to drain.
+    One sinfo call, made only on a failure. Where it cannot be counted, the node is drained as usual."""
+    from ..host import slurmnode
+    try:
+        drained, total = slurmnode.drained_for(check)
+    except slurmnode.SlurmError:
+        return None
+    limit = max(2, fraction * total)
+    if drained < limit:
+        return None
+    return (f"{node} left as it is: {drained} of {total} nodes are drained for {check} already "
+            f"(node_check.max_drained_fraction {fraction:g}): a cause they share is more likely than one more "
+            f"bad node; look at what they have in common")
+
+
+def _slurm(node: str, verdict: str, outcomes, passes: int, resume_after: int, fraction: float) -> dict:
     """What --slurm did to the node: {"outcome": drained|resumed|left|failed, "detail": ...}."""
     from ..host import slurmnode
     if verdict == "error":
@@ -194,6 +212,9 @@ def _slurm(node: str, verdict: str, outcomes, passes: int, resume_after: int) ->
         return {"outcome": "left", "detail": f"{node} left as it is: a check could not run ({why})"}
     if verdict == "fail":
         check, detail = _first_problem(outcomes)
+        held = _fleet_guard(node, check, fraction)
+        if held:
+            return {"outcome": "left", "detail": held}
         outcome, text = slurmnode.apply_drain(slurmnode.Drain(node, slurmnode.reason(check, detail)))
         return {"outcome": outcome, "detail": text}
     if not any(o.status in ("pass", "warn") for o in outcomes):

@@ -123,8 +123,9 @@ def parse_show_node(text: str, name: str) -> NodeState:
 
 
 def _scontrol(args: list[str]) -> str:
-    if shutil.which("scontrol") is None:
-        raise SlurmError("scontrol is not on PATH")
+    """Run a Slurm client command (scontrol, sinfo) under a bound; SlurmError with why not."""
+    if shutil.which(args[0]) is None:
+        raise SlurmError(f"{args[0]} is not on PATH")
     ok, out = run_command(args, SCONTROL_TIMEOUT_S)
     if not ok:
         raise SlurmError(out)
@@ -141,6 +142,24 @@ def drain(d: Drain) -> None:
 
 def resume(node: str) -> None:
     _scontrol(resume_argv(node))
+
+
+def parse_sinfo_nodes(text: str) -> dict[str, tuple[str, str | None]]:
+    """node -> (state, reason) from `sinfo -h -N -o %N|%T|%E` (a node in two partitions is listed twice)."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split("|", 2)
+        if len(parts) == 3 and parts[0]:
+            reason = parts[2].strip()
+            out[parts[0]] = (parts[1].strip().rstrip("*~#!%$@^-"), None if reason in ("", "none") else reason)
+    return out
+
+
+def drained_for(check: str) -> tuple[int, int]:
+    """(nodes drained with our reason for `check`, nodes in the cluster): one sinfo call."""
+    nodes = parse_sinfo_nodes(_scontrol(["sinfo", "-h", "-N", "-o", "%N|%T|%E"]))
+    prefix = f"{PREFIX} {check}:"
+    return sum(1 for state, why in nodes.values() if why and why.startswith(prefix)), len(nodes)
 
 
 def apply_drain(d: Drain) -> tuple[str, str]:

@@ -528,6 +528,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
                              "still running then could not run); at most 30 s, under Slurm's 60 s limit"),
         "resume_after": Int(2, min=1, help="node-check --slurm resumes a node drained with an acceptance: reason "
                             "after this many consecutive passes"),
+        "max_drained_fraction": Float(0.1, help="node-check --slurm drains no more nodes for one check once this "
+                                      "fraction of the cluster's nodes (at least 2) is drained for it already: "
+                                      "so many at once is a shared cause (a profile, a switch, a driver rollout), "
+                                      "and the node is left, saying so"),
         "port_netdev": Str(None, help='each rail r\'s port is this network interface instead of an RDMA port, '
                            '"{rail}" standing for r (e.g. "rail{rail}" on the emulated cluster), for topology.rails rails (else run.ranks_per_node)'),
         "gpu_temperature_margin": Float(5.0, help="a GPU within this many degrees C of its own slowdown "

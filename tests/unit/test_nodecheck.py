@@ -349,3 +349,20 @@ def test_memlock_below_the_profiles_minimum_fails(node, capsys, monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda which: (65536, 65536))
     code, out = check(capsys, "--profile", node.profile(("memlock",)))  # local's memlock_min: 8 MiB
     assert code == 1 and out["checks"][0]["problems"][0]["detail"].startswith("RLIMIT_MEMLOCK is 65536 bytes"), out
+
+
+def test_no_fleet_wide_drain_for_one_check(node, capsys, monkeypatch):
+    """A tenth of the cluster (at least 2 nodes) drained for one check already: a shared cause; the
+    next node failing it is left, saying why, and one failing another check is still drained."""
+    monkeypatch.setenv("FAKE_SINFO_NODES", ",".join(f"gpu{i:02d}" for i in range(1, 21)))
+    why = "acceptance: ports: mlx5_1 port 1: 1: DOWN / 3: Disabled"
+    (node.tmp / "nodes.json").write_text(json.dumps({n: {"state": "IDLE+DRAIN", "reason": why} for n in ("gpu01", "gpu02")}))
+    fakesysfs.set_port(node.root, "mlx5_1", 1, state="1: DOWN", phys_state="3: Disabled")
+    code, out = check(capsys, "--profile", node.profile(("ports",)), "--slurm")
+    assert code == 1 and out["slurm"]["outcome"] == "left", out
+    assert "2 of 20 nodes are drained for ports already" in out["slurm"]["detail"]
+    assert "gpu07" not in node.slurm() or node.slurm()["gpu07"]["state"] == "IDLE"
+    fakesysfs.set_port(node.root, "mlx5_1", 1, state="4: ACTIVE", phys_state="5: LinkUp")
+    fakesysfs.pcie_link(node.root / "bus" / "pci" / "devices" / "0000:18:00.0", "32.0 GT/s PCIe", 8)
+    code, out = check(capsys, "--profile", node.profile(("ports", "pcie")), "--slurm")
+    assert code == 1 and out["slurm"]["outcome"] == "drained", out
