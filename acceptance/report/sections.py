@@ -1055,12 +1055,15 @@ def counters(recs: pd.DataFrame) -> dict:
 INCAST_COLUMNS = {"aggregate_bandwidth": "aggregate", "fairness": "fairness", "loaded_latency_p99": "p99"}
 
 
-def incast(recs: pd.DataFrame) -> dict:
-    """One row per (rail, receiver): aggregate into it, fairness, its latency under load; worst first."""
+def incast(recs: pd.DataFrame, samples: pd.Series | None = None) -> dict:
+    """One row per (rail, receiver): aggregate into it, fairness, its latency under load; worst first.
+    samples: the records' `samples` (the report's frame leaves it out), whose aggregate's is its senders."""
     inc = recs[(recs["suite"] == "incast") & recs["metric"].isin(list(INCAST_COLUMNS))]
     if inc.empty:
         return {"rows": [], "more": "", "note": "No incast records in this run."}
-    inc = inc.assign(receiver=inc["src"].astype(object), rail_key=inc["rail"].astype(float))
+    senders = samples.reindex(inc.index) if samples is not None else pd.Series(np.nan, index=inc.index)
+    inc = inc.assign(receiver=inc["src"].astype(object), rail_key=inc["rail"].astype(float),
+                     samples=pd.to_numeric(senders, errors="coerce").to_numpy(dtype=float))
     per = inc.groupby(["rail_key", "receiver", "metric"], dropna=False, observed=True).agg(
         value=("value", "median"), threshold=("threshold", "median"),
         failed=("verdict", lambda v: int((v == "fail").sum())), detail=("detail", "last"),

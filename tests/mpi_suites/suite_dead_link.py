@@ -15,6 +15,6 @@ def test_write_bandwidth_around_a_dead_node(topology, profile, record, progress)
             raise RuntimeError("8 work requests got no completion in 30 s")  # as the verbs engine says
         return mpi.PairLink(comm, size, *args, **kw)
 
-    engine = SimpleNamespace(NAME="mpi", PairLink=pair_link)
+    engine = SimpleNamespace(NAME="mpi", CAN=frozenset(), PairLink=pair_link)
     problems = pair_bandwidth(engine, topology, topology.rail, profile, record, progress, "write")
     assert not problems, "\n".join(problems)
