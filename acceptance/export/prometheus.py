@@ -70,9 +70,7 @@ SEVERITIES = ("fail", "warn")
 SCOPES = ("link", "nic", "node", "rail", "switch", "uplink", "cluster")
 
 # Record units -> the family's base unit.
-BANDWIDTH_BYTES = {"Gbit/s": 1e9 / 8, "Mbit/s": 1e6 / 8, "bit/s": 1 / 8, "GB/s": 1e9, "MB/s": 1e6,
-                   "B/s": 1.0, "GiB/s": float(1 << 30), "MiB/s": float(1 << 20)}
-SECONDS = {"us": 1e-6, "ms": 1e-3, "ns": 1e-9, "s": 1.0}
+BANDWIDTH_BYTES = catalog.base_factors("bytes_per_second")
 # Counter kinds (acceptance.host.counter_kinds.kind_of) that count something going wrong, not traffic, pause
 # frames, waits or congestion notifications.
 ERROR_KINDS = ("error", "retransmit", "discard")
@@ -171,7 +169,7 @@ def _p2p(records: pd.DataFrame, suite: str, metric: str, size: float | None, nam
         size = np.nanmax(sizes[mask]) if size is None else np.nanmin(sizes[mask])
     mask &= sizes == size
     idx = np.flatnonzero(mask)
-    table = BANDWIDTH_BYTES if catalog.direction(suite, metric) else SECONDS  # higher-is-better: a rate
+    table = catalog.base_factors(catalog.metric(suite, metric).quantity)  # the catalog says what it measures
     value = _floats(records["value"])[idx] * _scale(records["unit"].take(idx), table)
     p = pd.DataFrame({"rail": rail[idx].astype(np.int64), "s": s[idx], "d": d[idx], "value": value,
                       "iteration": records["iteration"].to_numpy()[idx]})
@@ -200,7 +198,8 @@ def _p2p_families(records: pd.DataFrame, latency_size, fams: dict) -> None:
     codes = _node_codes(records)
     names = codes[0]
     for suite, metric, key in EXPORTED:
-        p = _p2p(records, suite, metric, None if catalog.direction(suite, metric) else latency_size, codes)
+        timed = catalog.metric(suite, metric).quantity == "seconds"  # a latency: at the latency size
+        p = _p2p(records, suite, metric, latency_size if timed else None, codes)
         if p.empty:
             continue
         label = _size_label(p.attrs.get("size"))
@@ -286,8 +285,8 @@ def _exported() -> tuple[list[tuple[str, str, str]], dict[str, str]]:
     out, helps = [], {}
     for suite, name in catalog.with_role("export"):
         m = catalog.metric(suite, name)
-        key = f"{m.export}_{'bytes_per_second' if m.higher else 'seconds'}"
-        at = "the largest measured size" if m.higher else "the latency size"
+        key = f"{m.export}_{m.quantity}"
+        at = "the latency size" if m.quantity == "seconds" else "the largest measured size"
         out.append((suite, name, key))
         helps[f"nic_{key}"] = f"Median {m.label} of a NIC over its partners and both directions at {at}."
         helps[f"rail_{key}"] = f"Median {m.label} of the links of a rail plane at {at}."

@@ -33,6 +33,23 @@ GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records G
 # A metric marked `advisory` warns where its bound is not met, instead of failing.
 BOUND_KINDS = ("none", "sizemap", "scalar", "zero", "memlock", "ranks", "versions", "one", "counter")
 TIMINGS = (None, "one-way", "round trip")
+# What each record unit measures, and its factor to that quantity's base unit: the one table exports
+# (Prometheus base units: bytes_per_second, seconds) and anything else converting a unit read from.
+QUANTITIES: dict[str, tuple[str, float]] = {
+    "Gbit/s": ("bytes_per_second", 1e9 / 8), "Mbit/s": ("bytes_per_second", 1e6 / 8),
+    "bit/s": ("bytes_per_second", 1 / 8), "GB/s": ("bytes_per_second", 1e9), "MB/s": ("bytes_per_second", 1e6),
+    "B/s": ("bytes_per_second", 1.0), "GiB/s": ("bytes_per_second", float(1 << 30)),
+    "MiB/s": ("bytes_per_second", float(1 << 20)), "Mop/s": ("ops_per_second", 1e6),
+    "us": ("seconds", 1e-6), "ms": ("seconds", 1e-3), "ns": ("seconds", 1e-9), "s": ("seconds", 1.0),
+    "bytes": ("bytes", 1.0), "count": ("count", 1.0), "1/s": ("per_second", 1.0), "bool": ("bool", 1.0),
+    "ratio": ("ratio", 1.0), "ppm": ("ratio", 1e-6), "errors/bit": ("ratio", 1.0),
+}
+
+
+def base_factors(quantity: str) -> dict[str, float]:
+    """unit -> factor to `quantity`'s base unit, for every unit of that quantity."""
+    return {unit: f for unit, (q, f) in QUANTITIES.items() if q == quantity}
+
 # What burn-in and baselines follow of a metric: every record ("each"), or only its largest message
 # size ("largest": a sweep's saturated end, where a change means the link, not the message size).
 TRENDS = (None, "each", "largest")
@@ -70,6 +87,8 @@ class Metric:
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
+        if self.unit not in QUANTITIES:
+            raise ValueError(f"{self.names}: unit {self.unit!r} is not in QUANTITIES (say what it measures there)")
         if self.bound not in BOUND_KINDS:
             raise ValueError(f"{self.names}: bound {self.bound!r} is not one of {BOUND_KINDS}")
         if self.trend not in TRENDS:
@@ -80,6 +99,11 @@ class Metric:
     @property
     def name(self) -> str:
         return self.names[0]
+
+    @property
+    def quantity(self) -> str:
+        """What it measures ("bytes_per_second", "seconds", ...): its export unit family."""
+        return QUANTITIES[self.unit][0]
 
 
     @property
