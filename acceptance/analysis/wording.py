@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..spec import catalog
 from .evaluate import DIRECTION, OUTLIER_METRICS
 
 
@@ -25,8 +26,8 @@ def size_text(size) -> str:
     return "" if size is None or (isinstance(size, float) and math.isnan(size)) else f" {int(size)} B"
 
 
-# What one checked operation of a data-check metric is (catalog.DATA_ERRORS).
-DATA_NOUNS = {"errors": "writes", "read_errors": "reads", "atomic_errors": "atomic fetch-and-adds"}
+# What one checked operation of a data-check metric is (the catalog's Metric.nouns).
+DATA_NOUNS = catalog.data_nouns()
 
 
 def _count(x) -> int | None:
@@ -53,7 +54,7 @@ def data_loss(metric: str, value, ops=None, failed=None, missing=None, size=None
     return f"{'; '.join(parts)}: {what}"
 
 
-METRIC_PRIORITY = {"bandwidth": 0, "latency_p50": 1, "latency_p99": 2, "latency_p999": 3, "busbw": 4, "errors": 5}
+METRIC_PRIORITY = catalog.priorities()  # the catalog's Metric.priority
 
 
 def how_phrase(kind: str, metric: str, value: float, expected: float, unit: str, size, higher: bool | None,

@@ -82,6 +82,10 @@ class Metric:
     # "one-way" is half a measured round trip (ib_write_lat, osu_latency); "round trip" is the whole
     # of it (ib_read_lat, ib_atomic_lat, a post-to-completion sample). A bound is for that definition.
     timing: str | None = None
+    # Which of a part's findings names it when several metrics find the same part: lower first.
+    priority: int = 9
+    # A data check's checked operation, one per name ("writes" for errors): "3 of 40 writes did not arrive".
+    nouns: tuple[str, ...] = ()
     # The profile key the metric owns: setting(acceptance.spec.profile) builds its Field (type, default, help).
     # None where the key is a general setting defined in acceptance.spec.profile (topology.rails).
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
@@ -143,6 +147,7 @@ def _latencies(prefix: str, label: str, key_prefix: str | None, timing: str, bou
         out.append(Metric((name,), "us", False, "scalar" if has else "none",
                           f"{key_prefix}_{p}_max" if has else None, US, f"{label} latency {shown}".strip(),
                           outlier=p in outlier, trend="each" if p in trend else None, heatmap=p in heatmap,
+                          priority={"p50": 1, "p99": 2, "p999": 3}.get(p, 9) if not prefix else 9,
                           export=(f"{prefix or 'write_'}latency_{p}" if p in export else None), timing=timing,
                           setting=_duration(help) if has else None))
     return tuple(out)
@@ -172,7 +177,7 @@ def _busbw(op: str, comms: tuple[str, ...]) -> Metric:
         key, where = f"collectives.{op}_busbw_min", "by size, " + " and ".join(
             {"rail": "rail communicators (one NIC per rank)", "world": "the world communicator"}[c] for c in comms)
     return Metric(("busbw",), "GB/s", True, "sizemap", key, GBIT_TO_GBYTE,
-                  f"{op} busbw{' inside a node' if comms == ('node',) else ''}", trend="largest",
+                  f"{op} busbw{' inside a node' if comms == ('node',) else ''}", trend="largest", priority=4,
                   when=(("op", op), ("comm", comms)), per_nic=per_nic,
                   setting=lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}"))
 
@@ -187,7 +192,8 @@ DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "
 # Every data check: "errors" (writes, collectives), "read_errors" and "atomic_errors" (what reads and
 # fetch-and-adds brought back). The value is wrong bytes (elements for collectives); the record's
 # ops / ops_failed / ops_missing count the checked operations (docs/methodology.md "Data integrity").
-DATA_ERRORS = Metric(("errors", "read_errors", "atomic_errors"), "count", False, "zero", label="wrong data")
+DATA_ERRORS = Metric(("errors", "read_errors", "atomic_errors"), "count", False, "zero", label="wrong data",
+                     priority=5, nouns=("writes", "reads", "atomic fetch-and-adds"))
 DATA_ERROR_NAMES = DATA_ERRORS.names
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
@@ -223,7 +229,7 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         Metric(("memlock_enforced",), "bool", True, label="memlock limit enforced"),
     )),
     Suite("rdma_write", ("PairLink",), pairwise=True, metrics=(
-        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth",
+        Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth", priority=0,
                outlier=True, trend="largest", line_rate=True, heatmap=True, curve=True, export="write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
         Metric(("read_bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.read_bandwidth_min", label="read bandwidth",
@@ -345,6 +351,21 @@ def label(suite_name: str, name: str) -> str:
 def pairwise() -> list[Suite]:
     """The suites whose records are between two nodes on a rail (analysis compares and localizes them)."""
     return [s for s in SUITES.values() if s.pairwise]
+
+
+def data_nouns() -> dict[str, str]:
+    """Each data check's record name -> what one of its checked operations is (Metric.nouns)."""
+    return {n: noun for s in SUITES.values() for m in s.metrics for n, noun in zip(m.names, m.nouns)}
+
+
+def priorities() -> dict[str, int]:
+    """Record metric name -> its priority (Metric.priority; the most urgent where suites differ)."""
+    out: dict[str, int] = {}
+    for s in SUITES.values():
+        for m in s.metrics:
+            for n in m.names:
+                out[n] = min(out.get(n, 9), m.priority)
+    return out
 
 
 def with_role(role: str) -> list[tuple[str, str]]:
