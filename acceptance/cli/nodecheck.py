@@ -86,10 +86,14 @@ class StateFile:
     overlap); a file another version or a crash left unreadable starts afresh."""
 
     def __init__(self, folder: Path, node: str, wait: float):
-        folder.mkdir(parents=True, exist_ok=True)
         self.path = folder / f"{node}.json"
         self.node = node
-        self._lock = open(folder / f".{node}.lock", "a")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self._lock = open(folder / f".{node}.lock", "a")
+        except OSError as e:
+            raise UsageError(f"{folder}: cannot keep node-check's state there ({e.strerror or e}); name a "
+                             f"writable folder with --state or ${ENV_STATE}") from None
         end = time.monotonic() + wait
         while True:
             try:
@@ -110,8 +114,12 @@ class StateFile:
     def save(self) -> None:
         self.data["updated"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as e:
+            raise UsageError(f"{self.path}: cannot write node-check's state ({e.strerror or e}); nothing "
+                             f"was changed on the node") from None
 
 
 def _profile(given: str | None):

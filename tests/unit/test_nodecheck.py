@@ -366,3 +366,11 @@ def test_no_fleet_wide_drain_for_one_check(node, capsys, monkeypatch):
     fakesysfs.pcie_link(node.root / "bus" / "pci" / "devices" / "0000:18:00.0", "32.0 GT/s PCIe", 8)
     code, out = check(capsys, "--profile", node.profile(("ports", "pcie")), "--slurm")
     assert code == 1 and out["slurm"]["outcome"] == "drained", out
+
+
+def test_a_state_folder_it_cannot_write_is_an_input_error(node, capsys, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    code = main(["node-check", "--slurm", "--profile", node.profile(), "--state", str(blocked / "sub")])
+    assert code == 2 and "cannot keep node-check's state there" in capsys.readouterr().err
+    assert node.calls() == []
