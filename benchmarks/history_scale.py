@@ -19,7 +19,7 @@ code (acceptance.history.store / judge), and prints each figure against its targ
              history.db with its WAL) after the --real ingested nights, divided by their number.
   series     Store.series(link, "rdma_write.bandwidth") for one link over the whole year (a fresh
              Store, so the key array is mapped anew; the worst of 5 calls).
-  drift      judge(store, tonight, profile), which runs the fleet-wide drift scan: every link of
+  drift      check_night(store, tonight, profile), which runs the fleet-wide drift scan: every link of
              tonight against the pinned night and the rolling median of the last K (history.window,
              7) accepted nights, with the localization of what drifted, the trend, intermittent and
              recovered checks and the findings' series.
@@ -57,8 +57,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from acceptance.analysis.load import load_records  # noqa: E402
 from acceptance.analysis.pipeline import run_profile  # noqa: E402
-from acceptance.history.identity import parse_name  # noqa: E402
-from acceptance.history.judge import drift_scan, judge, nic_table  # noqa: E402
+from acceptance.history.components import parse_name  # noqa: E402
+from acceptance.history.findings import check_night, drift_scan, nic_table  # noqa: E402
 from acceptance.history.night import save_links  # noqa: E402
 from acceptance.history.store import Store, file_stem, save_column  # noqa: E402
 from synthetic import BASE_TIME, make_run_fast, node_names  # noqa: E402
@@ -274,7 +274,7 @@ def main() -> int:
         profile = run_profile(tonight_dir)
         say(f"judging {tonight['run_id']} against its history ...")
         t = time.perf_counter()
-        findings, ref = judge(store, tonight, profile)
+        findings, ref = check_night(store, tonight, profile)
         judged = time.perf_counter() - t
         k = profile.get("history.window")
         _, rails_of = nic_table(store)
@@ -306,7 +306,7 @@ def main() -> int:
             f"(target <= {TARGET_GROWTH_MB:.0f} MB): {_verdict(met[1])}")
         say(f"one link's series: {max(calls):.3f} s, worst of {SERIES_CALLS} calls for {link} over {args.nights} "
             f"nights (target <= {TARGET_SERIES_S:.0f} s): {_verdict(met[2])}")
-        say(f"fleet-wide drift scan: {judged:.1f} s, judge() of tonight's {len(scan):,} links against the pinned "
+        say(f"fleet-wide drift scan: {judged:.1f} s, check_night() of tonight's {len(scan):,} links against the pinned "
             f"night and K={k} accepted nights (target <= {TARGET_DRIFT_S:.0f} s): {_verdict(met[3])}")
         say(f"the year's store: {year_bytes / 1e9:.2f} GB on disk for {args.nights} nights "
             f"({_mb(year_bytes / args.nights)} a night); one metric a night here (make_run_fast writes write "

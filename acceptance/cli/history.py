@@ -145,11 +145,11 @@ def _night_row(store, run_dir):
 
 def cmd_check(args) -> int:
     from ..analysis.pipeline import run_profile
-    from ..history.judge import judge
+    from ..history.findings import check_night
     run_dir = Path(args.run_dir)
     store = _open(args, run_dir)
     tonight = _night_row(store, run_dir)
-    findings, ref = judge(store, tonight, run_profile(run_dir))
+    findings, ref = check_night(store, tonight, run_profile(run_dir))
     store.record_findings(tonight["id"], findings)
     drifted = any(f["kind"] in ("drift", "intermittent") for f in findings)
     store.set_accepted(tonight["id"], tonight["verdict"] == "pass" and not drifted)
@@ -177,7 +177,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from ..history.identity import parse_name
+    from ..history.components import parse_name
     try:
         name = parse_name(args.component)
     except ValueError as e:

@@ -1,3 +1,4 @@
 """The store of nights: every link's, NIC's, node's and rail's series across runs (store), what a run
-folder gives it (night), physical identities (identity), and the night judged against its history
-(judge: drift, intermittent, recovered, fleet trend). docs/history.md says why it is built this way."""
+folder gives it (night), component names and physical identities (components), and a night's findings
+against its history (findings: drift, intermittent, recovered, fleet trend; acceptance.spec.judge is the
+one judge of a value against a bound). docs/history.md says why it is built this way."""

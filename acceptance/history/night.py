@@ -22,7 +22,7 @@ from ..analysis.outliers import pairwise_view
 from ..records.naming import natural_key
 from ..records.results import InputError
 from ..spec import catalog
-from .identity import finding_subject
+from .components import finding_subject
 
 
 LINKS_FILE = "links.npz"

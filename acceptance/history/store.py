@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..records.results import InputError
-from .identity import Name, nic_identity, node_serial, subject
+from .components import Name, nic_identity, node_serial, subject
 from .night import Night, read_night
 from .storage import LOCK_NAME, LockError, Placement, WriteLock, placement
 

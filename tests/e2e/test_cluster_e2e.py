@@ -163,7 +163,7 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
     assert "node2" in (folder / "drain.txt").read_text()
     # Every night is in the store with node2's NIC's series; the drifting and the failed night are
     # not accepted, so neither becomes a reference.
-    from acceptance.history.identity import parse_name
+    from acceptance.history.components import parse_name
     from acceptance.history.store import Store
     store = Store.open(history, create=False)
     nights = store.nights()

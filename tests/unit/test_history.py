@@ -14,8 +14,8 @@ import pytest
 
 from acceptance.analysis.pipeline import run_profile
 from acceptance.cli import main
-from acceptance.history.identity import parse_name
-from acceptance.history.judge import judge
+from acceptance.history.components import parse_name
+from acceptance.history.findings import check_night
 from acceptance.history.store import STORE_VERSION, Store, StoreError
 from tests.synthetic import make_run
 
@@ -38,7 +38,7 @@ def check(store: Store, run_dir: Path) -> tuple[dict, list[dict]]:
     """What `history check` does: ingest, judge, keep the findings, accept a clean passing night."""
     store.ingest(run_dir)
     row = store.night(json.loads((run_dir / "run.json").read_text())["run_id"])
-    found, _ = judge(store, row, run_profile(run_dir))
+    found, _ = check_night(store, row, run_profile(run_dir))
     store.record_findings(row["id"], found)
     store.set_accepted(row["id"], row["verdict"] == "pass"
                        and not any(f["kind"] in ("drift", "intermittent") for f in found))

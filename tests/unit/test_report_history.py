@@ -20,7 +20,7 @@ from history_nights import DRIFTING, FLAPPING  # noqa: E402
 
 from acceptance.analysis import analyze  # noqa: E402
 from acceptance.cli import main  # noqa: E402
-from acceptance.history.identity import parse_name  # noqa: E402
+from acceptance.history.components import parse_name  # noqa: E402
 from acceptance.history.store import Store  # noqa: E402
 from acceptance.report import render  # noqa: E402
 

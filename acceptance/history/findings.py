@@ -27,7 +27,7 @@ from ..analysis.finding import make_finding
 from ..analysis.localize import localize
 from ..records.naming import natural_key
 from ..spec.profile import Profile
-from .identity import Name, finding_name, finding_subject, parse_name
+from .components import Name, finding_name, finding_subject, parse_name
 from .store import HISTORY_KINDS, Store
 
 SERIES_SHOWN = 10  # nights of a series in a finding's evidence line
@@ -55,7 +55,7 @@ def references(store: Store, tonight: dict, profile: Profile) -> Reference:
     return Reference(pinned, with_values[-k:], complete[-(m - 1):], complete[-1] if complete else None)
 
 
-def judge(store: Store, tonight: dict, profile: Profile) -> tuple[list[dict], Reference]:
+def check_night(store: Store, tonight: dict, profile: Profile) -> tuple[list[dict], Reference]:
     """The night's findings against history, most severe first, each with its series."""
     ref = references(store, tonight, profile)
     out = _drift(store, tonight, ref, profile)
