@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from acceptance.runtime import estimate as model  # noqa: E402
 from acceptance.runtime import schedule as sched  # noqa: E402
-from acceptance.spec.profile import load_profile  # noqa: E402
+from acceptance.rules.profile import load_profile  # noqa: E402
 
 TOLERANCE = 0.30  # the issue's ±30%
 # name -> (nodes, ranks per node, profile, markers); markers None: every suite

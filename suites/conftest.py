@@ -1,7 +1,7 @@
 # Every suite runs collectively: one pytest session per MPI rank, outcomes agreed at rank 0.
 import pytest
 
-from acceptance.spec import catalog
+from acceptance.rules import catalog
 from acceptance.engines.registry import agree
 from acceptance.runtime.portwatch import PortWatch
 from acceptance.runtime.pytest_plugin import recorder_of
@@ -13,7 +13,7 @@ pytest_plugins = ["acceptance.runtime.pytest_plugin"]
 def engine(request, topology, profile, run_folder):
     """The engine that measures this suite: run.engine, or for `auto` the best one every rank can use.
 
-    What a suite's engine must offer is in the catalog (acceptance.spec.catalog); the choice, why, and the device each rank
+    What a suite's engine must offer is in the catalog (acceptance.rules.catalog); the choice, why, and the device each rank
     measures through are written to run.json ("engines") by rank 0; a suite without a usable
     engine skips with the reason (fails, when the profile's run.engines names the engine its bounds are
     written for), and one whose engine fails to set up on any rank errors on all.

@@ -10,7 +10,7 @@ import pytest
 
 from acceptance.host import counters
 from acceptance.host import sysfs
-from acceptance.spec import judge
+from acceptance.rules import judge
 
 pytestmark = pytest.mark.counters
 SUITE = "preflight"

@@ -11,7 +11,7 @@ test_gpudirect, which carries this marker too.
 
 import pytest
 
-from acceptance.spec import judge
+from acceptance.rules import judge
 from acceptance.engines import nccl
 from acceptance.drivers.p2p import op_latency, pair_bandwidth
 from acceptance.measure.stats import percentiles

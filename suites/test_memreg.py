@@ -11,7 +11,7 @@ import pytest
 from acceptance.drivers.memreg import leak, registration
 
 pytestmark = pytest.mark.memreg
-SUITE = "memreg"  # its metrics and engine needs: acceptance.spec.catalog
+SUITE = "memreg"  # its metrics and engine needs: acceptance.rules.catalog
 
 
 def test_registration_time(engine, profile, record):

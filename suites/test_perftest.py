@@ -25,7 +25,7 @@ from mpi4py import MPI
 from acceptance.host import nics
 from acceptance.host import sysfs
 from acceptance.host.roce import traffic_class
-from acceptance.spec import judge
+from acceptance.rules import judge
 from acceptance.tools import perftest
 from acceptance.drivers.p2p import RailPairs
 from acceptance.measure.sweep import sweep_from_profile

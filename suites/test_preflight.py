@@ -24,12 +24,12 @@ from acceptance.host.nodefacts import (
 )
 from acceptance.host.pcie import trained_down
 from acceptance.host.sysfs import sysfs_root
-from acceptance.spec import judge
+from acceptance.rules import judge
 from acceptance.host.nics import mapped_devices, topology_rails
 from acceptance.host.preflight import (UNLIMITED, differing, layout_problems, memlock_limit, odd_ones_out,
                                       software_versions)
 from acceptance.host.roce import traffic_class
-from acceptance.spec.profile import format_size
+from acceptance.rules.profile import format_size
 
 pytestmark = pytest.mark.preflight
 SUITE = "preflight"

@@ -46,7 +46,7 @@ from pathlib import Path
 import hostlist
 import numpy as np
 
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 from acceptance.records.results import SCHEMA_VERSION
 
 # Local's bounds with the real-cluster outlier settings (tests/profiles/synthetic.toml).

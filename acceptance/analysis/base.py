@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..spec.judge import floats, is_value
+from ..rules.judge import floats, is_value
 from ..records.results import VERDICTS as RECORD_VERDICTS
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from ..spec.fabric import Tree
+from ..switchtree.fabric import Tree
 
 MAX_PAIRS = 5
 

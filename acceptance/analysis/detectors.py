@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog
-from ..spec.fabric import Fabric
-from ..spec.profile import Profile
+from ..rules import catalog
+from ..switchtree.fabric import Fabric
+from ..rules.profile import Profile
 from .failures import counter_findings, failed_tests, other_failures
 from .fleet import too_few_findings
 from .localize import localize

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog
-from ..spec.judge import judge_records
-from ..spec.profile import Profile
+from ..rules import catalog
+from ..rules.judge import judge_records
+from ..rules.profile import Profile
 from ..records.results import BOUND_KINDS
 from .base import INFO, VERDICTS, floats_of
 from .load import with_fields

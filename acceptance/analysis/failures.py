@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog
+from ..rules import catalog
 from ..records.results import FAILED_METRIC
 from .base import EVIDENCE_MAX, codes_of, floats_of
 from .evaluate import direction_of

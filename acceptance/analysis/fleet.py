@@ -1,6 +1,6 @@
 """What the fleet-relative bounds of a run were: their populations, and the values they could not judge.
 
-The bounds themselves are the judge's (acceptance.spec.judge, bound kind "fleet"); evaluate() puts
+The bounds themselves are the judge's (acceptance.rules.judge, bound kind "fleet"); evaluate() puts
 them on the records. Here they are summed up for run.json, the terminal and the report, and a
 population too small to judge becomes a warning finding (never a silent pass).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog
+from ..rules import catalog
 from .base import codes_of, floats_of
 from .finding import clean_value, make_finding
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog
-from ..spec.profile import Profile
+from ..rules import catalog
+from ..rules.profile import Profile
 from .base import codes_of
 from .finding import make_finding
 from .wording import fmt_value

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..spec.fabric import Fabric
-from ..spec.profile import Profile
+from ..switchtree.fabric import Fabric
+from ..rules.profile import Profile
 from . import tree
 from .base import EVIDENCE_MAX
 from .evaluate import OUTLIER_METRICS, direction_of

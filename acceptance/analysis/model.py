@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..spec.fabric import Fabric
-from ..spec.profile import Profile
+from ..switchtree.fabric import Fabric
+from ..rules.profile import Profile
 from .finding import Finding
 from .fleet import summary
 from .trends import burnin_series

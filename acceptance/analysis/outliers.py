@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog, judge
+from ..rules import catalog, judge
 from ..measure.stats import samples_needed
 from ..records.results import FAILED_METRIC
-from ..spec.fabric import Fabric
-from ..spec.profile import Profile
+from ..switchtree.fabric import Fabric
+from ..rules.profile import Profile
 from . import tree
 from .base import MAD_SCALE, MIN_GROUP, codes_of, floats_of
 from .evaluate import OUTLIER_METRICS, OUTLIERS_BY_SUITE

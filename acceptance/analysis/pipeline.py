@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..records.results import InputError
-from ..spec.fabric import Fabric
-from ..spec.switches import fabric_for
-from ..spec.profile import SCHEMA, Profile, load_profile
+from ..switchtree.fabric import Fabric
+from ..rules.switches import fabric_for
+from ..rules.profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
 from .confirmed import supersede
 from . import fullload

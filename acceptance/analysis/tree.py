@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..spec.fabric import Tree
+from ..switchtree.fabric import Tree
 
 # Among candidates touching the same pairs: the most specific first, an endpoint before the network.
 PREFERENCE = {"nic": 0, "uplink": 1, "switch": 2, "spine": 3, "rail": 4}

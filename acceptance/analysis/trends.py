@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..spec import catalog
-from ..spec.fabric import Fabric
-from ..spec.profile import Profile, format_size
+from ..rules import catalog
+from ..switchtree.fabric import Fabric
+from ..rules.profile import Profile, format_size
 from .load import with_fields
 from .base import codes_of, floats_of
 from .evaluate import TREND_METRICS, COMPARE_KEYS, direction_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..spec import catalog
+from ..rules import catalog
 from .evaluate import DIRECTION, OUTLIER_METRICS
 
 

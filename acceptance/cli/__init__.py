@@ -11,7 +11,7 @@ from .. import __version__
 from . import counters, doctor, history, nodecheck, plan, profiles, report, run
 from .common import EPILOG, EXIT_INCOMPLETE, EXIT_USAGE, UsageError
 from ..records.results import InputError
-from ..spec.profile import ProfileError
+from ..rules.profile import ProfileError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from .common import EXIT_FAILED, EXIT_OK, UsageError
-from ..spec.profile import load_profile
+from ..rules.profile import load_profile
 
 
 def add_parser(sub) -> None:
@@ -99,7 +99,7 @@ def cmd_counters_diff(args) -> int:
     import json
 
     from ..host import counters as ctr
-    from ..spec import counter_verdicts as cv
+    from ..rules import counter_verdicts as cv
     try:
         before, after = ctr.load_snapshot(args.before), ctr.load_snapshot(args.after)
     except ValueError as e:

@@ -20,7 +20,7 @@ EXIT_CODES = {"pass": EXIT_OK, "fail": EXIT_FAILED, "error": EXIT_USAGE}
 
 
 def add_parser(sub) -> None:
-    from ..spec.profile import NODE_CHECKS
+    from ..rules.profile import NODE_CHECKS
     p = sub.add_parser(
         "node-check", help="this node's health in seconds (ports, counters, PCIe, GPUs, Xid); --slurm drains/resumes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -123,16 +123,16 @@ class StateFile:
 
 
 def _profile(given: str | None):
-    from ..spec.profile import load_profile
+    from ..rules.profile import load_profile
     name = given or os.environ.get("ACCEPTANCE_PROFILE") or "auto"
     if name == "auto":
-        from ..spec.autoprofile import choose
+        from ..rules.autoprofile import choose
         return choose()[0]
     return load_profile(name)
 
 
 def _names(given: str | None, profile) -> list[str]:
-    from ..spec.profile import NODE_CHECKS
+    from ..rules.profile import NODE_CHECKS
     if not given:
         return list(profile.get("node_check.checks"))
     names = [n.strip() for n in given.split(",") if n.strip()]

@@ -19,9 +19,9 @@ from .common import EXIT_OK, UsageError
 from ..analysis.deciding import deciding_pairs, pattern_gaps
 from ..records.naming import natural_key
 from ..records.results import InputError, read_json
-from ..spec.fabric import Fabric
-from ..spec.switches import fabric_for
-from ..spec.profile import Profile, format_size, load_profile
+from ..switchtree.fabric import Fabric
+from ..rules.switches import fabric_for
+from ..rules.profile import Profile, format_size, load_profile
 from ..runtime import estimate as model
 from ..runtime.schedule import pair_count, parse_pattern, schedule
 

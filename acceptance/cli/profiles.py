@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .common import EXIT_OK, UsageError
-from ..spec.profile import format_profile, format_profile_list, load_profile
+from ..rules.profile import format_profile, format_profile_list, load_profile
 
 
 def add_parser(sub) -> None:
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
 
 def cmd_profiles(args) -> int:
     if args.names:
-        from ..spec.profile import builtin_names
+        from ..rules.profile import builtin_names
         print("\n".join(builtin_names()))
         return EXIT_OK
     if args.action is None:

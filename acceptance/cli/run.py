@@ -21,8 +21,8 @@ from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, U
 from ..records.results import ENV_ITERATION, InputError, RunFolder
 from ..records.naming import compress_ints
 from ..runtime.watchdog import END_GRACE_S
-from ..spec import switches
-from ..spec.profile import load_profile
+from ..rules import switches
+from ..rules.profile import load_profile
 
 
 def add_parser(sub) -> None:
@@ -89,7 +89,7 @@ LAUNCHER_TAIL_CHUNKS = 16  # the launcher's last reads (64 KiB at most each) kep
 
 def cmd_run(args) -> int:
     if args.profile == "auto":
-        from ..spec.autoprofile import choose
+        from ..rules.autoprofile import choose
         profile, why = choose()
         print(f"acceptance: {why}", flush=True)
     else:

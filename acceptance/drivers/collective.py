@@ -11,8 +11,8 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from ..spec import judge
-from ..spec.profile import Profile
+from ..rules import judge
+from ..rules.profile import Profile
 from ..measure.stats import iteration_time
 from ..measure.sweep import sweep_from_profile
 from ..engines.collective_data import busbw

@@ -8,7 +8,7 @@ every channel connection, whether the NIC read/wrote GPU memory directly
 bandwidth, so only this check names the cause: nvidia_peermem not loaded,
 dma-buf unsupported, or a GPU-NIC distance beyond NCCL_NET_GDR_LEVEL.
 
-Records, suite "collective", judged by the one judge (acceptance.spec.catalog): "gdrdma" (bool) is
+Records, suite "collective", judged by the one judge (acceptance.rules.catalog): "gdrdma" (bool) is
 1 when the rail's network receives on the node (NCCL writing into GPU memory) all used GDRDMA, and
 must be; "gdrdma_sends", recorded where they did, is 1 when the sends did too, and warns at 0 (GPU
 Direct RDMA read off: NCCL_NET_GDR_READ, NCCL's default on PCIe-only platforms). A rail whose NIC
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from ..host.counters import rails_of
-from ..spec import judge
+from ..rules import judge
 from ..engines.nccl_log import NetPaths, NicPaths
 
 SUITE = "collective"

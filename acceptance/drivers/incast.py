@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..spec import judge
+from ..rules import judge
 from ..runtime.portwatch import PortWatch
-from ..spec.profile import Profile
+from ..rules.profile import Profile
 from ..runtime.topology import Topology
 from .p2p import LATENCY_METRICS
 from ..measure.stats import percentiles

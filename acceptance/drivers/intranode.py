@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..engines.memory import MemoryUnavailable, array_module
-from ..spec import judge
+from ..rules import judge
 from ..measure.verify import Tally
 from ..engines.cuda_copy import CupyCopier
 
@@ -85,7 +85,7 @@ class Settings:
     warmup: int                         # untimed copies before them
     outlier_fraction: float             # below this x the node's median is an outlier
     bounds: dict = field(default_factory=dict)   # kind -> floor in GB/s (None: not checked)
-    profile: object = field(default=None, repr=False, compare=False)  # what acceptance.spec.judge judges by
+    profile: object = field(default=None, repr=False, compare=False)  # what acceptance.rules.judge judges by
 
 
 def settings_from_profile(profile) -> Settings:

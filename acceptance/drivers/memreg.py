@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..spec import judge
-from ..spec.profile import Profile
+from ..rules import judge
+from ..rules.profile import Profile
 from ..measure.stats import percentiles
 from ..measure.sweep import sizes
 from ..measure.units import us

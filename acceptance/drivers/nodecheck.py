@@ -26,9 +26,9 @@ from pathlib import Path
 from ..host import counters as port_counters
 from ..host import nodefacts, xid
 from ..host.preflight import UNLIMITED, memlock_limit
-from ..spec import judge
-from ..spec.counter_verdicts import Limits, counter_verdict, problem as counter_problem
-from ..spec.profile import NODE_CHECKS, Profile
+from ..rules import judge
+from ..rules.counter_verdicts import Limits, counter_verdict, problem as counter_problem
+from ..rules.profile import NODE_CHECKS, Profile
 
 STATUSES = ("pass", "warn", "skip", "error", "fail")
 DEADLINE_MAX_S = 30.0
@@ -368,7 +368,7 @@ CHECKS: dict[str, Callable[[Context], Outcome]] = {
     "ports": check_ports, "counters": check_counters, "pcie": check_pcie, "memlock": check_memlock,
     "gpudirect": check_gpudirect, "gpus": check_gpus, "xid": check_xid,
 }
-assert tuple(CHECKS) == NODE_CHECKS, "acceptance.spec.profile.NODE_CHECKS names the same checks, in order"
+assert tuple(CHECKS) == NODE_CHECKS, "acceptance.rules.profile.NODE_CHECKS names the same checks, in order"
 
 
 def run_checks(profile: Profile, root: Path, node: str, previous: dict, names: list[str],

@@ -19,9 +19,9 @@ from typing import Callable
 import numpy as np
 from mpi4py import MPI
 
-from ..spec import catalog, judge
+from ..rules import catalog, judge
 from ..runtime import pulse
-from ..spec.profile import Profile
+from ..rules.profile import Profile
 from ..runtime.screening import screening_latency_iters, screening_sizes
 from . import confirm
 from ..runtime.topology import Topology

@@ -4,7 +4,7 @@ scheduler protocol), the one result type of a point-to-point operation and that 
 An engine is a class (MpiEngine, VerbsEngine, NcclEngine), registered by its NAME
 (acceptance.engines.registry.register) and made once per process, which keeps its set-up (the
 device, settings or GPU configure() chose); OFFERS names the operations it has, from the
-catalog's engine_needs (acceptance.spec.catalog Suite), and the registry chooses by it, never by
+catalog's engine_needs (acceptance.rules.catalog Suite), and the registry chooses by it, never by
 looking for attributes.
 """
 

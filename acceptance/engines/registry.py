@@ -1,7 +1,7 @@
 """Which engine measures a suite: the profile's run.engine, or for `auto` the best one usable.
 
 `auto` prefers the verbs engine (the NICs themselves) and falls back to mpi; a
-suite needs something (its engine_needs in acceptance.spec.catalog, e.g. "PairLink"), and an engine whose
+suite needs something (its engine_needs in acceptance.rules.catalog, e.g. "PairLink"), and an engine whose
 OFFERS (acceptance.engines.contract) lack it is passed over (the verbs engine has no collectives:
 they run on mpi). The
 choice is agreed over the whole job, so every rank measures with the same engine

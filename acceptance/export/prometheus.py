@@ -30,7 +30,7 @@ Families:
         above: never a fail or warning); every rail of the run, zeros included
   acceptance_nic_<metric>_bytes_per_second{node,rail,size_bytes}   (or _seconds for a latency)
         median of the NIC (both directions, every partner) at the largest size (the latency size), for
-        every pairwise metric the catalog exports (acceptance.spec.catalog Metric.export): write_bandwidth,
+        every pairwise metric the catalog exports (acceptance.rules.catalog Metric.export): write_bandwidth,
         read_bandwidth, write_latency_p99, gpu_write_bandwidth
   acceptance_rail_<metric>_bytes_per_second{rail,size_bytes}        the same over a rail plane
   acceptance_collective_busbw_bytes_per_second{op,scope,rail,size_bytes}
@@ -62,7 +62,7 @@ import pandas as pd
 from ..history.checked import SHOWN_KINDS
 from ..history.store import HISTORY_KINDS
 from ..report import digest
-from ..spec import catalog
+from ..rules import catalog
 
 PREFIX = "acceptance_"
 FINDINGS_MAX = 1000     # findings are few; a run with more is broken everywhere, and the counts say so

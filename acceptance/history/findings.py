@@ -26,7 +26,7 @@ import pandas as pd
 from ..analysis.finding import make_finding
 from ..analysis.localize import localize
 from ..records.naming import natural_key
-from ..spec.profile import Profile
+from ..rules.profile import Profile
 from .components import Name, finding_name, finding_subject, parse_name
 from .store import HISTORY_KINDS, Store
 

@@ -21,7 +21,7 @@ from ..analysis.confirmed import confirmed_only
 from ..analysis.outliers import pairwise_view
 from ..records.naming import natural_key
 from ..records.results import InputError
-from ..spec import catalog
+from ..rules import catalog
 from .components import finding_subject
 
 

@@ -1,6 +1,6 @@
 """What a port counter means for a verdict (its kind), by name: errors, discards, pause frames,
 congestion notifications, traffic. Used by the counters (acceptance.host.counters) and by the one judge
-(acceptance.spec.judge), which holds each kind to its bound."""
+(acceptance.rules.judge), which holds each kind to its bound."""
 
 from __future__ import annotations
 

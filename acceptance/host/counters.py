@@ -9,7 +9,7 @@ A snapshot reads every port of every RDMA device on this node:
 
 and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, ...) that
 the one judge turns into a verdict against the profile's [counters] bounds
-(acceptance.spec.counter_verdicts). PMA counters clamp at all-ones
+(acceptance.rules.counter_verdicts). PMA counters clamp at all-ones
 instead of wrapping, so a counter at its maximum is *saturated*: its rise is unknown, never a delta.
 
 Nothing here imports pytest or mpi4py: the suites, the CLI (`acceptance counters`) and the analysis

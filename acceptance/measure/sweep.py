@@ -53,7 +53,7 @@ class Sweep:
 
 
 def sweep_from_profile(profile, section: str = "sweep") -> Sweep:
-    """The Sweep described by [section] of an acceptance.spec.profile.Profile."""
+    """The Sweep described by [section] of an acceptance.rules.profile.Profile."""
     v = {key: profile.get(f"{section}.{key}") for key in KEYS}
     where = getattr(profile, "source", "profile")
     try:

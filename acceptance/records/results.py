@@ -49,7 +49,7 @@ SATURATED = ("during", "before")
 # ("line_rate"), the bound the test itself set ("recorded", schema 2 and before), or the run's own population of comparable
 # measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
 # only the absolute floor is known). "fleet_too_few": a fleet bound applies, but the population was too
-# small to derive it: the record warns, never passes (acceptance.spec.judge).
+# small to derive it: the record warns, never passes (acceptance.rules.judge).
 BOUND_KINDS = ("absolute", "line_rate", "recorded", "fleet", "fleet_too_few")
 # A record's verdict, and how bad each is (worst() of several).
 VERDICTS = ("pass", "fail", "warn", "info")

@@ -20,7 +20,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from ..spec.profile import format_size
+from ..rules.profile import format_size
 
 DPI = 100
 STRIP_BAND = 256       # node columns per band of a node strip (bands stacked top to bottom)
@@ -475,7 +475,7 @@ def _box(ax, x, y_top, w, h, label, mark, *, font, rotate, dashed=False, zorder=
 def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
     """One rail's switch tree: spines on top, leaves below, uplinks as lines, each leaf's nodes under it.
 
-    tree: spec.fabric.Tree. marks: {"leaves": {leaf: mark}, "spines": {spine: mark}, "uplinks":
+    tree: switchtree.fabric.Tree. marks: {"leaves": {leaf: mark}, "spines": {spine: mark}, "uplinks":
     {(leaf, spine): mark}, "nodes": {node: mark}, "plane": mark | None}, a mark one of MARKS.
     summarize(nodes, limit) -> a short hostlist (default data.compress_hosts). Above MAX_LEAVES
     leaves the unshaded ones past the first are one "+N leaves" box; nodes are drawn one by one only

@@ -27,7 +27,7 @@ def environment() -> Environment:
 def context(analysis, run_dir: str | os.PathLike, history=None) -> dict:
     """Everything the template shows, pre-formatted. history: an open history Store (acceptance.history.store)
     for the History section, or None (no section)."""
-    from ..spec.profile import format_profile
+    from ..rules.profile import format_profile
 
     run_dir = Path(run_dir)
     run = analysis.run or {}

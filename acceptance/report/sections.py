@@ -15,7 +15,7 @@ import pandas as pd
 from ..history.checked import CHECK_FILE, SHOWN_KINDS, check_problem, read_check
 from ..records.naming import compress_ints
 from ..records.results import InputError
-from ..spec import catalog
+from ..rules import catalog
 from ..runtime.overrides import describe as describe_overrides
 from . import digest, figures
 from .data import (

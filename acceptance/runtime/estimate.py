@@ -45,8 +45,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..measure.sweep import sweep_from_profile
-from ..spec import catalog
-from ..spec.profile import format_duration, parse_duration, parse_rate
+from ..rules.profile import format_duration, parse_duration, parse_rate
 from . import schedule as sched
 from .screening import screening_latency_iters, screening_sizes
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..host import counters, nics, sysfs
-from ..spec import counter_verdicts
-from ..spec.profile import Profile
+from ..rules import counter_verdicts
+from ..rules.profile import Profile
 from .topology import Topology
 
 

@@ -34,9 +34,9 @@ from . import liveness, outcomes, pulse
 from . import overrides
 from ..host.identity import merge_identities, node_identity
 from ..host.preflight import software_versions
-from ..spec import switches
-from ..spec.fabric import Fabric
-from ..spec.profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
+from ..rules import switches
+from ..switchtree.fabric import Fabric
+from ..rules.profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
 from ..records.naming import natural_key
 from ..records.results import (
     ENV_ITERATION,

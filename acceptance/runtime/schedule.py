@@ -312,7 +312,7 @@ def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]
 class Pairing:
     """A run's node pairing, the same on every rank: a resolved pattern (not "auto"), the seed of a
     screening draw, and where the switch tree is known each rail's leaf of each node (by node name;
-    rail None: every rail, as acceptance.spec.fabric.Fabric.trees keys it)."""
+    rail None: every rail, as acceptance.switchtree.fabric.Fabric.trees keys it)."""
     pattern: str
     seed: int = 0
     leaves: Mapping[int | None, Mapping[str, Hashable]] = field(default_factory=dict)

@@ -17,7 +17,7 @@ import re
 
 from ..measure.stats import samples_needed
 from ..measure.sweep import sweep_from_profile
-from ..spec import catalog
+from ..rules import catalog
 
 PAIRWISE_SUITES = ("rdma_write", "gpudirect")
 _PERCENTILE = re.compile(r"latency_p(\d+)$")

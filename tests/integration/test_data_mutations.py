@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.spec import catalog
+from acceptance.rules import catalog
 from conftest import BIN
 
 DATA = Path(__file__).resolve().parents[1] / "data"

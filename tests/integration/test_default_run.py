@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.analysis import analyze
-from acceptance.spec import catalog
+from acceptance.rules import catalog
 from conftest import BIN, run_env
 
 

@@ -223,7 +223,7 @@ def analysis_of(run_dir: Path):
     import pandas as pd
 
     from acceptance.analysis import Analysis
-    from acceptance.spec.profile import Profile, load_profile
+    from acceptance.rules.profile import Profile, load_profile
 
     run = json.loads((run_dir / "run.json").read_text())
     try:

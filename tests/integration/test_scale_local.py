@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 from acceptance.runtime.screening import screening_sizes
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 PROFILE = """extends = "local"
 [run]

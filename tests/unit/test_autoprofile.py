@@ -9,9 +9,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fakesysfs
 
-from acceptance.spec import autoprofile
-from acceptance.spec.autoprofile import Hardware
-from acceptance.spec.profile import ProfileError
+from acceptance.rules import autoprofile
+from acceptance.rules.autoprofile import Hardware
+from acceptance.rules.profile import ProfileError
 
 H100 = ["NVIDIA H100 80GB HBM3"] * 8
 

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from acceptance.spec import catalog, judge
-from acceptance.spec.profile import SCHEMA, load_profile
+from acceptance.rules import catalog, judge
+from acceptance.rules.profile import SCHEMA, load_profile
 
 
 def schema_bound_keys() -> set[str]:

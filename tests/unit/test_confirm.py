@@ -6,7 +6,7 @@ import pandas as pd
 from acceptance.analysis.confirmed import supersede
 from acceptance.analysis.pipeline import find
 from acceptance.drivers.confirm import Headline, confirmation_pairs, rounds_of, suspects
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 
 def test_suspects_are_failed_bounds_and_pairs_well_off_their_rails_median():

@@ -12,10 +12,10 @@ import fakesysfs
 import synthetic
 
 from acceptance.host import counters
-from acceptance.spec import counter_verdicts
+from acceptance.rules import counter_verdicts
 from acceptance.host import ethtool, sysfs
 from acceptance.analysis import analyze, drain_lines
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 from acceptance.records.results import Recorder
 
 TEST = "suites/test_rdma_write.py"

@@ -9,7 +9,7 @@ import pytest
 
 from acceptance.host import counter_kinds
 from acceptance.host import counters as c
-from acceptance.spec import counter_verdicts as cv
+from acceptance.rules import counter_verdicts as cv
 from acceptance.host import ethtool, sysfs
 from acceptance.records.results import make_record
 
@@ -380,7 +380,7 @@ def test_ports_and_counters_on_one_side_only_are_notes(ib_root, tmp_path, monkey
 
 
 def test_limits_from_profile(tmp_path):
-    from acceptance.spec.profile import load_profile
+    from acceptance.rules.profile import load_profile
     assert cv.Limits.from_profile(load_profile("local")) == cv.Limits(0, 0, None, None)
     toml = tmp_path / "p.toml"
     toml.write_text('extends = "local"\n[counters]\nerrors_max = 2\ndiscards_max = 5\n'

@@ -9,7 +9,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 import emutree  # noqa: E402
 
-from acceptance.spec.topofiles import parse_topology_conf
+from acceptance.switchtree.topofiles import parse_topology_conf
 
 
 def test_nodes_go_to_the_leaves_in_contiguous_blocks():

@@ -11,10 +11,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synthetic
 
-from acceptance.spec import judge
+from acceptance.rules import judge
 from acceptance.analysis import analyze, evaluate
 from acceptance.analysis.load import load_records
-from acceptance.spec.profile import ProfileError, load_profile
+from acceptance.rules.profile import ProfileError, load_profile
 from acceptance.records.results import make_record
 
 FLEET_BW = """
@@ -180,7 +180,7 @@ def test_bad_fleet_settings_name_the_key_and_why(tmp_path, text, said):
 
 
 def test_patterns_and_size_tables_read_back(tmp_path):
-    from acceptance.spec.profile import format_profile
+    from acceptance.rules.profile import format_profile
     p = profile_with(tmp_path, '[fleet]\nbounds = { "rdma_write.latency_p5*" = 3, "rdma_write.bandwidth" = '
                                '{ "4KiB" = 0.5, "1MiB" = 0.8 } }\n', base="local")
     assert p.get("fleet.bounds") == [["rdma_write.latency_p5*", 3.0], ["rdma_write.bandwidth", [[4096, 0.5],

@@ -33,7 +33,7 @@ from acceptance.drivers.intranode import (
 )
 from acceptance.engines import cuda_copy
 from acceptance.engines.cuda_copy import CupyCopier, bound_to, local_cpus, normalize_pci, parse_cpulist
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 from acceptance.records.results import REQUIRED_KEYS, Recorder, RunFolder
 
 MiB = 2**20

@@ -87,7 +87,7 @@ def test_the_import_graph_has_no_cycle():
 
 # The packages by layer, bottom first (docs/testing.md, "Layout"): a module imports only from its own layer and
 # the ones below. acceptance/__init__ holds only the version.
-LAYERS = (("acceptance", "records", "measure"), ("host",), ("spec",), ("runtime",), ("engines",), ("tools",),
+LAYERS = (("acceptance", "records", "measure"), ("host", "switchtree"), ("rules",), ("runtime",), ("engines",), ("tools",),
           ("drivers",), ("analysis",), ("history",), ("report", "export"), ("cli",), ("__main__",))
 
 
@@ -117,7 +117,7 @@ def test_engines_declare_what_they_offer_and_have_it():
     import inspect
     import typing
 
-    from acceptance.spec import catalog
+    from acceptance.rules import catalog
     from acceptance.engines import contract, registry
 
     def members(protocol):

@@ -15,7 +15,7 @@ import synthetic  # noqa: E402
 from acceptance.analysis import analyze  # noqa: E402
 from acceptance.analysis.noise import binom_sf, favourable_median, t_isf, t_sf, tail_dof, typical_tail, z_of  # noqa: E402
 
-SOFTROCE = str(Path(__file__).resolve().parents[2] / "acceptance" / "spec" / "profiles" / "softroce.toml")
+SOFTROCE = str(Path(__file__).resolve().parents[2] / "acceptance" / "rules" / "profiles" / "softroce.toml")
 
 
 def where(findings):

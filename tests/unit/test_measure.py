@@ -22,7 +22,7 @@ from acceptance.measure import (
     timed_total,
     us,
 )
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from mpi4py import MPI
 from acceptance.engines import mpi
 from acceptance.engines.collective_data import ALLREDUCE, Buffers
 from acceptance.engines.registry import decide, local_choices, select
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 
 def test_register_times_both_kinds():
@@ -89,7 +89,7 @@ def test_write_latency_is_one_way_half_the_put_and_flush():
     """The catalog declares write latency one-way (Metric.timing): the mpi engine halves its Put +
     Flush round trip, as ib_write_lat halves its ping-pong."""
     from acceptance.engines.contract import Transfer
-    from acceptance.spec import catalog
+    from acceptance.rules import catalog
     assert {m.timing for m in catalog.metrics("rdma_write", "latency_p50")} == {"one-way"}
     link = object.__new__(mpi.PairLink)
     link.put_bandwidth = lambda *args, **kwargs: Transfer(np.array([1000, 3001], dtype=np.int64), None)

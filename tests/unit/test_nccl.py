@@ -20,7 +20,7 @@ from acceptance.engines import mpi, nccl, nccl_log
 from acceptance.engines.collective_data import ALLREDUCE, ALLTOALL, Wrong, compare
 from acceptance.engines.registry import BUILT, PREFERENCE, select
 from acceptance.drivers.gpudirect_paths import rails_for, record_gdr
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 from acceptance.records.results import REQUIRED_KEYS, Recorder, make_record
 from acceptance.runtime.topology import RankInfo, Topology
 

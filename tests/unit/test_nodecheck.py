@@ -19,7 +19,7 @@ import fakesysfs  # noqa: E402
 from acceptance.cli import main  # noqa: E402
 from acceptance.drivers import nodecheck  # noqa: E402
 from acceptance.host import slurmnode  # noqa: E402
-from acceptance.spec.profile import load_profile  # noqa: E402
+from acceptance.rules.profile import load_profile  # noqa: E402
 
 FAKE_SLURM = Path(__file__).resolve().parents[1] / "fakeslurm"
 PROFILE = """\

@@ -31,7 +31,7 @@ from acceptance.tools.perftest import (
     records_for,
 )
 from acceptance.records.results import Recorder, make_record
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "perftest"
 FAKE = DATA / "fake_perftest.py"

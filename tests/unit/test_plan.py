@@ -8,7 +8,7 @@ from acceptance.cli import main
 from acceptance.cli.plan import format_seconds, make_plan, step_problem
 from acceptance.runtime import estimate as model
 from acceptance.runtime.screening import gated_percentile, screening_latency_iters, screening_sizes
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 H100 = "h100-ndr400"
 

@@ -6,9 +6,9 @@ import mpi4py
 import pytest
 
 import acceptance
-from acceptance.spec import judge
+from acceptance.rules import judge
 from acceptance.host.preflight import UNLIMITED, layout_problems, memlock_limit, odd_ones_out, software_versions
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 
 @pytest.mark.parametrize("limit, minimum, ok", [
@@ -21,7 +21,7 @@ from acceptance.spec.profile import load_profile
     (0, "0B", True),
 ])
 def test_memlock_is_judged_by_the_one_judge(tmp_path, limit, minimum, ok):
-    """The suite records memlock through acceptance.spec.judge: a limit at or above the minimum passes,
+    """The suite records memlock through acceptance.rules.judge: a limit at or above the minimum passes,
     "unlimited" (recorded as null) passes anything, and nothing but "unlimited" meets "unlimited"."""
     path = tmp_path / "p.toml"
     path.write_text(f'extends = "local"\n[preflight]\nmemlock_min = "{minimum}"\n')

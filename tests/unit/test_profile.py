@@ -5,8 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
-from acceptance.spec.judge import size_bound
-from acceptance.spec.profile import (
+from acceptance.rules.judge import size_bound
+from acceptance.rules.profile import (
     SCHEMA,
     ProfileError,
     builtin_dir,

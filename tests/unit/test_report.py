@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from acceptance.analysis import Analysis
-from acceptance.spec.profile import format_profile, load_profile
+from acceptance.rules.profile import format_profile, load_profile
 from acceptance.report import render
 from acceptance.records.naming import compress_ints
 from acceptance.report.data import compress_hosts, fmt_num, prepare
@@ -479,7 +479,7 @@ def test_renders_the_frame_load_records_returns(tmp_path):
 # --- the switch tree per rail -----------------------------------------------------------
 
 def _fabric(nodes: list[str], leaves: int, spines=("spine1", "spine2"), shared: bool = True):
-    from acceptance.spec.fabric import Fabric, Tree, Uplink
+    from acceptance.switchtree.fabric import Fabric, Tree, Uplink
 
     per = -(-len(nodes) // leaves)
     lv = {f"leaf{i + 1}": nodes[i * per:(i + 1) * per] for i in range(leaves)}

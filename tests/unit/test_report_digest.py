@@ -9,7 +9,7 @@ from acceptance.host.slurmnode import Drain
 from acceptance.analysis import Analysis
 from acceptance.cli.postrun import SHOWN_DRAINS, SHOWN_FINDINGS, counts_table, summary
 from acceptance.report import digest
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 
 def finding(severity, scope, rail, node="node0001", value=None, expected=None, transient=False, **kw):

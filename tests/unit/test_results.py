@@ -196,7 +196,7 @@ def test_utc_now_format():
 
 def test_the_published_record_schema_is_the_records_contract():
     """docs/record.schema.json says what results.py and the catalog say, key for key."""
-    from acceptance.spec import catalog
+    from acceptance.rules import catalog
     from acceptance.records.results import (
         BOUND_KINDS,
         MEMORY,

@@ -1,4 +1,4 @@
-"""The switch-tree readers (spec.topofiles): Slurm's topology.conf and topology.yaml, ibnetdiscover output
+"""The switch-tree readers (switchtree.topofiles): Slurm's topology.conf and topology.yaml, ibnetdiscover output
 (a file, or a folder of one per rail), each error naming file, line and why."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 import pytest
 
 from acceptance.records.results import InputError
-from acceptance.spec.fabric import Fabric, Tree, Uplink
-from acceptance.spec.topofiles import (TopologyFileError, load_fabric, parse_ibnetdiscover, parse_topology_conf,
+from acceptance.switchtree.fabric import Fabric, Tree, Uplink
+from acceptance.switchtree.topofiles import (TopologyFileError, load_fabric, parse_ibnetdiscover, parse_topology_conf,
                                        parse_topology_yaml)
 
 # Slurm's topology guide and topology.conf(5): comments, LinkSpeed, a parent of the leaves.

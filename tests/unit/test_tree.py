@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from acceptance.analysis import deciding, tree
-from acceptance.spec.fabric import Fabric, Tree, Uplink
+from acceptance.switchtree.fabric import Fabric, Tree, Uplink
 
 
 def _tree(nodes: int, leaves: int) -> tuple[Tree, list[str]]:

@@ -43,7 +43,7 @@ from acceptance.engines.verbs import memreg as vmr
 from acceptance.engines.verbs import qp as vqp
 from acceptance.engines.verbs import wr as vwr
 from acceptance.engines.verbs.binding import e  # the engine's enum shim
-from acceptance.spec.profile import load_profile
+from acceptance.rules.profile import load_profile
 
 # ---- reading back the C structs pyverbs will hand to ibv_post_send / ibv_post_recv -----------
 # pyverbs 44 exposes no getter for wr.rdma / wr.atomic (rdma_remote_addr and rdma_rkey arrived in

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .parse import BwResult, LatResult
-from ...spec import judge
+from ...rules import judge
 
 SUITE = ENGINE = "perftest"
 

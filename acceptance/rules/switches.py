@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .fabric import Fabric
+from ..switchtree.fabric import Fabric
 from .profile import Profile
-from .topofiles import load_fabric
+from ..switchtree.topofiles import load_fabric
 
 ENV = "ACCEPTANCE_TOPOLOGY"
 

@@ -1,6 +1,6 @@
 """Readers of a cluster's switch tree: Slurm's topology.conf and topology.yaml, and ibnetdiscover output.
 
-Each gives the model of spec.fabric. Slurm's files hold one node grouping that every rail shares
+Each gives the model of switchtree.fabric. Slurm's files hold one node grouping that every rail shares
 (``Fabric.trees[None]``); ibnetdiscover output is one rail's subnet, so a folder of ``rail<N>...``
 files gives each rail its own tree, with the ports of every leaf-spine cable.
 

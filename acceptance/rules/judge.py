@@ -3,7 +3,7 @@
 One bound resolution (bounds()) serves both entries: judge_records() over a whole DataFrame
 of records (analysis), and one() for a single value (the drivers, while recording; record()
 records it too), so a record's verdict is the same when it is written and when it is re-read.
-What each metric's bound is comes from acceptance.spec.catalog; with analysis.line_rate set,
+What each metric's bound is comes from acceptance.rules.catalog; with analysis.line_rate set,
 point-to-point bandwidth from analysis.line_rate_from_size up must also reach
 line_rate_fraction x line_rate (the stricter bound applies).
 
@@ -248,7 +248,7 @@ def memlock(values: np.ndarray, profile: Profile, key: str) -> tuple[np.ndarray,
 
 
 COUNTER_SEVERITY = {"error": FAIL, "retransmit": FAIL, "pre_fec": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
-# A derived counter record: its metric is the counter's name plus this suffix (acceptance.spec.counter_verdicts.DERIVED).
+# A derived counter record: its metric is the counter's name plus this suffix (acceptance.rules.counter_verdicts.DERIVED).
 COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm", "errors/bit": "_ber"}
 # Derived values that are unknown (NaN) when the counter rose with nothing to relate it to: a warning.
 RELATED_UNITS = ("ppm", "errors/bit")
@@ -279,7 +279,7 @@ def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated:
             entry = catalog.metric("counters", "error")
         if entry is None or entry.unit != unit:
             continue  # information: data, wait, corrected, other, and the count beside a derived value
-        bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.spec.counter_verdicts.Limits)
+        bound = profile.get(entry.key)  # a Profile, or the counters' keys alone (acceptance.rules.counter_verdicts.Limits)
         b = np.full(int(sel.sum()), np.nan if bound is None else float(bound))
         v = compare(values[sel], b, False)
         v[v == FAIL] = COUNTER_SEVERITY[kind]
@@ -402,7 +402,7 @@ def judge_one(suite: str, name: str, value: float | None, profile: Profile, size
     here only its absolute floor can fail it; otherwise its verdict is "info" and its kind "fleet"."""
     m = catalog.metric(suite, name, **when)
     if m is None:
-        raise KeyError(f"{suite} {name}: not in the catalog (acceptance.spec.catalog)")
+        raise KeyError(f"{suite} {name}: not in the catalog (acceptance.rules.catalog)")
     v = np.array([np.nan if value is None else float(value)])
     s = np.array([np.nan if size is None else float(size)])
     by_floor = np.zeros(1, dtype=bool)
@@ -446,7 +446,7 @@ def record_all(record_fn: Callable, profile: Profile, suite: str, name: str,
     pd = _pd()
     m = catalog.metric(suite, name)
     if m is None:
-        raise KeyError(f"{suite} {name}: not in the catalog (acceptance.spec.catalog)")
+        raise KeyError(f"{suite} {name}: not in the catalog (acceptance.rules.catalog)")
     n = len(items)
     df = pd.DataFrame({"suite": [suite] * n, "metric": [name] * n, "unit": [m.unit] * n,
                        "value": [np.nan if v is None else float(v) for v, _ in items],

@@ -6,7 +6,7 @@ crosses both leaves' uplinks and a spine. Slurm's topology.conf and topology.yam
 grouping that holds on every rail (``Fabric.trees`` keyed by None); per-rail ibnetdiscover output
 gives each rail its own tree, with the ports of each uplink where known.
 
-The readers of those files live in spec.topofiles; this module is only the model, with the JSON
+The readers of those files live in switchtree.topofiles; this module is only the model, with the JSON
 form that run.json keeps (``Fabric.to_json`` / ``Fabric.from_json``).
 """
 

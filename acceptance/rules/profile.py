@@ -180,7 +180,7 @@ class Field:
 
     expected = "a value"
     types: tuple = ()
-    is_bound = False  # a metric's bound (see bound() and acceptance.spec.catalog)
+    is_bound = False  # a metric's bound (see bound() and acceptance.rules.catalog)
 
     def __init__(self, default, help: str = ""):
         self.default, self.help = default, help
@@ -377,7 +377,7 @@ def _by_size(raw: dict, value, where: str = "") -> list:
 class SizeMap(Field):
     """Bounds by message size: { "8B" = ..., "1MiB" = ... }; each applies from its size up to the next.
 
-    Stored as [[bytes, value], ...] sorted by size (JSON-friendly); acceptance.spec.judge.size_bound reads it.
+    Stored as [[bytes, value], ...] sorted by size (JSON-friendly); acceptance.rules.judge.size_bound reads it.
     """
 
     types = (dict,)
@@ -476,7 +476,7 @@ def _toml_key(key: str) -> str:
 NODE_CHECKS = ("ports", "counters", "pcie", "memlock", "gpudirect", "gpus", "xid")
 
 # Section -> key -> Field. Adding a setting is adding one line here; a metric's bound is declared with
-# its metric in acceptance.spec.catalog and added below (_add_bounds).
+# its metric in acceptance.rules.catalog and added below (_add_bounds).
 SCHEMA: dict[str, dict[str, Field]] = {
     "run": {
         "engine": Str("auto", choices=("auto", "mpi", "verbs", "nccl"),

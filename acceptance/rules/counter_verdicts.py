@@ -39,7 +39,7 @@ class Limits:
                    cnp_rate_max=profile.get("counters.cnp_rate_max"))
 
     def keys(self) -> dict:
-        """The profile keys these limits stand for (what acceptance.spec.judge.counter reads)."""
+        """The profile keys these limits stand for (what acceptance.rules.judge.counter reads)."""
         return {"counters.errors_max": self.errors_max, "counters.retransmit_ppm_max": self.retransmit_ppm_max,
                 "counters.pre_fec_ber_max": self.pre_fec_ber_max, "counters.pre_fec_ber_warn": self.pre_fec_ber_warn,
                 "counters.discards_max": self.discards_max,
@@ -47,7 +47,7 @@ class Limits:
 
 
 def counter_verdict(delta: Delta, limits: Limits) -> str:
-    """fail | warn | pass | info for one counter change, by the one judge (acceptance.spec.judge.counter):
+    """fail | warn | pass | info for one counter change, by the one judge (acceptance.rules.judge.counter):
     error: fail when it rose by more than errors_max or saturated during the window, warn when it was
     saturated before (its rise cannot be seen), info when it was reset (nothing known), else pass.
     retransmit: as error, per million packets of the port against retransmit_ppm_max; warn when that

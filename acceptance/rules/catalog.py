@@ -3,12 +3,12 @@
 A metric's facts live here and nowhere else: its record name(s) and unit, which way is
 better, where its bound is in the profile (and how the profile's unit converts to the
 record's), whether fleet outliers are sought in it, whether burn-in and baseline comparison
-follow it, and how people read its name. acceptance.spec.judge turns a value into threshold and
+follow it, and how people read its name. acceptance.rules.judge turns a value into threshold and
 verdict from these facts (while recording and again in analysis, the same way); the report,
 Prometheus export and compare pick their metrics here.
 
 Adding a metric with a bound: its entry below (and its key in the profile schema, marked
-bound=True) and the line in its driver that records it through acceptance.spec.judge.record.
+bound=True) and the line in its driver that records it through acceptance.rules.judge.record.
 docs/records.md lists them for users.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 US = 1e6       # profile durations are seconds, records microseconds
 GBIT_TO_GBYTE = 1 / 8  # profile rates are Gbit/s, busbw and intranode records GB/s
 
-# How a metric's bound is found (acceptance.spec.judge):
+# How a metric's bound is found (acceptance.rules.judge):
 #   none      informational: no bound; the record keeps the verdict its test wrote
 #   sizemap   the profile key is a table by message size (rdma_write.bandwidth_min)
 #   scalar    one number (rdma_write.latency_p50_max)
@@ -86,8 +86,8 @@ class Metric:
     priority: int = 9
     # A data check's checked operation, one per name ("writes" for errors): "3 of 40 writes did not arrive".
     nouns: tuple[str, ...] = ()
-    # The profile key the metric owns: setting(acceptance.spec.profile) builds its Field (type, default, help).
-    # None where the key is a general setting defined in acceptance.spec.profile (topology.rails).
+    # The profile key the metric owns: setting(acceptance.rules.profile) builds its Field (type, default, help).
+    # None where the key is a general setting defined in acceptance.rules.profile (topology.rails).
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -320,7 +320,7 @@ def suite(name: str) -> Suite:
     try:
         return SUITES[name]
     except KeyError:
-        raise KeyError(f"suite {name!r} is not in the catalog (acceptance.spec.catalog.SUITES)") from None
+        raise KeyError(f"suite {name!r} is not in the catalog (acceptance.rules.catalog.SUITES)") from None
 
 
 def metrics(suite_name: str, name: str) -> list[Metric]:
@@ -389,7 +389,7 @@ def fleet_metrics(pattern: str) -> list[tuple[str, str, bool]]:
 
 
 def settings() -> dict[str, Callable[[object], object]]:
-    """Profile key -> the builder of its Field, for every key a metric owns (acceptance.spec.profile adds them)."""
+    """Profile key -> the builder of its Field, for every key a metric owns (acceptance.rules.profile adds them)."""
     out: dict[str, Callable[[object], object]] = {}
     for s in SUITES.values():
         for m in s.metrics:
