@@ -17,7 +17,7 @@ FIGURES = (
     r"store growth: [\d.]+ MB a night, .*\(target <= 100 MB\): (PASS|MISS)",
     r"one link's series: [\d.]+ s, worst of 5 calls for node07:rail1:node12 over 20 nights "
     r"\(target <= 1 s\): (PASS|MISS)",
-    r"fleet-wide drift scan: [\d.]+ s, judge\(\) of tonight's 4,032 links against the pinned night and K=7 "
+    r"fleet-wide drift scan: [\d.]+ s, check_night\(\) of tonight's 4,032 links against the pinned night and K=7 "
     r"accepted nights \(target <= 60 s\): (PASS|MISS)",
 )
 
