@@ -327,7 +327,7 @@ def _scope_fields(subject: str) -> dict:
 def _intermittent(store: Store, tonight: dict, ref: Reference, profile: Profile) -> list[dict]:
     if not tonight["complete"]:
         return []
-    n_min, m = profile.get("history.intermittent_nights"), profile.get("history.intermittent_window")
+    n_min = profile.get("history.intermittent_nights")  # the window of M nights is ref.window
     window = ref.window + [tonight]
     ids = [w["id"] for w in window]
     found = _part_findings(store, ids)
