@@ -7,7 +7,6 @@ import argparse
 import fcntl
 import json
 import os
-import socket
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,7 +58,7 @@ def add_parser(sub) -> None:
                                                     "(default: the profile's node_check.checks)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout instead of lines")
     p.add_argument("--slurm", action="store_true", help="drain this node on a failure, resume it after passes")
-    p.add_argument("--node", help="this node's Slurm name (default: $SLURMD_NODENAME, else the short host name)")
+    p.add_argument("--node", help="this node's Slurm name (default: $SLURMD_NODENAME, else the host name)")
     p.add_argument("--state", metavar="DIR", help=f"folder of the state files (default: ${ENV_STATE}, else "
                                                   "/var/lib/acceptance/node-check as root)")
     p.add_argument("--resume-after", type=int, metavar="N", help="passes in a row before a resume "
@@ -67,10 +66,6 @@ def add_parser(sub) -> None:
     p.add_argument("--forget", choices=NODE_CHECKS, metavar="CHECK",
                    help="drop what CHECK kept (xid: the Xid events still calling for action) and exit")
     p.set_defaults(func=main)
-
-
-def node_name(given: str | None) -> str:
-    return given or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
 
 
 def state_dir(given: str | None) -> Path:
@@ -146,7 +141,8 @@ def main(args) -> int:
     from ..drivers import nodecheck
     from ..host.sysfs import sysfs_root
     t0 = time.monotonic()
-    node = node_name(args.node)
+    from ..host.counters import node_name  # SLURMD_NODENAME, else the host name: as counters and run.json
+    node = args.node or node_name()
     # Everything that can be wrong with the input is found before any check runs or any node is touched.
     profile = _profile(args.profile)
     names = _names(args.checks, profile)
