@@ -52,9 +52,8 @@ class Outcome:
     state: dict | None = None                     # kept for the next check; None: keep the old one
 
     def to_json(self) -> dict:
-        out = {"check": self.check, "status": self.status, "note": self.note, "seconds": round(self.seconds, 3),
-               "problems": [asdict(p) for p in self.problems]}
-        return out
+        return {"check": self.check, "status": self.status, "note": self.note, "seconds": round(self.seconds, 3),
+                "problems": [asdict(p) for p in self.problems]}
 
 
 @dataclass(frozen=True)
