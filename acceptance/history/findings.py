@@ -2,7 +2,8 @@
 
 - drift: a link's value tonight against the pinned reference run and against the median of the last
   K accepted nights (history.window), each divided by the fleet's median ratio first (its rail's
-  where the rail moved as a plane beyond history.trend_tolerance), so that a rail
+  where the rail moved as a plane beyond history.trend_tolerance), and worse than it by itself by the
+  tolerance too (a steady link in a plane that got better has not drifted), so that a rail
   or the fleet moving together (machine speed, firmware) is the fleet trend's business and not every
   link's; beyond history.drift_tolerance it drifts (and beyond the link's own noise, noise_z robust
   standard deviations, once 3 nights are in the window), beyond twice it fails. The drifted links are
@@ -188,7 +189,11 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
     gate_r = np.sqrt(tol ** 2 + (noise_z * fleet_r) ** 2 + own ** 2)
     worst = np.fmax(loss_p, loss_r)
     gate = np.where(np.nan_to_num(loss_p, nan=-np.inf) >= np.nan_to_num(loss_r, nan=-np.inf), gate_p, gate_r)
-    drifted = ((loss_p > gate_p) | (loss_r > gate_r)) & np.isfinite(now)
+    # A drift is also a link worse than the reference by itself, beyond tol: dividing out a plane that
+    # moved *better* (or a reference night stalled on most of a rail) must not fail a link that held steady.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        own_p, own_r = sign * (1.0 - now / pinned), sign * (1.0 - now / rolling)
+    drifted = (((loss_p > gate_p) & (own_p > tol)) | ((loss_r > gate_r) & (own_r > tol))) & np.isfinite(now)
     return pd.DataFrame({"key": keys, "rail": rails, "value": now, "pinned": pinned, "rolling": rolling,
                          "loss_pinned": loss_p, "loss_rolling": loss_r, "gate": gate, "loss": worst,
                          "drifted": drifted})
