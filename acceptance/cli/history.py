@@ -145,14 +145,13 @@ def _night_row(store, run_dir):
 
 def cmd_check(args) -> int:
     from ..analysis.pipeline import run_profile
-    from ..history.findings import check_night
+    from ..history.findings import accepted, check_night
     run_dir = Path(args.run_dir)
     store = _open(args, run_dir)
     tonight = _night_row(store, run_dir)
     findings, ref = check_night(store, tonight, run_profile(run_dir))
     store.record_findings(tonight["id"], findings)
-    drifted = any(f["kind"] in ("drift", "intermittent") for f in findings)
-    store.set_accepted(tonight["id"], tonight["verdict"] == "pass" and not drifted)
+    store.set_accepted(tonight["id"], accepted(tonight, findings))
     against = []
     if ref.pinned:
         against.append(f"the pinned run {ref.pinned['run_id']} ({str(ref.pinned['started'])[:10]})")

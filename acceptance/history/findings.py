@@ -6,7 +6,8 @@
   tolerance too (a steady link in a plane that got better has not drifted), so that a rail
   or the fleet moving together (machine speed, firmware) is the fleet trend's business and not every
   link's; beyond history.drift_tolerance it drifts (and beyond the link's own noise, noise_z robust
-  standard deviations, once 3 nights are in the window), beyond twice it fails. The drifted links are
+  standard deviations, once 3 nights are in the window), beyond twice it fails once it has held
+  history.drift_nights in a row (warns before: one night's stall is routine at scale). The drifted links are
   localized like any other (link, NIC, node, rail).
 - intermittent: findings on N of the last M nights (history.intermittent_nights / _window), with a
   clean night between, tonight included; it fails even on a night the part passes.
@@ -28,7 +29,7 @@ from ..analysis.finding import make_finding
 from ..analysis.localize import localize
 from ..records.naming import natural_key
 from ..rules.profile import Profile
-from .components import Name, finding_name, finding_subject, parse_name
+from .components import Name, finding_name, finding_subject
 from .store import HISTORY_KINDS, Store
 
 SERIES_SHOWN = 10  # nights of a series in a finding's evidence line
@@ -40,6 +41,7 @@ class Reference:
     rolling: list[dict]        # the last K accepted nights before tonight, oldest first
     window: list[dict]         # the last M - 1 complete nights before tonight (intermittent)
     previous: dict | None      # the last complete night before tonight (recovered)
+    held: list[dict]           # the last drift_nights - 1 complete nights before tonight (a drift that fails)
 
 
 def references(store: Store, tonight: dict, profile: Profile) -> Reference:
@@ -53,7 +55,9 @@ def references(store: Store, tonight: dict, profile: Profile) -> Reference:
     with_values = [r for r in rows if r["accepted"] and r["keys"]]
     complete = [r for r in rows if r["complete"]]
     k, m = profile.get("history.window"), profile.get("history.intermittent_window")
-    return Reference(pinned, with_values[-k:], complete[-(m - 1):], complete[-1] if complete else None)
+    held = profile.get("history.drift_nights") - 1
+    return Reference(pinned, with_values[-k:], complete[-(m - 1):], complete[-1] if complete else None,
+                     complete[-held:] if held else [])
 
 
 def check_night(store: Store, tonight: dict, profile: Profile) -> tuple[list[dict], Reference]:
@@ -67,6 +71,14 @@ def check_night(store: Store, tonight: dict, profile: Profile) -> tuple[list[dic
     for f in out:
         f.setdefault("subject", finding_subject(f))
     return sorted(out, key=lambda f: (f["severity"] != "fail", f["kind"], f["subject"])), ref
+
+
+def accepted(tonight: dict, findings: list[dict]) -> bool:
+    """Whether tonight becomes a reference (the rolling median's): it passed, and its check failed no
+    part. A drift that only warned does not keep it out: one link's stall must not keep a night of
+    thousands of links out of every link's rolling median, which shrugs one stalled night off."""
+    return tonight["verdict"] == "pass" and not any(
+        f["kind"] in ("drift", "intermittent") and f["severity"] == "fail" for f in findings)
 
 
 # ---- series as evidence ---------------------------------------------------------------------
@@ -208,6 +220,10 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
     node_of, rails_of = nic_table(store)
     own = _part_findings(store, [tonight["id"]])
     named = set(own.loc[own["severity"] == "fail", "subject"])  # failing tonight already: a drift adds nothing
+    # A drift fails once it has held history.drift_nights in a row: each earlier night drifted on a part
+    # that shares a NIC with it (a link one night, its NIC the next); before that it warns.
+    needed = profile.get("history.drift_nights")
+    before = [_drifted_on(store, night) for night in ref.held]
     by_subject: dict[str, dict] = {}
     for suite, metric, higher in metrics():
         key = f"{suite}.{metric}"
@@ -239,6 +255,10 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
             f["subject"] = subject = finding_subject(f)
             if subject in named:
                 continue
+            if f["severity"] == "fail" and not (len(before) == needed - 1 and _held(f, before)):
+                f["severity"] = "warn"
+                f["message"] += (f" (its first night of {needed} in a row beyond the tolerance: it fails if it "
+                                 "holds; one night can be a passing stall)")
             if subject in by_subject:  # one finding per part: its most telling metric, the others as evidence
                 by_subject[subject]["evidence"].append(f["message"])
                 if f["severity"] == "fail":
@@ -248,6 +268,26 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
             f["evidence"] = [series_text(f["series"], f.get("unit") or ""), *_references(ref), *f["evidence"]]
             by_subject[subject] = f
     return list(by_subject.values())
+
+
+def _drifted_on(store: Store, night: dict) -> pd.DataFrame:
+    f = store.findings([night["id"]])
+    return f[(f["kind"] == "drift") & f["scope"].isin(PART_SCOPES)]
+
+
+def _held(f: dict, before: list[pd.DataFrame]) -> bool:
+    """Whether every night of `before` drifted on a part sharing a NIC with f's (a node: any of its
+    NICs; a rail plane: any part on its rail)."""
+    rail, ends = f.get("rail"), {f.get("node"), f.get("peer")} - {None}
+    for night in before:
+        rails = pd.to_numeric(night["rail"], errors="coerce").to_numpy(float)
+        on_rail = np.ones(len(night), bool) if rail is None else np.isnan(rails) | (rails == rail)
+        shared = (night["node"].isin(ends) | night["peer"].isin(ends) | (night["scope"] == "rail")).to_numpy()
+        if f.get("scope") == "rail":
+            shared[:] = True
+        if not (on_rail & shared).any():
+            return False
+    return True
 
 
 def _references(ref: Reference) -> list[str]:
@@ -323,10 +363,16 @@ def _part_findings(store: Store, nights: list[int]) -> pd.DataFrame:
     return f[~f["kind"].isin(HISTORY_KINDS) & f["severity"].isin(["fail", "warn"]) & (f["subject"] != "fleet")]
 
 
-def _scope_fields(subject: str) -> dict:
-    name = parse_name(subject)
-    scope = {"fleet": "cluster"}.get(name.kind, name.kind)
-    return {"scope": scope, "node": name.node, "rail": name.rail, "peer": name.peer}
+PART_SCOPES = ("node", "nic", "link", "rail")  # what has a series of its own (a switch is the network's ticket)
+
+
+def _scope_fields(row) -> dict | None:
+    """A stored finding's component as a finding's fields (None: a switch, an uplink or the fleet)."""
+    if row["scope"] not in PART_SCOPES:
+        return None
+    rail = row["rail"]
+    return {"scope": row["scope"], "node": row["node"] or None, "peer": row["peer"] or None,
+            "rail": None if rail is None or pd.isna(rail) else int(rail)}
 
 
 def _intermittent(store: Store, tonight: dict, ref: Reference, profile: Profile) -> list[dict]:
@@ -338,9 +384,8 @@ def _intermittent(store: Store, tonight: dict, ref: Reference, profile: Profile)
     found = _part_findings(store, ids)
     out = []
     for subject, g in found.groupby("subject"):
-        try:
-            fields = _scope_fields(subject)
-        except ValueError:
+        fields = _scope_fields(g.iloc[0])
+        if fields is None:
             continue  # a switch or uplink: a ticket for the network, its own finding says so
         bad_nights = set(g["night"])
         flags = [w["id"] in bad_nights for w in window]
@@ -384,7 +429,7 @@ def _recovered(store: Store, tonight: dict, ref: Reference, flapping: set[str]) 
     for subject, g in before.groupby("subject"):
         if subject in now or subject in flapping:
             continue
-        fields = _scope_fields(subject)
+        fields = _scope_fields(g.iloc[0])
         ends = [x for x in (fields["node"], fields["peer"]) if x]
         if not all(e in measured for e in ends):
             continue  # not measured tonight: it has not passed

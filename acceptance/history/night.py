@@ -24,6 +24,10 @@ from ..records.results import InputError
 from ..rules import catalog
 from .components import finding_subject
 
+# What the store keeps of a finding besides its subject and message: enough to name its component
+# (components.finding_name) without reading it back out of the subject.
+FINDING_FIELDS = ("severity", "kind", "scope", "metric", "node", "rail", "peer", "switch")
+
 
 LINKS_FILE = "links.npz"
 
@@ -41,7 +45,7 @@ class Night:
     identity: dict                # run.json "identity": node -> {serial, nics: {rail: {device, guid, port}}}
     links: dict[str, pd.DataFrame] = field(default_factory=dict)  # metric -> rail, u, v (u < v), value, size
     units: dict[str, str] = field(default_factory=dict)
-    findings: list[dict] = field(default_factory=list)  # {subject, severity, kind, scope, metric, message}
+    findings: list[dict] = field(default_factory=list)  # {subject, message, FINDING_FIELDS}
     note: str = ""
 
 
@@ -121,9 +125,8 @@ def read_night(run_dir) -> Night:
     night = Night(run_id=str(run["run_id"]), started=str(run.get("start") or ""), path=str(run_dir.resolve()),
                   verdict=verdict, complete=complete, exit_code=run.get("exit_code"), names=[], rails=[],
                   identity=run.get("identity") or {}, note=note)
-    night.findings = [{"subject": finding_subject(f), "severity": f.get("severity"), "kind": f.get("kind"),
-                       "scope": f.get("scope"), "metric": f.get("metric"), "message": f.get("message", "")}
-                      for f in found if isinstance(f, dict)]
+    night.findings = [{"subject": finding_subject(f), **{k: f.get(k) for k in FINDING_FIELDS},
+                       "message": f.get("message", "")} for f in found if isinstance(f, dict)]
     saved = load_links(run_dir)
     if saved is None:
         records = load_records(run_dir)

@@ -30,13 +30,13 @@ import numpy as np
 import pandas as pd
 
 from ..records.results import InputError
-from .components import Name, nic_identity, node_serial, subject
+from .components import Name, finding_name, nic_identity, node_serial, parse_name, subject
 from .night import Night, read_night
 from .storage import LOCK_NAME, LockError, Placement, WriteLock, placement
 
 ENV_HISTORY = "ACCEPTANCE_HISTORY"
 DB_NAME = "history.db"
-STORE_VERSION = 1
+STORE_VERSION = 2  # 2: findings carry their component's node, rail and peer as fields
 BUSY_TIMEOUT_S = 600  # another job's ingest holds the write lock for seconds, never minutes
 HISTORY_KINDS = ("drift", "intermittent", "recovered", "trend")
 
@@ -55,7 +55,7 @@ CREATE TABLE summary(night INTEGER NOT NULL, component INTEGER NOT NULL, metric 
 CREATE TABLE fleet(night INTEGER NOT NULL, rail INTEGER NOT NULL, metric TEXT NOT NULL, value REAL, links INTEGER,
     PRIMARY KEY(night, rail, metric)) WITHOUT ROWID;
 CREATE TABLE findings(night INTEGER NOT NULL, subject TEXT NOT NULL, severity TEXT, kind TEXT, scope TEXT,
-    metric TEXT, message TEXT);
+    metric TEXT, message TEXT, node TEXT, rail INTEGER, peer TEXT);
 CREATE INDEX findings_subject ON findings(subject, night);
 CREATE INDEX findings_night ON findings(night);
 """
@@ -198,7 +198,23 @@ class Store:
         if version > STORE_VERSION:
             raise StoreError(f"{self.path / DB_NAME}: written by a newer acceptance (store version {version}; "
                              f"this one reads up to {STORE_VERSION}): upgrade acceptance, or use another --history")
-        # version < STORE_VERSION: migrations go here, one function per step, inside write().
+        if version < 2:
+            self._migrate_to_2()
+
+    def _migrate_to_2(self) -> None:
+        """Version 1 kept a finding's component only as its subject string: give every row the fields
+        (node, rail, peer), read once here from the subject as subject() wrote it."""
+        with self.write():
+            for column in ("node TEXT", "rail INTEGER", "peer TEXT"):
+                self.db.execute(f"ALTER TABLE findings ADD COLUMN {column}")
+            for (text,) in self.db.execute("SELECT DISTINCT subject FROM findings").fetchall():
+                try:
+                    name = parse_name(text)
+                except ValueError:
+                    continue  # a switch or uplink: no component series of its own
+                self.db.execute("UPDATE findings SET node=?, rail=?, peer=? WHERE subject=?",
+                                (name.node, name.rail, name.peer, text))
+            self.db.execute("UPDATE meta SET value=? WHERE key='version'", (str(STORE_VERSION),))
 
     def _import_runs_tsv(self) -> None:
         """The nightly job's older history (runs.tsv: time, run folder, exit code) comes in once."""
@@ -305,10 +321,7 @@ class Store:
             keys_digest, links, stored = self._write_links(night, nics, nid)
             self.db.execute("UPDATE nights SET keys=?, metrics=? WHERE id=?", (keys_digest, json.dumps(stored), nid))
             self._summaries(night, nid, nodes, nics)
-            self.db.executemany(
-                "INSERT INTO findings VALUES (?,?,?,?,?,?,?)",
-                [(nid, f["subject"], f["severity"], f["kind"], f["scope"], f["metric"], f["message"])
-                 for f in night.findings])
+            self.db.executemany(_INSERT_FINDING, [_finding_row(nid, f) for f in night.findings])
         return Ingested(night.run_id, nid, night.verdict, links, True, replaced)
 
     def _component(self, kind: str, node: str, rail, ident: dict, night: int, replaced: list[str]) -> int:
@@ -417,13 +430,12 @@ class Store:
         with self.write():
             self.db.execute(f"DELETE FROM findings WHERE night=? AND kind IN ({','.join('?' * len(kinds))})",
                             (night, *kinds))
-            self.db.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?)",
-                                [(night, f["subject"], f["severity"], f["kind"], f["scope"], f["metric"],
-                                  f["message"]) for f in findings])
+            self.db.executemany(_INSERT_FINDING, [_finding_row(night, f) for f in findings])
 
     def findings(self, nights: list[int]) -> pd.DataFrame:
         if not nights:
-            return pd.DataFrame(columns=["night", "subject", "severity", "kind", "scope", "metric", "message"])
+            return pd.DataFrame(columns=["night", "subject", "severity", "kind", "scope", "metric", "message",
+                                         "node", "rail", "peer"])
         marks = ",".join("?" * len(nights))
         return pd.read_sql_query(f"SELECT * FROM findings WHERE night IN ({marks})", self.db, params=nights)
 
@@ -544,6 +556,18 @@ class Store:
                         if v == v:
                             rows.append((night["id"], f"{lo}-{hi}", metric, v))
         return pd.DataFrame(rows, columns=["night", "part", "metric", "value"])
+
+
+_INSERT_FINDING = ("INSERT INTO findings(night, subject, severity, kind, scope, metric, message, node, rail, peer) "
+                   "VALUES (?,?,?,?,?,?,?,?,?,?)")
+
+
+def _finding_row(night: int, f: dict) -> tuple:
+    """A finding as the table keeps it: its subject, and its component's fields (finding_name's)."""
+    name = finding_name(f)
+    node, rail, peer = (name.node, name.rail, name.peer) if name is not None else (None, f.get("rail"), None)
+    return (night, f["subject"], f.get("severity"), f.get("kind"), f.get("scope"), f.get("metric"),
+            f.get("message", ""), node, rail, peer)
 
 
 def _nic_ids(nics: dict, f: pd.DataFrame, end: str) -> np.ndarray:

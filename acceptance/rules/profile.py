@@ -688,7 +688,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "history": {
         "drift_tolerance": Float(0.05, help="a link worse than its pinned reference or its rolling median by this "
-                                            "fraction (beyond its rail's own movement) drifts; twice it fails"),
+                                            "fraction (beyond its rail's own movement) drifts (a warning); twice "
+                                            "it fails once it has held drift_nights in a row"),
+        "drift_nights": Int(2, min=1, help="nights in a row a drift must hold before it fails (each earlier "
+                                           "one warns): at thousands of links one night's stall is routine; "
+                                           "1 fails on the first night"),
         "window": Int(7, min=1, help="K: the rolling median is over the last K accepted nights"),
         "noise_z": Float(3.0, help="the drift tolerance is widened, in quadrature, by this many robust standard "
                                    "deviations (1.4826 MAD) of the comparison's noise: the rail's healthy links "

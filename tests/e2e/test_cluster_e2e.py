@@ -111,11 +111,28 @@ def test_lost_node_ends_the_job_with_exit_3(clean, tmp_path):
 # itself night to night (an unlimited veth moves 2 or 12 Gbit/s depending on how two cores are shared).
 BASE_MBIT = 100
 STEP = 0.08  # node2's rail 0 loses 8% a night: under the profile's 10% drift tolerance, twice over it
+NIGHTLY_PROFILE = ROOT / "tests" / "profiles" / "emulated-nightly.toml"
+
+
+def _throttled(judged: dict) -> list[dict]:
+    """The night's history findings on what the test throttles: node2's NIC on rail 0 or its links."""
+    return [f for f in judged["findings"] if f["rail"] == 0 and "node2" in (f["node"], f.get("peer"))]
+
+
+def _not_stalls(judged: dict) -> list[dict]:
+    """Findings other than the throttled NIC's that are not a stall's warning. Two cores shared with
+    the other test workers stall a link now and then for seconds, in its rounds and on confirmation
+    alike (two links 50% slow on one night of a CI run): the harness warns of what it measured (a
+    drift on its first night, at least the tolerance slower than its reference), and fails nothing."""
+    from acceptance.rules.profile import load_profile
+    tol = load_profile(NIGHTLY_PROFILE).get("history.drift_tolerance")
+    return [f for f in judged["findings"] if f not in _throttled(judged) and not (
+        f["kind"] == "drift" and f["severity"] == "warn" and f["value"] <= (1 - tol) * f["expected"])]
 
 
 def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tmp_path):
     history = tmp_path / "history"
-    profile = ROOT / "tests" / "profiles" / "emulated-nightly.toml"
+    profile = NIGHTLY_PROFILE
     # One rail at a time: both rails' TCP over veth share the same two cores, and with both at once a
     # link's night-to-night noise (which widens the drift tolerance) hid the 16% drift on night 3.
     nightly = dict(ACCEPTANCE_MARKERS="p2p", ACCEPTANCE_ARGS="-ktest_write_bandwidth", ACCEPTANCE_DURATION="1s",
@@ -134,15 +151,16 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
     assert "history: pinned" in log  # the first passing night becomes the reference
     pinned = json.loads((first / "run.json").read_text())["run_id"]
     rc, log, _, judged = night(f"{BASE_MBIT * (1 - STEP):.0f}mbit")
-    assert rc == 0 and judged["findings"] == [], log  # 8% lost: under the tolerance
+    assert rc == 0 and _throttled(judged) == [] and _not_stalls(judged) == [], log  # 8% lost: under the tolerance
     rc, log, folder, judged = night(f"{BASE_MBIT * (1 - 2 * STEP):.0f}mbit")
     # 16% lost since the pinned night, 8% since the last: the drift is found against the pinned run
     # and the rolling median, while the run itself passes (its fleet bound is 0.05x of the median).
+    # Its first night beyond the tolerance: a warning (it would fail if it held another night).
     assert judged["pinned"] == pinned and len(judged["rolling"]) == 2, judged
     assert [f for f in json.loads((folder / "findings.json").read_text()) if f["severity"] == "fail"] == []
-    drift = [f for f in judged["findings"] if f["kind"] == "drift"]
-    assert drift and all(f["rail"] == 0 and "node2" in (f["node"], f.get("peer")) for f in drift), judged
-    assert [f for f in judged["findings"] if f not in drift and f["severity"] != "warn"] == [], judged
+    drift = _throttled(judged)
+    assert drift and all(f["kind"] == "drift" and f["severity"] == "warn" for f in drift), judged
+    assert _not_stalls(judged) == [], judged
     assert "drift node2" in log
     html = (folder / "report.html").read_text()  # written once, at the end, with the History section
     assert '<section id="history">' in html and "node2" in html.split('<section id="history">')[1]
@@ -161,13 +179,13 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
         if f["severity"] == "fail":
             assert f["scope"] in ("nic", "link") and f["rail"] == 0 and "node2" in (f["node"], f["peer"]), f
     assert "node2" in (folder / "drain.txt").read_text()
-    # Every night is in the store with node2's NIC's series; the drifting and the failed night are
-    # not accepted, so neither becomes a reference.
+    # Every night is in the store with node2's NIC's series; the failed night is not accepted, so it
+    # does not become a reference (a night whose drift only warned is).
     from acceptance.history.components import parse_name
     from acceptance.history.store import Store
     store = Store.open(history, create=False)
     nights = store.nights()
     assert list(nights["verdict"]) == ["pass", "pass", "pass", "fail"]
-    assert list(nights["accepted"]) == [1, 1, 0, 0] and list(nights["pinned"]) == [1, 0, 0, 0]
+    assert list(nights["accepted"]) == [1, 1, 1, 0] and list(nights["pinned"]) == [1, 0, 0, 0]
     series = store.series(parse_name("node2:rail0"), "rdma_write.bandwidth")
     assert len(series) == 4 and "drift" in series["findings"].iloc[2]
