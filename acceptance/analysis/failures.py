@@ -197,13 +197,14 @@ def failed_tests(ev: pd.DataFrame) -> list[dict]:
     if not is_failed.any():
         return []
     tests = ev["test"].astype(object).to_numpy()
+    files = ev["file"].astype(object).to_numpy() if "file" in ev.columns else np.full(len(ev), None, dtype=object)
     # A failing record explains its test; one recorded for a whole suite file (port counters) its tests.
     explained = set(tests[codes_of(ev["verdict"], "fail") & ~is_failed])
     all_nodes = {n for t in ev["nodes"] for n in (t if isinstance(t, tuple) else ())}
     out = []
     for idx in np.flatnonzero(is_failed):
         test = tests[idx]
-        if test in explained or str(test).split("::")[0] in explained:
+        if test in explained or files[idx] in explained:
             continue
         nodes = list(ev["nodes"].iat[idx] or ())
         detail = ev["detail"].iat[idx] if "detail" in ev.columns else None

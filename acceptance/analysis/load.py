@@ -37,14 +37,14 @@ _CANONICAL = (rb'\{"test": (' + _S + rb', "suite": ' + _S + rb', "metric": ' + _
               + rb', "threshold": ' + _NUM + rb', "verdict": ' + _SN + rb'(?:, "bound": ' + _SN + rb')?(?:, "detail": ' + _SN
               + rb')?(?:, "ops": ' + _NUM + rb')?(?:, "ops_failed": ' + _NUM + rb')?(?:, "ops_missing": ' + _NUM
               + rb')?(?:, "op": ' + _S + rb')?(?:, "scope": ' + _S + rb')?(?:, "device": ' + _S + rb')?(?:, "port": '
-              + _NUM + rb')?(?:, "saturated": ' + _S + rb')?(?:, "phase": ' + _S + rb')?)(?:, "start": ' + _S
+              + _NUM + rb')?(?:, "saturated": ' + _S + rb')?(?:, "phase": ' + _S + rb')?(?:, "file": ' + _S + rb')?)(?:, "start": ' + _S
               + rb')?\}\r?\n')
 _LINE = re.compile(_CANONICAL + rb'|([^\n]*)\n')
 # segment group -> the key its text starts after, and the record keys it holds
 _SEGMENTS = {0: ("test", ("test", "suite", "metric")), 2: ("unit", ("unit", "size", "rail")),
              4: ("engine", ("engine", "memory", "iteration")),
              6: ("samples", ("samples", "threshold", "verdict", "bound", "detail", "ops", "ops_failed", "ops_missing",
-                             "op", "scope", "device", "port", "saturated", "phase"))}
+                             "op", "scope", "device", "port", "saturated", "phase", "file"))}
 _VALUE, _NODES, _TIME, _OTHER = 1, 3, 5, 7
 _CHUNK = 16 << 20
 
@@ -121,7 +121,7 @@ def _canonical_line(obj) -> bytes:
             rec[key] = str(obj[key])
     if num(obj.get("port")) is not None:
         rec["port"] = num(obj["port"])
-    for key in ("saturated", "phase"):
+    for key in ("saturated", "phase", "file"):
         if obj.get(key) is not None:
             rec[key] = str(obj[key])
     return json.dumps(rec).encode() + b"\n"
@@ -266,7 +266,7 @@ def load_records(run_dir) -> pd.DataFrame:
     value, threshold (float64; null -> NaN); size, rail, samples (nullable Int64);
     iteration (int64, 0 when absent); time (datetime64 UTC, NaT when absent); nodes
     (tuple of node names); src (nodes[0]) and dst (nodes[1] or NaN), categoricals
-    sharing one list of node names; op, scope, device, saturated, phase (categorical) and port
+    sharing one list of node names; op, scope, device, saturated, phase, file (categorical) and port
     (nullable Int64), the record's own fields (derived for schema 1 folders only: run_schema).
     `ranks` and `start` are not loaded
     (analysis does not use them, and a large run has one distinct value per record or pair).
@@ -331,7 +331,7 @@ def load_records(run_dir) -> pd.DataFrame:
     data["ops"] = _ints(_floats(*fields["ops"]))
     data["ops_failed"] = _ints(_floats(*fields["ops_failed"]))
     data["ops_missing"] = _ints(_floats(*fields["ops_missing"]))
-    for name in ("op", "scope", "device", "saturated", "phase"):
+    for name in ("op", "scope", "device", "saturated", "phase", "file"):
         data[name] = _categorical(*fields[name])
     data["port"] = _ints(_floats(*fields["port"]))
     node_cats = pd.Index(node_names, dtype=object)
@@ -354,7 +354,7 @@ def load_records(run_dir) -> pd.DataFrame:
     return df
 
 
-FIELD_COLUMNS = ("op", "scope", "device", "port", "saturated", "phase")
+FIELD_COLUMNS = ("op", "scope", "device", "port", "saturated", "phase", "file")
 
 
 def with_fields(df: pd.DataFrame) -> pd.DataFrame:

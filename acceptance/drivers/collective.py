@@ -11,7 +11,7 @@ from typing import Callable
 
 from mpi4py import MPI
 
-from ..rules import judge
+from ..rules import catalog, judge
 from ..rules.profile import Profile
 from ..measure.stats import iteration_time
 from ..measure.sweep import sweep_from_profile
@@ -19,7 +19,7 @@ from ..engines.collective_data import busbw
 from ..measure.units import gbyte_per_s
 from ..measure.verify import Policy, Tally
 
-OPS = ("allreduce", "alltoall")
+OPS = tuple(catalog.COLLECTIVES)  # each an engine method of that name (engines.contract)
 
 
 def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | None, nodes: list[str],
@@ -27,7 +27,9 @@ def sweep_collective(engine, op: str, comm: MPI.Comm, scope: str, rail: int | No
     """Run `op` over `comm` for every sweep size; comm rank 0 records. Collective over comm.
 
     scope: "world", "rail" (`rail` says which) or "node" (results.SCOPES); records carry op and scope."""
-    run = {"allreduce": engine.allreduce, "alltoall": engine.alltoall}[op]
+    if op not in OPS:
+        raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+    run = getattr(engine, op)
     sweep = sweep_from_profile(profile)
     policy = Policy.from_profile(profile)
     statistic = profile.get("sweep.statistic")

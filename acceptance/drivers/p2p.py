@@ -208,20 +208,22 @@ class PairwiseDriver:
             self.problems.append(f"{where}: {tally.summary(noun)}")
 
 
-# op -> (bandwidth metric, its data check's metric, what one checked operation is called, engine method)
-BANDWIDTH_OPS = {"write": ("bandwidth", "errors", "writes", "put_bandwidth"),
-                 "read": ("read_bandwidth", "read_errors", "reads", "read_bandwidth")}
+# op -> the PairLink method of its bandwidth sweep (acceptance.engines.contract); its metrics are the
+# catalog's (catalog.PAIR_OPS).
+BANDWIDTH_METHODS = {"write": "put_bandwidth", "read": "read_bandwidth"}
 
 
 class Bandwidth(PairwiseDriver):
-    """Bandwidth sweep of windowed writes or reads (`op`, BANDWIDTH_OPS) in both directions of every
+    """Bandwidth sweep of windowed writes or reads (`op`, BANDWIDTH_METHODS) in both directions of every
     pair; the data verified after each size by the side that received it (the target of a write, the
     origin of a read). Round-major, directions alternating: one stall of a shared host hits one round
     of a size, not all of them; each size records its best round."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.metric, self.errors_metric, self.noun, self.method = BANDWIDTH_OPS[self.op]
+        op = catalog.PAIR_OPS[self.op]
+        self.metric, self.errors_metric, self.noun = op.bandwidth, op.errors, op.noun
+        self.method = BANDWIDTH_METHODS[self.op]
         self.sweep = sweep_from_profile(self.profile)
         if self.screening:  # the smallest size and the sizes with bounds
             self.sweep = dataclasses.replace(self.sweep, sizes=tuple(screening_sizes(self.profile)))
@@ -356,9 +358,6 @@ def write_latency(engine, topology: Topology, rail: int, profile: Profile, recor
     return op_latency(engine, topology, rail, profile, record, progress, "write")
 
 
-# op -> (the metric prefix, what the engine does, the metric of its data check, what one checked operation is called)
-LATENCY_OPS = {"write": ("", "write", "errors", "writes"), "read": ("read_", "read", "read_errors", "reads"),
-               "atomic": ("atomic_", "atomic fetch-and-add", "atomic_errors", "atomic fetch-and-adds")}
 
 
 class Latency(PairwiseDriver):
@@ -370,7 +369,8 @@ class Latency(PairwiseDriver):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.prefix, self.what, self.errors_metric, self.noun = LATENCY_OPS[self.op]
+        op = catalog.PAIR_OPS[self.op]
+        self.prefix, self.what, self.errors_metric, self.noun = op.latency_prefix, op.what, op.errors, op.noun
         self.metric = f"{self.prefix}latency_p50"
         self.size = 8 if self.op == "atomic" else self.profile.get("latency.size")
         self.iters, self.warmup = self.profile.get("latency.iters"), self.profile.get("latency.warmup")

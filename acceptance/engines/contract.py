@@ -17,9 +17,10 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..measure.verify import Policy, Tally
+from ..rules import catalog
 
 # Every operation an engine may offer: a suite's engine_needs are a subset.
-OPERATIONS = frozenset(("PairLink", "IncastGroup", "allreduce", "alltoall", "register_times",
+OPERATIONS = frozenset(("PairLink", "IncastGroup", *catalog.COLLECTIVES, "register_times",
                         "registration_growth", "memlock_effect", "gpu_register_times"))
 # What an engine can do beyond its operations, declared (CAN) rather than guessed from its name:
 # gpu_memory: its PairLink takes memory="cuda" and puts GPU memory on the wire (GPUDirect RDMA);

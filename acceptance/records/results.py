@@ -34,8 +34,10 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
 # phase: a pairwise suite's "screen" (the scheduled rounds), "confirm" (a suspect measured again, alone,
 # and against partners that screened clean), "full" and "alone" (the load check of a node slow on most
 # rails: every rail at once, then one rail at a time; analysis.fullload); absent without rdma_write.confirm.
+# file: a test_failed record's test file (its module's node id), which a record made for the whole
+# file (port counters, whose test is the file) explains.
 OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
-                 "saturated", "start", "phase")
+                 "saturated", "start", "phase", "file")
 PHASES = ("screen", "confirm", "full", "alone")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
@@ -107,7 +109,7 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 ops_missing: int | None = None, op: str | None = None, scope: str | None = None,
                 device: str | None = None, port: int | None = None,
                 saturated: str | None = None, start: str | None = None,
-                phase: str | None = None) -> dict[str, Any]:
+                phase: str | None = None, file: str | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -153,6 +155,8 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
         if phase not in PHASES:
             raise RecordError(f"phase must be one of {PHASES} or None, got {phase!r}")
         rec["phase"] = phase
+    if file is not None:
+        rec["file"] = str(file)
     if start is not None:  # last: analysis.load reads every field before it and skips this one
         rec["start"] = str(start)
     return rec

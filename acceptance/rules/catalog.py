@@ -166,7 +166,7 @@ def _busbw(op: str, comms: tuple[str, ...]) -> Metric:
     cannot aggregate NICs (every GPU sends its own share through its own NIC): the world's is held
     to the rail's per-NIC figure.
     """
-    name = {"allreduce": "all-reduce", "alltoall": "all-to-all"}[op]
+    name = COLLECTIVES[op][0]
     per_nic = comms == ("world",)
     if comms == ("node",):
         key, where = f"collectives.node_{op}_busbw_min", "inside one node"
@@ -195,6 +195,34 @@ DEREG_TIME = Metric(("dereg_time", "dereg_time_user"), "us", False, "sizemap", "
 DATA_ERRORS = Metric(("errors", "read_errors", "atomic_errors"), "count", False, "zero", label="wrong data",
                      priority=5, nouns=("writes", "reads", "atomic fetch-and-adds"))
 DATA_ERROR_NAMES = DATA_ERRORS.names
+
+
+@dataclass(frozen=True)
+class PairOp:
+    """One point-to-point operation of the pairwise suites (the records' `op`): the names of its metrics,
+    which its drivers (acceptance.drivers.p2p) measure and record."""
+    name: str
+    what: str                       # what the engine does, as messages say it
+    latency_prefix: str             # its latency percentiles: <prefix>latency_p50, ...
+    errors: str                     # its data check's metric (one of DATA_ERRORS.names)
+    bandwidth: str | None = None    # its bandwidth metric, where it has a bandwidth sweep
+
+    @property
+    def noun(self) -> str:
+        """What one checked operation is called ("writes"): DATA_ERRORS.nouns."""
+        return DATA_ERRORS.nouns[DATA_ERRORS.names.index(self.errors)]
+
+
+PAIR_OPS = {op.name: op for op in (
+    PairOp("write", "write", "", "errors", "bandwidth"),
+    PairOp("read", "read", "read_", "read_errors", "read_bandwidth"),
+    PairOp("atomic", "atomic fetch-and-add", "atomic_", "atomic_errors"),
+)}
+# The collectives (the records' `op`): how people name each, and the kinds of communicator each busbw
+# bound covers (one profile key per group). The collective suite's operations; each has its data
+# definition in acceptance.engines.collective_data.SPECS.
+COLLECTIVES = {"allreduce": ("all-reduce", (("rail",), ("world",), ("node",))),
+               "alltoall": ("all-to-all", (("rail", "world"), ("node",)))}
 
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("preflight", (), measures=False, metrics=(
@@ -254,9 +282,8 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         *_latencies("pingpong_", "GPU ping-pong", None, "one-way"),
         DATA_ERRORS, REG_TIME, DEREG_TIME,
     )),
-    Suite("collective", ("allreduce", "alltoall"), (
-        *(_busbw("allreduce", comms) for comms in (("rail",), ("world",), ("node",))),
-        *(_busbw("alltoall", comms) for comms in (("rail", "world"), ("node",))),
+    Suite("collective", tuple(COLLECTIVES), (
+        *(_busbw(op, comms) for op, (_, groups) in COLLECTIVES.items() for comms in groups),
         Metric(("algbw",), "GB/s", True, label="algbw"),
         DATA_ERRORS,
         # GPUDirect RDMA per node and rail, from NCCL's log (acceptance.drivers.gpudirect_paths): the

@@ -506,7 +506,7 @@ class CollectivePlugin:
         suite = getattr(module, "SUITE", None) or Path(getattr(module, "__file__", item.nodeid)).stem.removeprefix("test_")
         return make_record(test=item.nodeid, suite=suite, metric=FAILED_METRIC, value=None, unit="", nodes=nodes,
                            ranks=ranks, rail=rails.pop() if len(rails) == 1 else None, iteration=self.iteration,
-                           samples=0, verdict="fail",
+                           samples=0, verdict="fail", file=getattr(item.getparent(pytest.Module), "nodeid", None),
                            detail=f"{when}: {outcomes.failure_headline(decision, summaries)}")
 
     # ---- the end ---------------------------------------------------------

@@ -33,6 +33,22 @@ def test_every_suite_names_its_metrics_once():
             assert (m.key is None) == (m.bound in ("none", "zero", "one")), (suite.name, m.names)
 
 
+def test_the_operations_drivers_and_engines_use_are_the_catalogs():
+    """The pairwise operations' metrics exist in every pairwise suite measuring them, every collective
+    has its data definition (collective_data.SPECS), and the drivers' and engines' lists are these."""
+    from acceptance.drivers import collective, p2p
+    from acceptance.engines.collective_data import SPECS
+    from acceptance.engines.contract import OPERATIONS
+    names = {n for m in catalog.suite("rdma_write").metrics for n in m.names}
+    for op in catalog.PAIR_OPS.values():
+        assert {op.errors, f"{op.latency_prefix}latency_p50"} <= names, op
+        assert op.bandwidth is None or op.bandwidth in names, op
+        assert op.noun  # its data check names what one checked operation is
+    assert set(p2p.BANDWIDTH_METHODS) == {o.name for o in catalog.PAIR_OPS.values() if o.bandwidth}
+    assert set(SPECS) == set(catalog.COLLECTIVES) == set(collective.OPS) == set(catalog.suite("collective").engine_needs)
+    assert set(catalog.COLLECTIVES) <= OPERATIONS
+
+
 def test_roles_come_from_the_catalog():
     assert set(catalog.with_role("trend")) == {("rdma_write", "bandwidth"), ("rdma_write", "read_bandwidth"),
                                               ("rdma_write", "latency_p50"), ("rdma_write", "latency_p99"),

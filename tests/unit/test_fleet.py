@@ -255,3 +255,24 @@ def test_a_failed_test_is_no_pair_even_when_nothing_else_failed(tmp_path):
         fh.write(json.dumps(failed) + "\n")
     a = analyze(run, profile=profile_with(tmp_path, FLEET_RUN))
     assert a.verdict == "fail" and any(f["kind"] == "test" for f in a.findings), a.findings
+
+
+def test_a_failed_test_is_explained_by_a_failing_record_of_its_file_from_the_field(tmp_path):
+    """Port counters are recorded for the whole suite file (their test is the file): a test failed by
+    them is explained by its record's `file` field, never by cutting its test id."""
+    run = synthetic.make_run(tmp_path / "run", nodes=2, rails=1, latency=False, collectives=False, memreg=False,
+                             preflight=False)
+    test = synthetic.BW_TEST.format(0)
+    counter = make_record(test="suites/counted.py", suite="counters", metric="symbol_error", value=3.0,
+                          unit="count", nodes=["node01"], ranks=[0], rail=0, verdict="fail", device="mlx5_0", port=1)
+    failed = dict(make_record(test=test, suite="rdma_write", metric="test_failed", value=None, unit="",
+                              nodes=["node01", "node02"], ranks=[0, 1], rail=0, verdict="fail",
+                              detail="teardown: port error counters rose"))
+    with open(run / "results.jsonl", "a") as fh:
+        fh.write(json.dumps(counter) + "\n")
+        for file in (None, "suites/counted.py"):
+            rec = {**failed, "test": f"{test}-{file}", **({"file": file} if file else {})}
+            fh.write(json.dumps(rec) + "\n")
+    a = analyze(run, profile=profile_with(tmp_path, FLEET_RUN))
+    unexplained = [f for f in a.findings if f["kind"] == "test"]
+    assert unexplained and all(f"{test}-None" in f["message"] for f in unexplained), unexplained
