@@ -11,15 +11,11 @@ test_gpudirect, which carries this marker too.
 
 import pytest
 
-from acceptance.rules import judge
-from acceptance.engines import nccl
+from acceptance.drivers import gpudirect
 from acceptance.drivers.p2p import op_latency, pair_bandwidth
-from acceptance.measure.stats import percentiles
-from acceptance.measure.sweep import sizes
-from acceptance.measure.units import us
 
 pytestmark = [pytest.mark.gpudirect, pytest.mark.rail]
-SUITE = "gpudirect"
+SUITE = gpudirect.SUITE
 
 
 @pytest.fixture(scope="module")
@@ -28,40 +24,23 @@ def gpu(topology):
 
     Asked for before `engine`, so a run without GPUs skips before an engine is chosen for it.
     """
-    if len(topology.nodes) < 2:
-        pytest.skip(f"GPUDirect RDMA writes need at least 2 nodes; this run has {len(topology.nodes)}")
-    usable, why = nccl.available()
-    every = topology.world.allgather((topology.node, usable, why))
-    missing = {node: reason for node, ok, reason in every if not ok}
-    if missing:
-        reasons = sorted(set(missing.values()))
-        pytest.skip(f"no usable GPU on {', '.join(sorted(set(missing)))}: {reasons[0]}")
-    import cupy
-    device = cupy.cuda.Device(topology.me.local_rank % cupy.cuda.runtime.getDeviceCount())
-    device.use()
-    return device
+    why = gpudirect.unusable(topology)
+    if why:
+        pytest.skip(why)
+    return gpudirect.use_gpu(topology)
 
 
 def test_gpu_write_bandwidth(gpu, engine, topology, rail, profile, record, progress):
-    problems = pair_bandwidth(engine, topology, rail, profile, record, progress, "write", memory="cuda", suite="gpudirect")
+    problems = pair_bandwidth(engine, topology, rail, profile, record, progress, "write", memory="cuda", suite=SUITE)
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
 def test_gpu_write_latency(gpu, engine, topology, rail, profile, record, progress):
     problems = op_latency(engine, topology, rail, profile, record, progress, "write", memory="cuda",
-                          suite="gpudirect")
+                          suite=SUITE)
     assert not problems, f"rail {rail}:\n" + "\n".join(problems)
 
 
 def test_gpu_registration_time(gpu, engine, profile, record):
-    problems = []
-    for size in sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"), profile.get("memreg.factor")):
-        reg, dereg, path = engine.gpu_register_times(size, profile.get("memreg.repeats"))
-        for metric, times in (("reg_time", reg), ("dereg_time", dereg)):
-            stats = percentiles(us(times))
-            bound, verdict = judge.record(record, profile, SUITE, metric, stats.p50, size=size, engine=engine.NAME,
-                                          memory="cuda", samples=stats.samples,
-                                          detail=f"p50 via {path}; max {stats.max:.1f} us")
-            if verdict == "fail":
-                problems.append(f"size {size} B: GPU {metric} p50 {stats.p50:.1f} us > bound {bound:g} us")
+    problems = gpudirect.registration(engine, profile, record)
     assert not problems, "GPU memory registration slower than the profile allows:\n" + "\n".join(problems)

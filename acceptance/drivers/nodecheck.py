@@ -64,9 +64,35 @@ class Context:
     previous: dict           # this check's state from the last run ({} the first time)
 
 
-def _fails(name: str, value, profile: Profile) -> bool:
-    """Whether the judge fails this preflight value against the profile (the preflight suite's bound)."""
+# ---- a node's values judged: shared with the preflight suite (acceptance.drivers.preflight) ------
+
+def fails(name: str, value, profile: Profile) -> bool:
+    """Whether the judge fails this preflight value against the profile (the preflight suite's bound;
+    a bound the profile leaves unset fails nothing)."""
     return judge.judge_one("preflight", name, value, profile, peers=False)[1] == "fail"
+
+
+def port_slow(port: nodefacts.Port, profile: Profile) -> bool:
+    """An active port below preflight.port_rate, or whose rate does not parse while the profile sets one."""
+    return profile.get("preflight.port_rate") is not None and (port.gbps is None or fails("port_rate", port.gbps, profile))
+
+
+def mtu_short(mtu: int | None, profile: Profile) -> bool:
+    """A known MTU below preflight.mtu (an unknown one is the caller's to name)."""
+    return mtu is not None and fails("port_mtu", mtu, profile)
+
+
+RDMA_KEYS = ("preflight.rdma_devices", "preflight.port_rate", "preflight.mtu", "preflight.link_layer")
+
+
+def required(profile: Profile, *keys: str) -> str | None:
+    """"preflight.port_rate = 400 Gbit/s" for the first of `keys` the profile sets, else None: why a
+    node without the data fails instead of skipping."""
+    for key in keys:
+        value = profile.get(key)
+        if value is not None:
+            return f"{key} = {value:g}" if isinstance(value, float) else f"{key} = {value}"
+    return None
 
 
 def _judged(check: str, problems: list[Problem], note: str = "", state: dict | None = None) -> Outcome:
@@ -118,19 +144,11 @@ def _netdev_ports(ctx: Context, pattern: str) -> Outcome:
             problems.append(Problem(part, "interface down"))
         elif not carrier:
             problems.append(Problem(part, "no carrier (link down)"))
-        elif minimum is not None and _fails("port_mtu", mtu, ctx.profile):
+        elif mtu_short(mtu, ctx.profile):
             problems.append(Problem(part, f"MTU {mtu} is below the profile's {minimum}"))
         else:
             seen.append(name)
     return _judged("ports", problems, f"{len(seen)} of {rails} rail interfaces up" if seen else "")
-
-
-def _required_ports(profile: Profile) -> str | None:
-    for key in ("preflight.rdma_devices", "preflight.port_rate", "preflight.mtu", "preflight.link_layer"):
-        value = profile.get(key)
-        if value is not None:
-            return f"{key} = {value:g}" if isinstance(value, float) else f"{key} = {value}"
-    return None
 
 
 def check_ports(ctx: Context) -> Outcome:
@@ -138,7 +156,7 @@ def check_ports(ctx: Context) -> Outcome:
     pattern = ctx.profile.get("node_check.port_netdev")
     if pattern:
         return _netdev_ports(ctx, pattern)
-    required = _required_ports(ctx.profile)
+    needs = required(ctx.profile, *RDMA_KEYS)
     mapped = ctx.profile.get("topology.nic_rails")
     only = list(mapped) if mapped else None
     # ibv_devinfo is asked for an InfiniBand MTU only when the profile bounds it.
@@ -146,25 +164,25 @@ def check_ports(ctx: Context) -> Outcome:
     try:
         ports = nodefacts.read_ports(ctx.root, devinfo, only)
     except nodefacts.Unavailable as e:
-        if required:
-            return _judged("ports", [Problem("RDMA", f"{e.reason} (the profile requires it: {required})")])
+        if needs:
+            return _judged("ports", [Problem("RDMA", f"{e.reason} (the profile requires it: {needs})")])
         return _skip("ports", e.reason)
     want = ctx.profile.get("preflight.rdma_devices")
     rate, mtu, layer = (ctx.profile.get(k) for k in ("preflight.port_rate", "preflight.mtu", "preflight.link_layer"))
     problems = []
     devices = sorted({p.device for p in ports})
-    if want is not None and _fails("rdma_devices", len(devices), ctx.profile):
+    if fails("rdma_devices", len(devices), ctx.profile):
         problems.append(Problem("RDMA", f"{len(devices)} RDMA devices ({', '.join(devices)}), the profile expects {want}"))
     for p in ports:
         part = p.label + (f" (rail {mapped[p.device]})" if mapped and p.device in mapped else "")
         if not p.up:
             problems.append(Problem(part, f"{p.state or '?'} / {p.phys_state or '?'}"))
             continue
-        if rate is not None and (p.gbps is None or _fails("port_rate", p.gbps, ctx.profile)):
+        if port_slow(p, ctx.profile):
             problems.append(Problem(part, f"rate {p.rate or '?'} is below the profile's {rate:g} Gbit/s"))
         if layer is not None and p.link_layer != layer:
             problems.append(Problem(part, f"link layer {p.link_layer}, the profile expects {layer}"))
-        if mtu is not None and (p.mtu is None or _fails("port_mtu", p.mtu, ctx.profile)):
+        if mtu is not None and (p.mtu is None or mtu_short(p.mtu, ctx.profile)):
             problems.append(Problem(part, p.mtu_reason if p.mtu is None else f"MTU {p.mtu} is below the profile's {mtu}"))
     up = sum(p.up for p in ports)
     return _judged("ports", problems, f"{up} of {len(ports)} ports ACTIVE")
@@ -215,7 +233,7 @@ def check_memlock(ctx: Context) -> Outcome:
     limit = memlock_limit()
     if not minimum:
         return _skip("memlock", "the profile sets no preflight.memlock_min")
-    short = _fails("memlock", None if limit == UNLIMITED else limit, ctx.profile)
+    short = fails("memlock", None if limit == UNLIMITED else limit, ctx.profile)
     detail = (f"RLIMIT_MEMLOCK is {limit} bytes, the profile needs {minimum}: RDMA registration fails "
               f"(limits.conf, and slurmd's LimitMEMLOCK=infinity)")
     return _judged("memlock", [Problem("memlock", detail)] if short else [], f"RLIMIT_MEMLOCK {limit}")
@@ -325,7 +343,7 @@ def check_gpus(ctx: Context, nvml=None) -> Outcome:
         return _error("gpus", f"{present} NVIDIA GPUs in sysfs, but {e.reason}")
     count = nvml.nvmlDeviceGetCount()
     problems = []
-    if count != present or (want and _fails("gpus", count, ctx.profile)):
+    if count != present or (want and fails("gpus", count, ctx.profile)):
         expected = f"the profile expects {want}, " if want else ""
         problems.append(Problem("GPUs", f"NVML sees {count} GPUs, {expected}sysfs lists {present}"))
     margin = ctx.profile.get("node_check.gpu_temperature_margin")

@@ -548,22 +548,13 @@ def test_the_installed_perftest_without_a_device_fails_with_its_own_words(spec, 
 
 # ---- the suite's skip decision (identical on every rank: it only reads the gathered facts) ---------
 
-def suite_module():
-    import importlib.util
-    path = Path(__file__).resolve().parents[2] / "suites" / "test_perftest.py"
-    spec = importlib.util.spec_from_file_location("perftest_suite_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def fact(node: str, rail: int = 0, missing=(), devices=("mlx5_0",), device="mlx5_0") -> dict:
     return {"node": node, "rail": rail, "root": "/sys", "missing": list(missing), "devices": list(devices),
             "device": device, "port": 1, "link_layer": "InfiniBand", "gid": None}
 
 
 def test_suite_skip_reasons(monkeypatch):
-    why = suite_module()._skip_reason
+    from acceptance.drivers.perftest import skip_reason as why
     monkeypatch.delenv(perftest.ENV_DIR, raising=False)
     two = ["node1", "node2"]
     assert why([fact("node1")], ["node1"], {0}) == "the perftest cross-check needs at least 2 nodes; this run has 1"
