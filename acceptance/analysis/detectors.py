@@ -75,8 +75,9 @@ class Context:
 
     @property
     def host_pairs(self) -> pd.DataFrame:
-        """The pairs burn-in and baseline findings localize on: rdma_write's, else the first view's."""
-        for v in sorted(self.views, key=lambda v: v.suite.name != "rdma_write"):
+        """The pairs burn-in and baseline findings localize on: the primary suite's (catalog Suite.primary,
+        rdma_write), else the first view's."""
+        for v in sorted(self.views, key=lambda v: not v.suite.primary):
             return v.measured
         return pd.DataFrame({"rail": [], "u": [], "v": []}, dtype=np.int64)
 

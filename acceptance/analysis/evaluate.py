@@ -25,6 +25,9 @@ OUTLIERS_BY_SUITE: dict[str, dict[str, bool | None]] = {
     s.name: {n: m.higher for m in s.metrics if m.outlier for n in m.names} for s in catalog.pairwise()}
 OUTLIER_METRICS = {n: h for by_name in OUTLIERS_BY_SUITE.values() for n, h in by_name.items()}
 TREND_METRICS = set(catalog.with_role("trend"))
+# Which way a followed (trend) metric is better, by name: what burn-in and baseline findings say of
+# one that is not compared with the fleet (a collective's busbw).
+TREND_DIRECTIONS = {n: DIRECTION[(s, n)] for s, n in sorted(TREND_METRICS)}
 COMPARE_KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
 
 

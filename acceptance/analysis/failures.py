@@ -18,23 +18,35 @@ from .wording import capped, fmt_value, size_text, data_loss, fleet_basis
 
 
 
-GDR_METRICS = ("gdrdma", "gdrdma_sends", "gdrdma_support")
+# Facts of a node's NIC that a communicator's test records (catalog Metric.nic_fact: GPUDirect in use).
+GDR_METRICS = tuple(dict.fromkeys(n for _, n in catalog.with_role("nic_fact")))
+
+
+def _in(series: pd.Series, values) -> np.ndarray:
+    """Boolean mask: series is one of values (fast for categoricals)."""
+    out = np.zeros(len(series), dtype=bool)
+    for v in values:
+        out |= codes_of(series, v)
+    return out
+
+
+def _as_text(x, m) -> str:
+    """A value or bound in a metric's failure text (Metric.fails): bytes as "N B", a missing one as
+    "unlimited" where its bound may be."""
+    if x is None or math.isnan(x):
+        return "unlimited" if m.unlimited else fmt_value(x)
+    return f"{int(x)} B" if m.unit == "bytes" else fmt_value(x)
 
 
 def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None, row=None) -> str:
     higher = direction_of(suite, metric)
     unit = unit or ""
-    if metric == "memlock":
-        have = "unlimited" if value is None or math.isnan(value) else f"{int(value)} B"
-        need = "unlimited" if bound is None or math.isnan(bound) else f"{int(bound)} B"
-        return f"memlock limit (ulimit -l) is {have}, the profile needs {need}"
+    m = catalog.metric(suite, metric)
+    if m is not None and m.fails:
+        return m.fails.format(value=_as_text(value, m), bound=_as_text(bound, m))
     if metric in catalog.DATA_ERROR_NAMES:
         counts = {k: getattr(row, k, None) for k in ("ops", "ops_failed", "ops_missing")}
         return (f"returned wrong data ({data_loss(metric, value, counts['ops'], counts['ops_failed'], counts['ops_missing'], suite=suite, op=getattr(row, 'op', None))})")
-    if metric == "ranks":
-        return f"{fmt_value(value)} ranks, expected {fmt_value(bound)}"
-    if metric == "version_mismatches":
-        return f"software versions differ between nodes ({fmt_value(value)} mismatches)"
     rel = "<" if higher else ">"
     which = "fleet bound" if how == "fleet" else "bound"
     return f"{metric} {fmt_value(value)} {unit} {rel} {which} {fmt_value(bound)} {unit}".rstrip()
@@ -42,7 +54,7 @@ def _bound_text(suite: str, metric: str, value, bound, unit: str, how=None, row=
 
 def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     """Failed bounds that the point-to-point graph does not localize."""
-    fail = (codes_of(ev["verdict"], "fail") & ~codes_of(ev["suite"], "counters")
+    fail = (codes_of(ev["verdict"], "fail") & ~_in(ev["suite"], catalog.suite_names(ports=True))
             & ~codes_of(ev["metric"], FAILED_METRIC))
     fail[p2p_idx] = False
     idx = np.flatnonzero(fail)
@@ -61,11 +73,12 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     f["size"] = floats_of(f["size"])
     f["rail"] = floats_of(f["rail"])
     out = []
+    communicators = catalog.suite_names(communicators=True)  # records of a communicator, not a pair
 
     def where(row) -> str:
         parts = [row.src or "?"]
         if row.dst:
-            parts[0] += f"..{row.dst}" if row.suite == "collective" else f" -> {row.dst}"
+            parts[0] += f"..{row.dst}" if row.suite in communicators else f" -> {row.dst}"
         if not math.isnan(row.rail):
             parts.append(f"rail {int(row.rail)}")
         return " ".join(parts) + f", {row.metric}{size_text(row.size)}"
@@ -103,17 +116,18 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
                                                   h["unit"])))
 
     # GPUDirect use (gdrdma and gdrdma_sends, from NCCL's log) is a property of a node's NIC, not of a
-    # communicator.
-    per_comm = (f["suite"] == "collective") & ~f["metric"].isin(GDR_METRICS)
+    # communicator (catalog Metric.nic_fact).
+    per_comm = f["suite"].isin(communicators) & ~f["metric"].isin(GDR_METRICS)
     coll = f[per_comm]
-    for (op, scope, metric), g in coll.groupby(["op", "scope", "metric"], dropna=False, sort=True):
-        label = f"{op or 'collective'} over {scope or 'an unknown communicator'}"
+    for (suite, op, scope, metric), g in coll.groupby(["suite", "op", "scope", "metric"], dropna=False, sort=True):
+        what = op or suite  # a record without its op: named by its suite
+        label = f"{what} over {scope or 'an unknown communicator'}"
         if scope == "node":
             for node, gg in g.groupby("src", sort=True):
-                make("node", gg, node=node, subject=f"{op or 'collective'} inside {node}")
+                make("node", gg, node=node, subject=f"{what} inside {node}")
         elif scope == "rail":
             for rail, gg in g.groupby("rail", sort=True):
-                make("rail", gg, rail=int(rail), subject=f"{op or 'collective'} over rail {int(rail)} (the rail {int(rail)} plane)")
+                make("rail", gg, rail=int(rail), subject=f"{what} over rail {int(rail)} (the rail {int(rail)} plane)")
         else:
             make("cluster", g, subject=label)
     rest = f[~per_comm]
@@ -134,10 +148,11 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
 
 def counter_findings(ev: pd.DataFrame) -> list[dict]:
     """One finding per port whose counters fail or warn (suite counters), naming node, device, port, rail."""
-    sel = codes_of(ev["suite"], "counters") & (codes_of(ev["verdict"], "fail") | codes_of(ev["verdict"], "warn"))
+    sel = _in(ev["suite"], catalog.suite_names(ports=True)) & (codes_of(ev["verdict"], "fail")
+                                                             | codes_of(ev["verdict"], "warn"))
     if not sel.any():
         return []
-    cols = ["metric", "value", "unit", "rail", "src", "threshold", "verdict", "test", "device", "port", "saturated"]
+    cols = ["suite", "metric", "value", "unit", "rail", "src", "threshold", "verdict", "test", "device", "port", "saturated"]
     c = with_fields(ev).loc[sel, [x for x in cols if x in ev.columns or x in FIELD_COLUMNS]].copy()
     for col in ("metric", "unit", "src", "verdict", "test", "device", "saturated"):
         c[col] = c[col].astype(object)
@@ -183,7 +198,7 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
         value = None if pd.isna(h["value"]) else float(h["value"])
         bound = None if pd.isna(h["threshold"]) else float(h["threshold"])
         out.append(make_finding(severity=severity, scope="nic", node=node, rail=rail, metric=h["metric"], value=value,
-                                expected=bound, evidence=capped(evidence, len(g)), suite="counters",
+                                expected=bound, evidence=capped(evidence, len(g)), suite=str(h["suite"]),
                                 message=f"{on}: {headline}{more}; {advice}", kind="counter", unit=h["unit"]))
     return out
 

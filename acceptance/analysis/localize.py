@@ -12,7 +12,7 @@ from ..switchtree.fabric import Fabric
 from ..rules.profile import Profile
 from . import tree
 from .base import EVIDENCE_MAX
-from .evaluate import OUTLIER_METRICS, direction_of
+from .evaluate import OUTLIER_METRICS, TREND_DIRECTIONS
 from .finding import make_finding
 from .wording import (
     DATA_NOUNS,
@@ -318,8 +318,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
         total = len(lines) + int(count.get(i, 0))
         lines += evidence.get(i, [])
         lines = capped(lines[:EVIDENCE_MAX], total)
-        higher = OUTLIER_METRICS.get(metric, direction_of("collective", metric) if metric == "busbw" else True) \
-            if metric is not None else True
+        higher = OUTLIER_METRICS.get(metric, TREND_DIRECTIONS.get(metric, True)) if metric is not None else True
         phrase, detail = how_phrase(kind, metric or "", value if value is not None else float("nan"),
                               expected if expected is not None else float("nan"),
                               unit if isinstance(unit, str) else "", size, higher, median_known,

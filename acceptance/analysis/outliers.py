@@ -32,12 +32,13 @@ def node_names(df: pd.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray]:
     return list(src.cat.categories), src.cat.codes.to_numpy(np.int64), dst.cat.codes.to_numpy(np.int64)
 
 
-# Samples a latency percentile needs before it can single out a link (acceptance.measure.stats).
-PERCENTILE_SAMPLES = {"latency_p50": samples_needed(50.0), "latency_p99": samples_needed(99.0),
-                      "latency_p999": samples_needed(99.9)}
+# Samples a latency percentile needs before it can single out a link (acceptance.measure.stats), by
+# the catalog's Metric.percentile.
+PERCENTILE_SAMPLES = {name: samples_needed(rank) for name, rank in catalog.percentiles().items()}
+PRIMARY = catalog.primary()  # the suite the functions below default to (catalog Suite.primary)
 
 
-def pairwise_view(ev: pd.DataFrame, suite: str = "rdma_write") -> tuple[pd.DataFrame, list[str], np.ndarray]:
+def pairwise_view(ev: pd.DataFrame, suite: str = PRIMARY) -> tuple[pd.DataFrame, list[str], np.ndarray]:
     """One pairwise suite's records between two nodes on a rail, with integer node codes s, d."""
     names, s, d = node_names(ev)
     rail = floats_of(ev["rail"])
@@ -74,7 +75,7 @@ def _fleet_columns(ev: pd.DataFrame, idx: np.ndarray) -> dict:
     return cols
 
 
-def pair_values(p: pd.DataFrame, suite: str = "rdma_write") -> pd.DataFrame:
+def pair_values(p: pd.DataFrame, suite: str = PRIMARY) -> pd.DataFrame:
     """One value per (metric, size, rail, s, d) of the suite's outlier metrics: the median over
     burn-in iterations."""
     om = p[p["metric"].isin(list(OUTLIERS_BY_SUITE.get(suite, {})))]
@@ -111,7 +112,7 @@ def _higher(metrics) -> np.ndarray:
     return np.array([OUTLIER_METRICS.get(m, True) for m in metrics], dtype=bool)
 
 
-def gated(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+def gated(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> pd.DataFrame:
     """The pair values of the gated metrics and sizes: those the profile holds to a bound (absolute,
     line rate or fleet) at that size. Where the profile gates none of the suite's outlier metrics,
     its higher-is-better metric (bandwidth) at the largest size measured, so that a run is still
@@ -257,7 +258,7 @@ def _z_by_dof(p: float, dof: np.ndarray) -> np.ndarray:
     return np.array([z_of(p, float(x)) for x in uniq])[inv]
 
 
-def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> pd.DataFrame:
     """NICs judged on the typical value over their partners, per gated (metric, size).
 
     Each link's value is its better direction's ratio to the reference (the median of the fleet
@@ -349,7 +350,7 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
 
 
 def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profile: Profile,
-              suite: str = "rdma_write") -> pd.DataFrame:
+              suite: str = PRIMARY) -> pd.DataFrame:
     """bad, plus the rows of each flagged NIC's slow links (against the reference its typical ratio
     was taken against), graded as the NIC is; evidence of the NIC (or a switch) only, never a link
     finding by itself (`group`)."""
@@ -376,7 +377,7 @@ def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profil
     return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool), group=True, promote=True)
 
 
-def power(pairs: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> list[dict]:
+def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[dict]:
     """What each rule detects at this run's size and noise: per gated (metric, size), the smallest
     slowdown (a fraction: 0.12 = 12% slower) a link and a NIC of typical partners are found at
     (a warning; a failure from twice outlier_min_deviation, and for a NIC at analysis.nic_fail_ratio)."""
@@ -436,7 +437,7 @@ def rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     return med.loc[outlier, cols].reset_index(drop=True)
 
 
-def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> pd.DataFrame:
     """Evidence rows (one per pair, metric and size): outliers and failed bounds."""
     key = ["rail", "s", "d", "metric", "size"]
     failed = p[p["fail"]]
@@ -484,7 +485,7 @@ def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: 
                 "unit", "how", "basis", "ops", "ops_failed", "ops_missing"]].reset_index(drop=True)
 
 
-def _statistical(metrics: pd.Series, profile: Profile, suite: str = "rdma_write") -> np.ndarray:
+def _statistical(metrics: pd.Series, profile: Profile, suite: str = PRIMARY) -> np.ndarray:
     """Where the statistical detector may fail a pair: metrics the profile does not hold to the fleet."""
     names = metrics.astype(str)
     fleet = {m for m in names.unique() if judge.fleet_factor(profile, suite, m) is not None}
@@ -492,7 +493,7 @@ def _statistical(metrics: pd.Series, profile: Profile, suite: str = "rdma_write"
 
 
 def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, profile: Profile,
-                   suite: str = "rdma_write") -> pd.DataFrame:
+                   suite: str = PRIMARY) -> pd.DataFrame:
     """On a rail slow against the others, its pairs that are slow against the other rails' median
     become evidence too, by fleet_outliers' rules against that median (with the noise of their own
     rail's pairs); localization then decides: the plane, or a few NICs or links on it."""
@@ -513,7 +514,7 @@ def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, 
 
 
 def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], fabric: Fabric | None,
-                     profile: Profile, suite: str = "rdma_write") -> pd.DataFrame:
+                     profile: Profile, suite: str = PRIMARY) -> pd.DataFrame:
     """With the switch tree known: a leaf's, its uplink's or the spine's pairs slow as a group.
 
     A part of the tree that carries many of a rail's pairs (a leaf of 8 nodes on 64: 23% of them)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..host.slurmnode import Drain, reason as slurm_reason
+from ..rules import catalog
 from .model import Analysis
 from .validate import is_node_name
 from .finding import clean_value
@@ -23,10 +24,11 @@ def _reason(f: dict) -> str:
     where = f"NIC rail {f['rail']} " if f.get("scope") == "nic" else ""
     value, expected, unit = f.get("value"), f.get("expected"), f.get("unit") or ""
     kind = f.get("kind")
+    entry = catalog.metric(str(f.get("suite") or ""), metric)
     if kind == "instability":
         text = f"{metric} unstable"
-    elif metric == "memlock":
-        text = "memlock limit too low"
+    elif entry is not None and entry.unlimited:  # its value may be "unlimited": no number to quote
+        text = f"{entry.label} too low"
     elif value is not None and expected is not None:
         text = f"{metric} {fmt_value(value)} vs {fmt_value(expected)} {unit}".rstrip()
         if kind == "regression":

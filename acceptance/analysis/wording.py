@@ -41,8 +41,8 @@ def data_loss(metric: str, value, ops=None, failed=None, missing=None, size=None
               op: str | None = None) -> str:
     """A data check's record in words, from its fields: "3 of 40 writes did not arrive; 1 more arrived
     wrong (12 wrong bytes at 4096 B)"; without operation counts, the wrong bytes alone."""
-    collective = suite == "collective"
-    noun = f"{op or 'collective'} operations" if collective else DATA_NOUNS.get(metric, "operations")
+    collective = suite in catalog.suite_names(communicators=True)  # a communicator's: elements of its op
+    noun = f"{op or suite} operations" if collective else DATA_NOUNS.get(metric, "operations")
     shown = str(int(value)) if _count(value) is not None and float(value) == int(value) else fmt_value(value)
     what = f"{shown} wrong {'elements' if collective else 'bytes'}{(' at' + size_text(size)) if size_text(size) else ''}"
     ops, failed, missing = _count(ops), _count(failed), _count(missing) or 0
@@ -125,7 +125,7 @@ def evidence_line(kind: str, row, names: list[str]) -> str:
     if not math.isnan(row.median):
         parts.append(f"{fmt_value(row.value)} {unit} vs median {fmt_value(row.median)} ({change_text(row.value, row.median)})")
     if not math.isnan(row.bound):
-        higher = OUTLIER_METRICS.get(row.metric, DIRECTION.get(("rdma_write", row.metric), True))
+        higher = OUTLIER_METRICS.get(row.metric, DIRECTION.get((catalog.primary(), row.metric), True))
         rel = "<" if higher is not False else ">"
         basis = getattr(row, "basis", None)
         which = "fleet bound" if getattr(row, "how", None) == "fleet" else "bound"

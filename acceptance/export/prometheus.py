@@ -72,8 +72,8 @@ SCOPES = ("link", "nic", "node", "rail", "switch", "uplink", "cluster")
 # Record units -> the family's base unit.
 BANDWIDTH_BYTES = catalog.base_factors("bytes_per_second")
 # Counter kinds (acceptance.host.counter_kinds.kind_of) that count something going wrong, not traffic, pause
-# frames, waits or congestion notifications.
-ERROR_KINDS = ("error", "retransmit", "discard")
+# frames, waits or congestion notifications: the port-counter suites' metrics marked `wrong` in the catalog.
+ERROR_KINDS = tuple(dict.fromkeys(n for _, n in catalog.with_role("wrong")))
 
 
 # ---------------------------------------------------------------------------------------
@@ -212,7 +212,9 @@ def _p2p_families(records: pd.DataFrame, latency_size, fams: dict) -> None:
 
 
 def _collectives(records: pd.DataFrame, fam: _Family) -> None:
-    mask = _is(records["suite"], "collective") & _is(records["metric"], catalog.metric("collective", "busbw").name)
+    mask = np.zeros(len(records), dtype=bool)
+    for suite, metric in catalog.communicator_panels():  # the collectives' headline: busbw
+        mask |= _is(records["suite"], suite) & _is(records["metric"], metric)
     if not mask.any():
         return
     idx = np.flatnonzero(mask)
@@ -233,7 +235,9 @@ def _collectives(records: pd.DataFrame, fam: _Family) -> None:
 
 
 def _counters(records: pd.DataFrame, fam: _Family) -> None:
-    mask = _is(records["suite"], "counters")
+    mask = np.zeros(len(records), dtype=bool)
+    for suite in catalog.suite_names(ports=True):
+        mask |= _is(records["suite"], suite)
     if not mask.any():
         return
     idx = np.flatnonzero(mask)

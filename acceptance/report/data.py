@@ -67,7 +67,7 @@ def collective_labels(sub: pd.DataFrame) -> pd.DataFrame:
     """op, scope ("world", "rail", "node") and the communicator of collective records, from their
     fields (acceptance.analysis.load)."""
     sub = sub.copy()
-    sub["op"] = sub["op"].astype(object).fillna("collective").astype(str)
+    sub["op"] = sub["op"].astype(object).fillna(sub["suite"].astype(object)).astype(str)  # no op: its suite
     scope = sub["scope"].astype(object).fillna("world").astype(str)
     sub["scope"] = scope
     rail = sub["rail"]

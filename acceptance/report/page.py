@@ -46,8 +46,9 @@ def context(analysis, run_dir: str | os.PathLike, history=None) -> dict:
             "collectives": sections.collectives(recs),
             "burnin": sections.burnin(analysis),
             "deltas": sections.deltas(analysis),
-            "counters": sections.counters(recs),
-            "incast": sections.incast(recs, analysis.records.get("samples") if analysis.records is not None else None),
+            # (section ids, not suite names: the template's sections "counters" and "incast")
+            "port_counters": sections.counters(recs),
+            "incast_table": sections.incast(recs, analysis.records.get("samples") if analysis.records is not None else None),
             "crosscheck": sections.crosscheck(recs),
             "env": sections.environment(run),
             "history": sections.history(history, run_dir, run) if history is not None else None,

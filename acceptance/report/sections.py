@@ -38,11 +38,6 @@ MAX_FOLDED = 50        # warnings, and transients, listed in their folded tables
 SHOWN_DRAINS = 20      # drain lines shown; the rest folded (all of them are in drain.txt)
 MAX_EVIDENCE = 25      # evidence lines per finding
 SEVERITY_ORDER = {"fail": 0, "warn": 1}
-# Point-to-point latency metrics the report plots, in the catalog's order, and their short labels.
-LATENCY_ORDER = [n for m in catalog.suite("rdma_write").metrics for n in m.names
-                 if n.startswith(("latency_", "pingpong_latency_"))]
-LATENCY_LABELS = {n: catalog.label("rdma_write", n).removeprefix("write latency ").replace(" latency", "")
-                  for n in LATENCY_ORDER}
 
 
 def _more(total: int, shown: int, where: str) -> str:
@@ -704,7 +699,6 @@ def fabric_trees(analysis, recs: pd.DataFrame, run: dict) -> dict:
 # --- 4. bandwidth and latency against size ------------------------------------
 
 def sweeps(recs: pd.DataFrame) -> dict:
-    rd = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
     figs, notes = [], []
     curves = [(title, sub[sub["size"].notna()]) for title, sub, _ in _pairwise(recs, "curve")]
     for title, bw in curves:
@@ -718,41 +712,67 @@ def sweeps(recs: pd.DataFrame) -> dict:
                                 "dashed red: the profile's bound (records' threshold column)."})
     if not curves:
         notes.append("No pairwise bandwidth records (write, read, GPU write) in this run.")
-    lat = rd[rd["metric"].isin(LATENCY_ORDER)]
-    if not lat.empty:
+    panels = _latency_panels(recs)
+    for panel, lat, order, short, timings in panels:
         unit = fmt_text(lat["unit"].iloc[0])
         sizes = lat["size"].dropna().unique()
         if len(sizes) > 1:
-            for metric in [m for m in LATENCY_ORDER if m in set(lat["metric"].unique())][:4]:
+            for metric in [m for m in order if m in set(lat["metric"].unique())][:4]:
                 sub = lat[lat["metric"] == metric]
                 stats = sub.groupby(["rail", "size"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
                 thr = sub.groupby("size")["threshold"].median().dropna().reset_index()
-                figs.append({"figure": figures.sweep(stats, title=f"write latency {LATENCY_LABELS[metric]} against size",
+                figs.append({"figure": figures.sweep(stats, title=f"{panel} {short[metric]} against size",
                                                      ylabel=f"latency ({unit})", logy=True, threshold=thr,
-                                                     alt=f"write latency {metric} against message size"),
-                             "caption": "Per rail: median over links and min–max band."})
+                                                     alt=f"{panel} {metric} against message size"),
+                             "caption": f"Per rail: median over links and min–max band. {timings}"})
         else:
-            stats = lat.groupby(["rail", "metric"])["value"].agg(["median", "min", "max"]).reset_index()
-            order = {m: i for i, m in enumerate(LATENCY_ORDER)}
-            stats = stats.sort_values("metric", key=lambda s: s.map(order))
+            stats = lat.groupby(["rail", "metric"], observed=True)["value"].agg(["median", "min", "max"]).reset_index()
+            rank = {m: i for i, m in enumerate(order)}
+            stats = stats.sort_values("metric", key=lambda s: s.map(rank))
             size = fmt_size(sizes[0]) if len(sizes) else "–"
-            fig = figures.latency_points(stats.assign(metric=stats["metric"].map(LATENCY_LABELS)),
-                                         title=f"write latency at {size} (the only latency size measured)",
+            fig = figures.latency_points(stats.assign(metric=stats["metric"].map(short)),
+                                         title=f"{panel} at {size} (the only latency size measured)",
                                          ylabel=f"latency ({unit})",
-                                         alt=f"write latency percentiles at {size} per rail")
+                                         alt=f"{panel} percentiles at {size} per rail")
             figs.append({"figure": fig,
-                         "caption": "Per rail: median over links (dot) and min–max over links (bar). "
-                                    "Put + flush latency is not halved; the ping-pong reference is half a round trip."})
-    else:
-        notes.append("No write latency records in this run.")
+                         "caption": f"Per rail: median over links (dot) and min–max over links (bar). {timings}"})
+    if not panels:
+        notes.append("No pairwise latency records (write, read, atomic, GPU write) in this run.")
     return {"figures": figs, "notes": notes}
+
+
+def _latency_panels(recs: pd.DataFrame) -> list[tuple[str, pd.DataFrame, list[str], dict[str, str], str]]:
+    """(title, records, metric order, short label of each metric, what a sample is) of each report
+    latency panel (catalog Metric.panel) that this run has records for, in the catalog's order."""
+    out = []
+    for suite, panel, names in catalog.panels():
+        lat = recs[(recs["suite"] == suite) & recs["metric"].isin(names) & recs["value"].notna()]
+        if lat.empty:
+            continue
+        short = {n: catalog.label(suite, n).removeprefix(panel + " ").replace(" latency", "") for n in names}
+        by_timing: dict[str, list[str]] = {}
+        for n in names:
+            timing = catalog.metric(suite, n).timing
+            if timing:
+                by_timing.setdefault(timing, []).append(short[n])
+        timings = " ".join(f"{', '.join(shown) if len(by_timing) > 1 else 'Each sample'}: "
+                           f"{catalog.TIMING_WORDS[t]}." for t, shown in by_timing.items())
+        out.append((panel, lat, names, short, timings))
+    return out
 
 
 # --- 5. collectives --------------------------------------------------------------
 
+def _of(recs: pd.DataFrame, pairs) -> pd.Series:
+    """Boolean mask: the record's (suite, metric) is one of pairs."""
+    mask = pd.Series(False, index=recs.index)
+    for suite, name in set(pairs):
+        mask |= (recs["suite"] == suite) & (recs["metric"] == name)
+    return mask
+
+
 def collectives(recs: pd.DataFrame) -> dict:
-    coll = recs[(recs["suite"] == "collective") & (recs["metric"] == "busbw") & recs["value"].notna()
-                & recs["size"].notna()]
+    coll = recs[_of(recs, catalog.communicator_panels()) & recs["value"].notna() & recs["size"].notna()]
     if coll.empty:
         return {"figure": None, "rows": [], "note": "No collective busbw records in this run."}
     coll = collective_labels(coll)
@@ -843,10 +863,11 @@ def deltas(analysis) -> dict:
         return getattr(r, name, None)
 
     rows = []
+    communicators = catalog.suite_names(communicators=True)
     for r in order.head(MAX_ROWS).itertuples(index=False):
         what = fmt_text(get(r, "metric"))
         op, scope = get(r, "op"), get(r, "scope")
-        if not is_missing(op) and get(r, "suite") == "collective":
+        if not is_missing(op) and get(r, "suite") in communicators:
             what = f"{op} {what}" + (f" ({scope})" if not is_missing(scope) else "")
         rows.append({"suite": fmt_text(get(r, "suite")), "metric": what, "size": fmt_size(get(r, "size")),
                      "where": _where(get(r, "src"), get(r, "dst"), get(r, "rail")),
@@ -860,7 +881,7 @@ def deltas(analysis) -> dict:
 
 # --- 7b. history -----------------------------------------------------------------
 
-HISTORY_METRIC = ("rdma_write", "bandwidth")   # the fleet trend's metric: the store's `fleet` medians
+HISTORY_METRIC = catalog.headline()   # the fleet trend's (suite, metric): the store's `fleet` medians
 HISTORY_SUITE_KINDS = {"drift": "drift", "intermittent": "intermittent", "recovered": "recovered",
                        "trend": "fleet trend"}
 
@@ -1020,7 +1041,7 @@ def history(store, run_dir: Path, run: dict) -> dict:
 # --- 8. counters -----------------------------------------------------------------
 
 def counters(recs: pd.DataFrame) -> dict:
-    c = recs[recs["suite"] == "counters"]
+    c = recs[recs["suite"].isin(catalog.suite_names(ports=True))]
     if c.empty:
         return {"available": False, "summary": [], "rows": [], "more": "",
                 "note": "No counter data in this run."}
@@ -1052,67 +1073,71 @@ def counters(recs: pd.DataFrame) -> dict:
 
 # --- 8b. incast -------------------------------------------------------------------
 
-INCAST_COLUMNS = {"aggregate_bandwidth": "aggregate", "fairness": "fairness", "loaded_latency_p99": "p99"}
-
-
 def incast(recs: pd.DataFrame, samples: pd.Series | None = None) -> dict:
     """One row per (rail, receiver): aggregate into it, fairness, its latency under load; worst first.
+    The columns are the catalog's (Metric.column): "aggregate" (its record's samples are the senders),
+    "fair" (its detail names the slowest sender), "p99".
     samples: the records' `samples` (the report's frame leaves it out), whose aggregate's is its senders."""
-    inc = recs[(recs["suite"] == "incast") & recs["metric"].isin(list(INCAST_COLUMNS))]
+    columns = catalog.columns()
+    inc = recs[_of(recs, columns)]
     if inc.empty:
         return {"rows": [], "more": "", "note": "No incast records in this run."}
     senders = samples.reindex(inc.index) if samples is not None else pd.Series(np.nan, index=inc.index)
     inc = inc.assign(receiver=inc["src"].astype(object), rail_key=inc["rail"].astype(float),
                      samples=pd.to_numeric(senders, errors="coerce").to_numpy(dtype=float))
-    per = inc.groupby(["rail_key", "receiver", "metric"], dropna=False, observed=True).agg(
+    per = inc.groupby(["rail_key", "receiver", "suite", "metric"], dropna=False, observed=True).agg(
         value=("value", "median"), threshold=("threshold", "median"),
         failed=("verdict", lambda v: int((v == "fail").sum())), detail=("detail", "last"),
         samples=("samples", "last"), unit=("unit", "first")).reset_index()
     table = {}
     for r in per.itertuples(index=False):
         row = table.setdefault((r.rail_key, r.receiver), {"failed": 0, "senders": "–", "slowest": "–"})
-        row[INCAST_COLUMNS[r.metric]] = fmt_num(r.value, r.unit if r.metric != "fairness" else None)
+        column = columns[(r.suite, r.metric)]
+        row[column] = fmt_num(r.value, r.unit if r.unit != "ratio" else None)
         row["failed"] += r.failed
-        if r.metric == "aggregate_bandwidth" and pd.notna(r.samples):
+        if column == "aggregate" and pd.notna(r.samples):
             row["senders"] = str(int(r.samples))  # the aggregate's samples are its senders (drivers.incast)
-        if r.metric == "fairness":
+        if column == "fair":
             row["fair_value"] = r.value
             if isinstance(r.detail, str):
                 row["slowest"] = r.detail
     rows = []
     for (rail, receiver), row in table.items():
         rows.append({"rail": fmt_int(rail), "receiver": fmt_text(receiver), "senders": row["senders"],
-                     "aggregate": row.get("aggregate", "–"), "fairness": row.get("fairness", "–"),
+                     "aggregate": row.get("aggregate", "–"), "fair": row.get("fair", "–"),
                      "p99": row.get("p99", "–"), "slowest": row["slowest"],
                      "verdict": "fail" if row["failed"] else "pass",
                      "_key": (-row["failed"], row.get("fair_value", 1.0), rail, natural_key(str(receiver)))})
     rows.sort(key=lambda r: r.pop("_key"))
     shown = rows[:MAX_ROWS]
-    return {"rows": shown, "more": _more(len(rows), len(shown), "results.jsonl (suite incast)"),
-            "note": "" if any(r["fairness"] != "–" for r in rows)
+    suites = ", ".join(sorted({s for s, _ in columns}))
+    return {"rows": shown, "more": _more(len(rows), len(shown), f"results.jsonl (suite {suites})"),
+            "note": "" if any(r["fair"] != "–" for r in rows)
             else "Fairness needs 2 senders into a receiver, i.e. at least 3 nodes on a rail."}
 
 
 # --- 8c. perftest cross-check -------------------------------------------------------
 
 def crosscheck(recs: pd.DataFrame) -> dict:
-    """Per rail: perftest's bandwidth and latency beside the harness's own at the same size (medians)."""
-    pt = recs[(recs["suite"] == "perftest") & recs["value"].notna()]
+    """Per rail: perftest's bandwidth and latency beside the harness's own at the same size (medians):
+    the catalog's cross-check metrics (Metric.crosscheck) beside the same metric of the suite they check."""
+    beside = {(s, n): other for s, n, other in catalog.crosschecks()}
+    pt = recs[_of(recs, beside) & recs["value"].notna()]
     if pt.empty:
         return {"rows": [], "note": "No perftest records in this run (perftest or an RDMA device missing)."}
-    own = recs[(recs["suite"] == "rdma_write") & recs["value"].notna()]
+    own = {other: recs[(recs["suite"] == other) & recs["value"].notna()] for other in set(beside.values())}
     rows = []
-    for (rail, metric), g in pt.groupby(["rail", "metric"], dropna=False, observed=True):
-        if metric not in ("bandwidth", "latency_p50"):  # what ib_write_bw and ib_write_lat measure
-            continue
+    for (suite, rail, metric), g in pt.groupby(["suite", "rail", "metric"], dropna=False, observed=True):
+        other = beside[(suite, metric)]
         size = g["size"].median()
-        mine = own[(own["metric"] == metric) & (own["rail"] == rail) & (own["size"] == size)]
+        checked = own[other]
+        mine = checked[(checked["metric"] == metric) & (checked["rail"] == rail) & (checked["size"] == size)]
         theirs, ours = float(g["value"].median()), float(mine["value"].median()) if len(mine) else None
         unit = fmt_text(g["unit"].iloc[0])
         engine = ", ".join(sorted(map(str, mine["engine"].dropna().unique()))) if len(mine) else "–"
         ratio = "–" if not ours or not theirs else f"{ours / theirs:.2f}"
-        rows.append({"rail": fmt_int(rail), "metric": catalog.label("rdma_write", metric),
-                     "size": fmt_size(size), "perftest": fmt_num(theirs, unit), "harness": fmt_num(ours, unit),
+        rows.append({"rail": fmt_int(rail), "metric": catalog.label(other, metric),
+                     "size": fmt_size(size), "theirs": fmt_num(theirs, unit), "harness": fmt_num(ours, unit),
                      "engine": engine, "ratio": ratio, "pairs": f"{len(g):,}"})
     return {"rows": rows, "note": "Latency: perftest reports half a ping-pong round trip; the mpi engine's put "
                                   "latency is a full put + flush round trip, the verbs engine's is perftest's method."}

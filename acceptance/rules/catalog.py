@@ -86,6 +86,27 @@ class Metric:
     priority: int = 9
     # A data check's checked operation, one per name ("writes" for errors): "3 of 40 writes did not arrive".
     nouns: tuple[str, ...] = ()
+    # A latency percentile's rank (50, 99, 99.9): how many samples it needs before a fleet comparison
+    # can single out a link by it (acceptance.measure.stats.samples_needed).
+    percentile: float | None = None
+    # The report panel that draws it. A pairwise suite's latency ("write latency"): one panel per title
+    # and suite, its metrics against message size, or side by side at the one size measured (report
+    # "Against size"). A communicator's ("bus bandwidth"): per op and scope against size ("Collectives").
+    panel: str = ""
+    # Its column in its suite's own report table (the incast table, one row per receiver): "aggregate"
+    # (whose record's samples are its senders), "fair" (whose detail names the slowest sender), "p99".
+    column: str = ""
+    headline: bool = False          # the history's fleet trend (report "History") follows it: one metric
+    # A reference tool's figure the report sets beside the same metric of its suite's `checks` suite.
+    crosscheck: bool = False
+    # A fact of a node's NIC (node, rail: GPUDirect in use) recorded by a communicator's test, not a
+    # fact of the communicator: failures group it per node and rail, not per communicator.
+    nic_fact: bool = False
+    # A port counter kind that counts something going wrong (not traffic, pause frames, waits or
+    # congestion notifications): Prometheus exports its rises per port.
+    wrong: bool = False
+    # What a failed record of it says, with {value} and {bound} as text ("unlimited" where `unlimited`).
+    fails: str = ""
     # The profile key the metric owns: setting(acceptance.rules.profile) builds its Field (type, default, help).
     # None where the key is a general setting defined in acceptance.rules.profile (topology.rails).
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
@@ -117,6 +138,11 @@ class Metric:
         return self.higher is not None and self.bound in ("none", "sizemap", "scalar") \
             and self.unit not in ("count", "bool")
 
+    @property
+    def unlimited(self) -> bool:
+        """Whether its bound may be "unlimited" (a missing value or bound then reads so)."""
+        return self.bound == "memlock"
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -128,17 +154,29 @@ class Suite:
     # (link, NIC, node, rail plane), as it does every pairwise suite; `finding` starts their findings.
     pairwise: bool = False
     finding: str = ""
+    # The reference pairwise suite: burn-in and baseline findings localize on its pairs (else the first
+    # pairwise suite's), and the fleet-outlier functions of acceptance.analysis.outliers default to it.
+    primary: bool = False
+    # Records of a communicator (its `op` and `scope`, src..dst the range of its nodes), not of a pair:
+    # failures group them by operation and communicator, the report draws them per op and scope.
+    communicators: bool = False
+    # Records of a port's counters over a window (node, device, port): findings per port, the report's
+    # counter tables, Prometheus's counter-rise family.
+    ports: bool = False
+    checks: str = ""                # the suite whose same metrics its `crosscheck` metrics are set beside
 
 
 TIMING_WORDS = {"one-way": "one-way: half a round trip, as ib_write_lat", "round trip": "a full round trip"}
 
 
 def _latencies(prefix: str, label: str, key_prefix: str | None, timing: str, bounded=("p50", "p99", "p999"),
-               outlier=(), trend=(), heatmap=(), export=(), what: str = ""):
+               outlier=(), trend=(), heatmap=(), export=(), what: str = "", panel: str = "", column=(),
+               crosscheck=()):
     """Latency p50, p99, p99.9 and max of one operation, each sample `timing` (Metric.timing);
     `bounded` percentiles have a profile key (a duration, unset by default), `outlier`, `trend`,
-    `heatmap` and `export` say which percentiles have those roles (export: the family stem is the
-    metric's name, prefixed "write_" for a write)."""
+    `heatmap`, `export`, `column` and `crosscheck` say which percentiles have those roles (export: the
+    family stem is the metric's name, prefixed "write_" for a write; column: named by its percentile);
+    `panel`: the report's latency panel that draws all four (Metric.panel)."""
     out = []
     for p, shown in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max")):
         has = key_prefix is not None and p in bounded
@@ -149,6 +187,8 @@ def _latencies(prefix: str, label: str, key_prefix: str | None, timing: str, bou
                           outlier=p in outlier, trend="each" if p in trend else None, heatmap=p in heatmap,
                           priority={"p50": 1, "p99": 2, "p999": 3}.get(p, 9) if not prefix else 9,
                           export=(f"{prefix or 'write_'}latency_{p}" if p in export else None), timing=timing,
+                          percentile={"p50": 50.0, "p99": 99.0, "p999": 99.9}.get(p), panel=panel,
+                          column=p if p in column else "", crosscheck=p in crosscheck,
                           setting=_duration(help) if has else None))
     return tuple(out)
 
@@ -178,6 +218,7 @@ def _busbw(op: str, comms: tuple[str, ...]) -> Metric:
             {"rail": "rail communicators (one NIC per rank)", "world": "the world communicator"}[c] for c in comms)
     return Metric(("busbw",), "GB/s", True, "sizemap", key, GBIT_TO_GBYTE,
                   f"{op} busbw{' inside a node' if comms == ('node',) else ''}", trend="largest", priority=4,
+                  panel="bus bandwidth",
                   when=(("op", op), ("comm", comms)), per_nic=per_nic,
                   setting=lambda f: f.SizeMap(f.Rate("0GB/s", unit="GB/s"), help=f"{name} busbw bound {where}"))
 
@@ -227,10 +268,13 @@ COLLECTIVES = {"allreduce": ("all-reduce", (("rail",), ("world",), ("node",))),
 SUITES: dict[str, Suite] = {s.name: s for s in (
     Suite("preflight", (), measures=False, metrics=(
         Metric(("memlock",), "bytes", True, "memlock", "preflight.memlock_min", label="memlock limit",
+               fails="memlock limit (ulimit -l) is {value}, the profile needs {bound}",
                setting=lambda f: f.Size("64MiB", allow_unlimited=True, help='minimum locked-memory limit (ulimit -l), or "unlimited"')),
-        Metric(("ranks",), "count", None, "ranks", "topology.rails", label="ranks per node"),
+        Metric(("ranks",), "count", None, "ranks", "topology.rails", label="ranks per node",
+               fails="{value} ranks, expected {bound}"),
         Metric(("version_mismatches", "fabric_version_mismatches"), "count", False, "versions",
-               "preflight.same_versions", label="version mismatches between nodes"),
+               "preflight.same_versions", label="version mismatches between nodes",
+               fails="software versions differ between nodes ({value} mismatches)"),
         Metric(("rdma_devices",), "count", None, "scalar", "preflight.rdma_devices", label="RDMA devices",
                setting=lambda f: f.Int(None, help="RDMA devices (e.g. mlx5_*) every node must have; unset = not checked")),
         Metric(("ports_down",), "count", False, "zero", label="ports not ACTIVE"),
@@ -256,21 +300,22 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                setting=lambda f: f.Size("16MiB", help="resident memory growth over the leak cycles that counts as a leak")),
         Metric(("memlock_enforced",), "bool", True, label="memlock limit enforced"),
     )),
-    Suite("rdma_write", ("PairLink",), pairwise=True, metrics=(
+    Suite("rdma_write", ("PairLink",), pairwise=True, primary=True, metrics=(
         Metric(("bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.bandwidth_min", label="write bandwidth", priority=0,
                outlier=True, trend="largest", line_rate=True, heatmap=True, curve=True, export="write_bandwidth",
-               setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
+               headline=True, setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="one-direction write bandwidth bound by size (Gbit/s)")),
         Metric(("read_bandwidth",), "Gbit/s", True, "sizemap", "rdma_write.read_bandwidth_min", label="read bandwidth",
                outlier=True, trend="largest", line_rate=True, heatmap=True, curve=True, export="read_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="RDMA READ bandwidth bound by size (Gbit/s): "
                                            "the origin reads the target's memory")),
         *_latencies("", "write", "rdma_write.latency", "one-way", outlier=("p50", "p99", "p999"),
-                    trend=("p50", "p99"), heatmap=("p99",), export=("p99",), what="RDMA write latency"),
+                    trend=("p50", "p99"), heatmap=("p99",), export=("p99",), what="RDMA write latency",
+                    panel="write latency"),
         *_latencies("read_", "read", "rdma_write.read_latency", "round trip", bounded=("p50", "p99"),
-                    what="RDMA read latency"),
+                    what="RDMA read latency", panel="read latency"),
         *_latencies("atomic_", "atomic", "rdma_write.atomic_latency", "round trip", bounded=("p50", "p99"),
-                    what="8-byte atomic fetch-and-add latency"),
-        *_latencies("pingpong_", "ping-pong", None, "one-way"),
+                    what="8-byte atomic fetch-and-add latency", panel="atomic latency"),
+        *_latencies("pingpong_", "ping-pong", None, "one-way", panel="write latency"),
         DATA_ERRORS,
     )),
     Suite("gpudirect", ("PairLink", "gpu_register_times"), pairwise=True, finding="GPUDirect: ", metrics=(
@@ -278,31 +323,32 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
                outlier=True, heatmap=True, curve=True, export="gpu_write_bandwidth",
                setting=lambda f: f.SizeMap(f.Rate("0Gbit/s"), help="GPU-to-GPU RDMA write bandwidth bound by size (Gbit/s)")),
         *_latencies("", "GPU write", "gpudirect.latency", "round trip", bounded=("p50", "p99"),
-                    what="GPU-to-GPU RDMA write latency (post to completion)"),
-        *_latencies("pingpong_", "GPU ping-pong", None, "one-way"),
+                    what="GPU-to-GPU RDMA write latency (post to completion)", panel="GPU write latency"),
+        *_latencies("pingpong_", "GPU ping-pong", None, "one-way", panel="GPU write latency"),
         DATA_ERRORS, REG_TIME, DEREG_TIME,
     )),
-    Suite("collective", tuple(COLLECTIVES), (
+    Suite("collective", tuple(COLLECTIVES), communicators=True, metrics=(
         *(_busbw(op, comms) for op, (_, groups) in COLLECTIVES.items() for comms in groups),
         Metric(("algbw",), "GB/s", True, label="algbw"),
         DATA_ERRORS,
         # GPUDirect RDMA per node and rail, from NCCL's log (acceptance.drivers.gpudirect_paths): the
         # network receives (NCCL writing into GPU memory) must use it; sends without it (GPU Direct RDMA
         # read off, NCCL's default on PCIe-only platforms) warn; a NIC without traffic is noted.
-        Metric(("gdrdma",), "bool", True, "one", label="GPUDirect RDMA in use"),
-        Metric(("gdrdma_sends",), "bool", True, "one", advisory=True, label="GPUDirect RDMA on the sends"),
-        Metric(("gdrdma_support",), "bool", True, label="GPUDirect RDMA enabled for an idle NIC"),
+        Metric(("gdrdma",), "bool", True, "one", label="GPUDirect RDMA in use", nic_fact=True),
+        Metric(("gdrdma_sends",), "bool", True, "one", advisory=True, label="GPUDirect RDMA on the sends",
+               nic_fact=True),
+        Metric(("gdrdma_support",), "bool", True, label="GPUDirect RDMA enabled for an idle NIC", nic_fact=True),
     )),
     Suite("incast", ("IncastGroup",), (
-        Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness",
+        Metric(("fairness",), "ratio", True, "scalar", "incast.fairness_min", label="incast fairness", column="fair",
                setting=lambda f: f.Float(None, help="slowest / fastest sender bandwidth of one incast; unset = recorded only")),
         Metric(("aggregate_bandwidth",), "Gbit/s", True, "scalar", "incast.aggregate_min",
-               label="incast aggregate bandwidth",
+               label="incast aggregate bandwidth", column="aggregate",
                setting=lambda f: f.Rate(None, help="bandwidth all senders together must deliver to the receiver")),
         Metric(("bandwidth",), "Gbit/s", True, label="incast sender bandwidth"),
         *_latencies("loaded_", "loaded", "incast.latency", "round trip", bounded=("p99",),
                     what="receiver's write latency, post to completion (verbs: a signaled RDMA WRITE; mpi: Put + "
-                         "Flush), while the other senders load it,"),
+                         "Flush), while the other senders load it,", column=("p99",)),
         DATA_ERRORS,
     )),
     Suite("intranode", (), (
@@ -316,16 +362,16 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
         Metric(("gpu_bandwidth_outliers",), "count", False, "zero", label="GPUs below their node's median"),
         DATA_ERRORS,
     )),
-    Suite("counters", (), measures=False, metrics=(
-        Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise",
+    Suite("counters", (), measures=False, ports=True, metrics=(
+        Metric(("error",), "count", False, "counter", "counters.errors_max", label="error counter rise", wrong=True,
                setting=lambda f: f.Int(0, help="rise an error counter (symbol_error, link_downed, CRC, ...) may show in one window")),
         Metric(("retransmit",), "ppm", False, "counter", "counters.retransmit_ppm_max",
-               label="retransmissions per million packets",
+               label="retransmissions per million packets", wrong=True,
                setting=lambda f: f.Float(0.0, help="retransmissions (out_of_sequence, packet_seq_err, local_ack_timeout_err, duplicate_request, ...) per million packets a port moved in one window; 0 = none allowed")),
         Metric(("pre_fec",), "errors/bit", False, "counter", "counters.pre_fec_ber_max",
                label="pre-FEC bit error rate",
                setting=lambda f: f.Float(2.4e-4, help="pre-FEC bit error rate (rx_err_lane_<l>_phy per bit of its lane, rx_corrected_bits_phy per bit of the port, in one window) above which a port fails: IEEE 802.3's limit for PAM4 links with RS(544,514) FEC, past which FEC no longer corrects every frame")),
-        Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise",
+        Metric(("discard",), "count", False, "counter", "counters.discards_max", label="discard counter rise", wrong=True,
                setting=lambda f: f.Int(0, help="rise of a discard counter above which a port warns")),
         Metric(("pause",), "1/s", False, "counter", "counters.pause_rate_max", label="pause frames per second",
                setting=lambda f: f.Float(None, help="pause frames per second (per counter) above which a port warns; unset = recorded only")),
@@ -334,10 +380,11 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     )),
     # ib_write_bw / ib_write_lat on the harness's pairs. Write latency is gated here, where a profile
     # says (perftest.latency_*_max): a C loop, not Python's, times each sample (docs/methodology.md §4).
-    Suite("perftest", (), pairwise=True, finding="perftest: ", metrics=(
-        Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average"),
+    # The report sets its bandwidth and latency p50 beside rdma_write's (`checks`, Metric.crosscheck).
+    Suite("perftest", (), pairwise=True, finding="perftest: ", checks="rdma_write", metrics=(
+        Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average", crosscheck=True),
         *_latencies("", "ib_write_lat", "perftest.latency", "one-way", bounded=("p50", "p99"),
-                    what="ib_write_lat write latency"),
+                    what="ib_write_lat write latency", crosscheck=("p50",)),
         Metric(("latency_avg",), "us", False, label="ib_write_lat average", timing="one-way"),
     )),
 )}
@@ -396,8 +443,62 @@ def priorities() -> dict[str, int]:
 
 
 def with_role(role: str) -> list[tuple[str, str]]:
-    """(suite, record metric) of every metric with a role: "outlier" or "trend"."""
+    """(suite, record metric) of every metric with a role: a Metric field that is set ("outlier",
+    "trend", "heatmap", "curve", "export", "panel", "column", "headline", "crosscheck", "nic_fact", "wrong")."""
     return [(s.name, n) for s in SUITES.values() for m in s.metrics if getattr(m, role) for n in m.names]
+
+
+def suite_names(**fields) -> list[str]:
+    """The suites whose fields have these values (suite_names(ports=True): the port-counter suites)."""
+    return [s.name for s in SUITES.values() if all(getattr(s, k) == v for k, v in fields.items())]
+
+
+def primary() -> str:
+    """The reference pairwise suite (Suite.primary)."""
+    (name,) = suite_names(primary=True)
+    return name
+
+
+def headline() -> tuple[str, str]:
+    """(suite, record metric) the history's fleet trend follows (Metric.headline)."""
+    (found,) = with_role("headline")
+    return found
+
+
+def percentiles() -> dict[str, float]:
+    """Record metric name -> its percentile rank (Metric.percentile), for every latency percentile."""
+    return {n: m.percentile for s in SUITES.values() for m in s.metrics if m.percentile is not None
+            for n in m.names}
+
+
+def panels() -> list[tuple[str, str, list[str]]]:
+    """(suite, panel title, its record metrics in the catalog's order) of each report latency panel
+    (Metric.panel) of the pairwise suites."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for s in pairwise():
+        for m in s.metrics:
+            if m.panel:
+                out.setdefault((s.name, m.panel), []).extend(m.names)
+    return [(suite_name, title, names) for (suite_name, title), names in out.items()]
+
+
+def communicator_panels() -> list[tuple[str, str]]:
+    """(suite, record metric) of each communicator suite's panel metric (Metric.panel): drawn per op and
+    scope against size (report "Collectives"), exported per op and communicator at the largest size
+    (Prometheus acceptance_collective_busbw_bytes_per_second)."""
+    return list(dict.fromkeys((s.name, n) for s in SUITES.values() if s.communicators for m in s.metrics
+                              if m.panel for n in m.names))
+
+
+def columns() -> dict[tuple[str, str], str]:
+    """(suite, record metric) -> its column in its suite's report table (Metric.column)."""
+    return {(s.name, n): m.column for s in SUITES.values() for m in s.metrics if m.column for n in m.names}
+
+
+def crosschecks() -> list[tuple[str, str, str]]:
+    """(suite, record metric, the suite it is set beside) of every cross-check metric (Metric.crosscheck)."""
+    return [(s.name, n, s.checks) for s in SUITES.values() if s.checks for m in s.metrics if m.crosscheck
+            for n in m.names]
 
 
 def fleet_metrics(pattern: str) -> list[tuple[str, str, bool]]:

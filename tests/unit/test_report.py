@@ -563,3 +563,25 @@ def test_no_switch_tree_without_a_fabric(tmp_path):
     html = render(analysis, tmp_path).read_text(encoding="utf-8")
     assert 'id="fabric"' not in html and "#fabric" not in html and "Switch tree" not in html
     assert len(re.findall(r"<img ", _section(html, "heatmaps"))) == 4
+
+
+def test_every_pairwise_latency_panel_the_catalog_declares_is_drawn():
+    """Read, atomic and GPU write latency are drawn as write latency is (catalog Metric.panel), each
+    percentile against size, or side by side at the one size measured."""
+    from acceptance.report import sections
+    rows = []
+    for suite, metric in (("rdma_write", "latency_p50"), ("rdma_write", "read_latency_p99"),
+                          ("rdma_write", "atomic_latency_p50"), ("gpudirect", "latency_p99")):
+        for size in (8, 64):
+            rows.append({"suite": suite, "metric": metric, "value": 2.0, "unit": "us", "size": size, "rail": 0.0,
+                         "src": "n1", "dst": "n2", "threshold": np.nan})
+    rows.append({"suite": "gpudirect", "metric": "pingpong_latency_p50", "value": 1.0, "unit": "us", "size": 8,
+                 "rail": 0.0, "src": "n1", "dst": "n2", "threshold": np.nan})
+    drawn = sections.sweeps(pd.DataFrame(rows))
+    alts = " | ".join(f["figure"]["alt"] for f in drawn["figures"])
+    for title in ("write latency latency_p50", "read latency read_latency_p99", "atomic latency atomic_latency_p50",
+                  "GPU write latency latency_p99"):
+        assert f"{title} against message size" in alts, alts
+    assert not [n for n in drawn["notes"] if "latency" in n]
+    none = sections.sweeps(pd.DataFrame(rows[:0], columns=list(rows[0])))
+    assert not none["figures"] and "No pairwise latency records (write, read, atomic, GPU write) in this run." in none["notes"]
