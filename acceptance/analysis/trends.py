@@ -216,7 +216,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
         if sub.empty:
             continue
         higher = catalog.direction(suite, name) is not False
-        if suite == "collective":
+        if catalog.suite(suite).communicators:  # one series per collective op and communicator kind
             kind = sub["scope"].astype(object).fillna("world").astype(str)
             groups = [((op, scope), g) for (op, scope), g in sub.assign(kind=kind).groupby(["op", "kind"], sort=True)]
         else:
