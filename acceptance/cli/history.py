@@ -268,7 +268,34 @@ def cmd_pin(args) -> int:
     store.pin(row["run_id"])
     note = "" if row["verdict"] == "pass" else f" (note: it did not pass: {row['verdict']})"
     print(f"history: pinned {row['run_id']} ({str(row['started'])[:10]}) as the reference{note}")
+    for line in _uneven_planes(store, row, run_dir):
+        print(f"  note: {line}")
     return EXIT_OK
+
+
+def _uneven_planes(store, row: dict, run_dir: Path) -> list[str]:
+    """A reference with a rail plane worse than its other planes' median by more than
+    history.trend_tolerance (a plane stalled that night, or slow since it was built) holds that plane's
+    links to its own low: every later night's drift on it is measured from there. Say so when pinning."""
+    from ..analysis.pipeline import run_profile
+    from ..rules import catalog
+    suite, name = catalog.headline()
+    metric = f"{suite}.{name}"
+    tol = run_profile(run_dir).get("history.trend_tolerance")
+    sign = 1.0 if catalog.direction(suite, name) is not False else -1.0
+    f = store.fleet_series(metric)
+    planes = f[(f["night"] == row["id"]) & (f["rail"] >= 0)].set_index("rail")["value"]
+    out = []
+    for rail, value in planes.items():
+        others = float(planes.drop(rail).median()) if len(planes) > 1 else float("nan")
+        if not others > 0:
+            continue
+        worse = sign * (1.0 - value / others)
+        if worse > tol:
+            out.append(f"rail {rail}'s median {metric} that night was {worse:.0%} worse than the other rails' "
+                       f"({value:.4g} against {others:.4g}): drifts on that plane are measured from there; "
+                       "pin another night if it was a passing stall (acceptance history pin RUN_DIR)")
+    return out
 
 
 def cmd_prune(args) -> int:

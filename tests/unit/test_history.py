@@ -358,3 +358,13 @@ def test_acceptance_report_leaves_links_npz_for_the_store(tmp_path):
     d = make_night(tmp_path, 0)
     assert main(["report", str(d), "-o", str(tmp_path / "r.html")]) == 0
     assert (d / LINKS_FILE).is_file() and load_links(d) is not None
+
+
+def test_pinning_a_night_whose_rail_plane_was_slow_says_so(tmp_path, capsys):
+    even, uneven = make_night(tmp_path, 0), make_night(tmp_path, 1, slow_rail=(1, 0.8))
+    assert main(["history", "pin", str(even), "--history", str(tmp_path / "h")]) == 0
+    assert "note:" not in capsys.readouterr().out
+    assert main(["history", "pin", str(uneven), "--history", str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out
+    assert "pinned night01" in out and "note: rail 1's median rdma_write.bandwidth" in out and "worse" in out, out
+    assert "rail 0's" not in out
