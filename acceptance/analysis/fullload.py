@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..rules import catalog
+from ..rules import catalog, judge
 from ..rules.profile import Profile
 from .base import codes_of
 from .finding import make_finding
@@ -77,7 +77,7 @@ def _frame(ev: pd.DataFrame, rows: np.ndarray, full: np.ndarray | None = None) -
 
 
 def _named(load: pd.DataFrame, rest: pd.DataFrame, profile: Profile) -> list[dict]:
-    limit = profile.get("analysis.nic_fail_ratio")
+    rule = judge.Outlier(profile)
     medians = rest.groupby(GROUP, dropna=False)["value"].median().rename("median").reset_index()
     out = []
     for (suite, metric, op), g in load.groupby(["suite", "metric", "op"], sort=True):
@@ -88,13 +88,13 @@ def _named(load: pd.DataFrame, rest: pd.DataFrame, profile: Profile) -> list[dic
         ends = pd.concat([g.assign(node=g["src"]), g.assign(node=g["dst"])])
         rails = ends.groupby("node")["rail"].nunique()
         for node in sorted(rails[rails > 1].index, key=str):
-            finding = _judged(suite, metric, str(node), ends[ends["node"] == node], limit)
+            finding = _judged(suite, metric, str(node), ends[ends["node"] == node], rule)
             if finding is not None:
                 out.append(finding)
     return out
 
 
-def _judged(suite: str, metric: str, node: str, rows: pd.DataFrame, limit: float) -> dict | None:
+def _judged(suite: str, metric: str, node: str, rows: pd.DataFrame, rule: judge.Outlier) -> dict | None:
     """The failing finding for one subject, or None when it is not slow only under full load."""
     per_rail = []
     for rail, r in rows.groupby("rail", sort=True):
@@ -102,8 +102,8 @@ def _judged(suite: str, metric: str, node: str, rows: pd.DataFrame, limit: float
         if full.empty or alone.empty:
             continue
         f_ratio, a_ratio = float(np.nanmedian(full["ratio"])), float(np.nanmedian(alone["ratio"]))
-        slow = bool(full["fail"].any()) or f_ratio <= limit
-        passes = not alone["fail"].any() and a_ratio > limit
+        slow = bool(full["fail"].any()) or bool(rule.halved(np.array([f_ratio]))[0])
+        passes = not alone["fail"].any() and not rule.halved(np.array([a_ratio]))[0]
         per_rail.append((int(rail), slow and passes, f_ratio, a_ratio, float(np.nanmedian(full["value"])),
                          float(np.nanmedian(alone["value"])), float(full["median"].iloc[0])))
     hits = [p for p in per_rail if p[1]]

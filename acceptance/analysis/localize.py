@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..switchtree.fabric import Fabric
+from ..rules import judge
 from ..rules.profile import Profile
 from . import tree
 from .base import EVIDENCE_MAX
@@ -289,7 +290,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
     worst = b.sort_values(["owner", "grade", "prio", "worse"], ascending=[True, False, True, False], kind="stable")
     top = worst.groupby("owner", sort=False).head(EVIDENCE_MAX)
     evidence = {o: [evidence_line(kind, row, names) for row in g.itertuples()] for o, g in top.groupby("owner")}
-    min_dev = profile.get("analysis.outlier_min_deviation")
+    outlier = judge.Outlier(profile)
     out = []
     for i, who in enumerate(owners):
         lines: list[str] = []
@@ -303,7 +304,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             h = pr.iloc[0]
             metric, size, unit = str(h["metric"]), h["size"], h["unit"]
             value, expected = float(h["value"]), float(h["median"])
-            is_fail = is_fail or bool((pr["worse"] >= 2 * min_dev).any())
+            is_fail = is_fail or bool(outlier.fails(pr["worse"].to_numpy()).any())
             lines += [f"rail {who.rail}, {row.metric}{size_text(row.size)}: median {fmt_value(row.value)} {row.unit} "
                       f"vs {fmt_value(row.median)} across {int(row.n)} rails ({change_text(row.value, row.median)})"
                       for row in pr.head(EVIDENCE_MAX).itertuples()]

@@ -103,8 +103,7 @@ def _robust(values: np.ndarray, groups: np.ndarray, higher: np.ndarray, profile:
     with np.errstate(divide="ignore", invalid="ignore"):
         worse = sign * (med - values) / med
         z = MAD_SCALE * sign * (med - values) / mad
-    outlier = ((n >= MIN_GROUP) & (med > 0) & (worse >= profile.get("analysis.outlier_min_deviation"))
-               & ((mad == 0) | (z >= profile.get("analysis.outlier_z"))))
+    outlier = (n >= MIN_GROUP) & (med > 0) & judge.Outlier(profile).robust(worse, z, mad == 0)
     return med, n, worse, outlier
 
 
@@ -231,7 +230,6 @@ def _outliers(pairs: pd.DataFrame, key: np.ndarray, med: np.ndarray, enough: np.
     worse = _worse(v, med, higher)
     with np.errstate(divide="ignore", invalid="ignore"):
         lg = np.where((v > 0) & (med > 0), np.log(v / med), np.nan) * np.where(higher, 1.0, -1.0)
-    min_dev = profile.get("analysis.outlier_min_deviation")
     tested = enough & (med > 0) & np.isfinite(lg)
     m1 = max(int(tested.sum()), 1)
     # links measured both ways: the better direction must be bad too
@@ -243,9 +241,10 @@ def _outliers(pairs: pd.DataFrame, key: np.ndarray, med: np.ndarray, enough: np.
     least = pd.Series(np.where(tested, worse, -np.inf)).groupby(lid).transform("min").to_numpy()
     m2 = max(int(len(np.unique(lid[both]))), 1)
     out = []
-    for alpha, dev in ((_alpha(profile), min_dev), (_alpha(profile, fail=True), 2 * min_dev)):
-        row = tested & (worse >= dev) & (lg <= -_z_by_dof(alpha / m1, dof) * sigma)
-        link = tested & both & (least >= dev) & (best <= -_z_by_dof(np.sqrt(alpha / m2), dof) * sigma)
+    rule = judge.Outlier(profile)
+    for level in rule.levels:  # a finding, then a failure
+        row = tested & rule.beyond(worse, lg, _z_by_dof(level.each(m1), dof), sigma, level)
+        link = tested & both & rule.beyond(least, best, _z_by_dof(level.both_ways(m2), dof), sigma, level)
         out.append(row | link)
     return out[0], out[1], worse
 
@@ -303,7 +302,7 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     nf = nic_uniq // n_nodes                      # each NIC's family
     first = pd.Series(np.arange(len(fam))).groupby(fam).first().to_numpy()
     n_higher = higher[first][nf]
-    min_dev, half = profile.get("analysis.outlier_min_deviation"), profile.get("analysis.nic_fail_ratio")
+    rule = judge.Outlier(profile)
     exclude = np.zeros(len(v), bool)
     whole = pd.Series(np.where(v > 0, v, np.nan)).groupby(pop).transform("median").to_numpy()
     for _ in range(2):   # the reference without the NICs that look bad at first sight
@@ -314,7 +313,7 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
         link_g = pd.Series(lg).groupby(lid).max().to_numpy()          # the better direction
         typ, partners = favourable_median(np.nan_to_num(np.concatenate([link_g, link_g]), nan=0.0), nic_id)
         worse = np.where(n_higher, 1 - np.exp(typ), np.exp(-typ) - 1)
-        suspect = (partners >= 2) & ((worse >= min_dev) | (np.exp(typ) <= half))
+        suspect = (partners >= 2) & rule.suspect(worse, np.exp(typ))
         if not suspect.any():
             break
         exclude = np.isin(fam * n_nodes + s, nic_uniq[suspect]) | np.isin(fam * n_nodes + d, nic_uniq[suspect])
@@ -333,18 +332,18 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     combos, inv = np.unique(np.stack([partners.astype(np.float64), dof]), axis=1, return_inverse=True)
     inv = inv.ravel()
 
-    def thresholds(alpha: float) -> np.ndarray:
-        return np.array([z_of(typical_tail(alpha / m3, int(k)), float(df)) if k >= 2 else np.inf
+    def thresholds(level: judge.Level) -> np.ndarray:
+        return np.array([z_of(typical_tail(level.each(m3), int(k)), float(df)) if k >= 2 else np.inf
                          for k, df in combos.T])[inv]
-    z3, zf = thresholds(_alpha(profile)), thresholds(_alpha(profile, fail=True))
-    warn = tested & (worse >= min_dev) & (typ <= -z3 * sigma)
-    strong = tested & (worse >= 2 * min_dev) & (typ <= -zf * sigma)
+    z3, zf = thresholds(rule.warn), thresholds(rule.fail)
+    warn = tested & rule.beyond(worse, typ, z3, sigma, rule.warn)
+    strong = tested & rule.beyond(worse, typ, zf, sigma, rule.fail)
     fref = ref[first][nf]
     return pd.DataFrame({"metric": fam_name, "size": pairs["size"].to_numpy()[first][nf],
                          "rail": pairs["rail"].to_numpy()[first][nf], "node": nic_uniq % n_nodes,
                          "typical": np.exp(typ), "partners": partners, "reference": fref,
                          "value": np.where(n_higher, fref * np.exp(typ), fref / np.exp(typ)), "worse": worse,
-                         "warn": warn, "strong": strong, "half": tested & (np.exp(typ) <= half), "sigma": sigma,
+                         "warn": warn, "strong": strong, "half": tested & rule.halved(np.exp(typ)), "sigma": sigma,
                          "dof": dof, "z": z3, "z_fail": zf,
                          "unit": pairs["unit"].to_numpy()[first][nf]})
 
@@ -473,13 +472,12 @@ def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: 
         vs_bound = np.where(higher, 1.0, -1.0) * (bad["bound"] - bad["value"]) / bad["bound"]
     worse = bad["worse"].astype(float).to_numpy()
     worse = np.where(np.isnan(worse), np.where(np.isfinite(vs_bound), vs_bound, 1.0), worse)
-    min_dev = profile.get("analysis.outlier_min_deviation")
     bad["worse"] = worse
     # A metric the profile holds to the fleet fails by its fleet bound (the judge); the statistical
     # detector then only warns, or it would be a second, stricter judge of the same question.
     failing = bad["failing"].fillna(False).to_numpy(bool) if "failing" in bad.columns else np.zeros(len(bad), bool)
     bad["grade"] = is_fail | (_statistical(bad["metric"], profile, suite) & bad["median"].notna().to_numpy()
-                              & (worse >= 2 * min_dev) & failing)
+                              & judge.Outlier(profile).fails(worse) & failing)
     bad["expected"] = bad["median"].fillna(bad["bound"])
     return bad[["rail", "s", "d", "metric", "size", "value", "expected", "median", "bound", "worse", "grade",
                 "unit", "how", "basis", "ops", "ops_failed", "ops_missing"]].reset_index(drop=True)
@@ -530,7 +528,7 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
     """
     if fabric is None or pairs.empty:
         return bad
-    min_dev, z = profile.get("analysis.outlier_min_deviation"), profile.get("analysis.outlier_z")
+    rule = judge.Outlier(profile)
     keys = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
     sign = np.where(_higher(pairs["metric"].astype(str)), 1.0, -1.0)
     good = pairs["value"].to_numpy(np.float64) * sign          # higher is better, whatever the metric
@@ -565,7 +563,7 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
             # least outlier_z.
             u1 = rank[g[placed]].sum() - n1 * (n1 + 1) / 2
             zu = (n1 * n2 / 2 - u1) / np.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
-            if not abs(mr) > 0 or (mr - mg) < min_dev * abs(mr) or zu < z:
+            if not abs(mr) > 0 or not rule.slow_group(mr - mg, abs(mr), zu):
                 continue
             near = g[pair_id] & (good[rows] < (mg + mr) / 2) & ~take[rows]
             take[rows[near]] = True
@@ -584,9 +582,8 @@ def _with_evidence(bad: pd.DataFrame, x: pd.DataFrame, profile: Profile, suite: 
     (graded by `grade`, else failing at twice outlier_min_deviation)."""
     if x.empty:
         return bad
-    min_dev = profile.get("analysis.outlier_min_deviation")
     if grade is None:
-        grade = (x["worse"].to_numpy() >= 2 * min_dev) & _statistical(x["metric"], profile, suite)
+        grade = judge.Outlier(profile).fails(x["worse"].to_numpy()) & _statistical(x["metric"], profile, suite)
     extra = pd.DataFrame({"rail": x["rail"].to_numpy(np.int64), "s": x["s"].to_numpy(np.int64),
                           "d": x["d"].to_numpy(np.int64), "metric": x["metric"].to_numpy(object),
                           "size": x["size"].to_numpy(float), "value": x["value"].to_numpy(float),

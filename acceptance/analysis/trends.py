@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..rules import catalog
+from ..rules import catalog, judge
 from ..switchtree.fabric import Fabric
 from ..rules.profile import Profile, format_size
 from .load import with_fields
@@ -73,8 +73,8 @@ def _burnin(ev: pd.DataFrame, profile: Profile) -> pd.DataFrame:
         worse = np.where(higher, (t["first"] - t["last"]) / t["first"], (t["last"] - t["first"]) / t["first"])
         cv = (t["std"] / t["mean"]).to_numpy()
     t = t.assign(worse=worse, cv=cv)
-    t["drift"] = t["worse"] > profile.get("analysis.drift_tolerance")
-    t["unstable"] = (t["cv"] > profile.get("analysis.cv_max")) & ~t["drift"]
+    t["drift"] = judge.Trend.of(profile, "analysis.drift_tolerance").beyond(t["worse"])
+    t["unstable"] = judge.Trend.of(profile, "analysis.cv_max").beyond(t["cv"]) & ~t["drift"]
     t = t[t["drift"] | t["unstable"]].reset_index(drop=True)
     return t.replace({"size": {-1.0: np.nan}, "rail": {-1.0: np.nan}})
 
@@ -171,7 +171,7 @@ def compare(df: pd.DataFrame, baseline_df: pd.DataFrame, profile: Profile) -> pd
         "src": names_arr[j["s"].to_numpy()], "dst": names_arr[j["d"].to_numpy()],
         "op": j["op"].replace("", None), "scope": j["scope"].replace("", None), "unit": j["unit"],
         "value": j["value"], "baseline": j["baseline"], "change": change})
-    out["regression"] = out["change"] < -profile.get("analysis.regression_tolerance")
+    out["regression"] = judge.Trend.of(profile, "analysis.regression_tolerance").beyond(-out["change"])
     return out
 
 
@@ -186,8 +186,8 @@ def regression_findings(deltas: pd.DataFrame, profile: Profile, measured: pd.Dat
     # a node that is only in the baseline cannot be localized in this run
     r["op"] = r["op"].fillna("")
     r["scope"] = r["scope"].fillna("")
-    tol = profile.get("analysis.regression_tolerance")
-    r = r.assign(expected=r["baseline"], worse=-r["change"], median=r["baseline"], grade=r["change"] < -2 * tol)
+    rule = judge.Trend.of(profile, "analysis.regression_tolerance")
+    r = r.assign(expected=r["baseline"], worse=-r["change"], median=r["baseline"], grade=rule.fails(-r["change"]))
     return _series_findings(r, "regression", measured, names, profile, fabric=fabric)
 
 
@@ -208,7 +208,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
         nodes = df["nodes"]
         df = df.assign(src=nodes.str[0], dst=nodes.str[1].where(nodes.str.len() == 2, None))
     df = with_fields(df)
-    tolerance = profile.get("analysis.drift_tolerance")
+    drift = judge.Trend.of(profile, "analysis.drift_tolerance")
     out = []
     for suite, name in catalog.with_role("trend"):
         sel = codes_of(df["suite"], suite) & codes_of(df["metric"], name) & ~np.isnan(floats_of(df["value"]))
@@ -243,7 +243,7 @@ def burnin_series(ev: pd.DataFrame, profile: Profile) -> list[dict]:
             out.append({"title": title, "suite": suite, "metric": name, "unit": str(g["unit"].iloc[0]),
                         "higher": higher, "iteration": stats.index.to_numpy(), "median": stats["median"].to_numpy(),
                         "worst": stats["min" if higher else "max"].to_numpy(), "first": first, "last": last,
-                        "change": change, "worse": bool(change == change and change < -tolerance),
+                        "change": change, "worse": bool(change == change and drift.beyond(-change)),
                         "worst_value": float(values[at]), "worst_iteration": int(worst["iteration"]),
                         "worst_src": worst["src"], "worst_dst": worst["dst"], "worst_rail": worst["rail"],
                         "worst_scope": None if key is None else key[1], "per_link": bool(g["dst"].notna().any())})

@@ -278,10 +278,10 @@ def _uneven_planes(store, row: dict, run_dir: Path) -> list[str]:
     history.trend_tolerance (a plane stalled that night, or slow since it was built) holds that plane's
     links to its own low: every later night's drift on it is measured from there. Say so when pinning."""
     from ..analysis.pipeline import run_profile
-    from ..rules import catalog
+    from ..rules import catalog, judge
     suite, name = catalog.headline()
     metric = f"{suite}.{name}"
-    tol = run_profile(run_dir).get("history.trend_tolerance")
+    trend = judge.Trend.of(run_profile(run_dir), "history.trend_tolerance")
     sign = 1.0 if catalog.direction(suite, name) is not False else -1.0
     f = store.fleet_series(metric)
     planes = f[(f["night"] == row["id"]) & (f["rail"] >= 0)].set_index("rail")["value"]
@@ -291,7 +291,7 @@ def _uneven_planes(store, row: dict, run_dir: Path) -> list[str]:
         if not others > 0:
             continue
         worse = sign * (1.0 - value / others)
-        if worse > tol:
+        if trend.beyond(worse):
             out.append(f"rail {rail}'s median {metric} that night was {worse:.0%} worse than the other rails' "
                        f"({value:.4g} against {others:.4g}): drifts on that plane are measured from there; "
                        "pin another night if it was a passing stall (acceptance history pin RUN_DIR)")

@@ -164,7 +164,8 @@ def outliers(measurements: Iterable[Measurement], fraction: float) -> list[Outli
         if len(group) < MIN_GROUP:
             continue
         median = float(np.median([m.value for m in group]))
-        out += [Outlier(m, median) for m in group if m.value < fraction * median]
+        below = judge.Fleet.outside([m.value for m in group], median, fraction)  # the judge's rule
+        out += [Outlier(m, median) for m, slow in zip(group, below) if slow]
     return out
 
 

@@ -317,9 +317,10 @@ def gpu_problems(nvml, index: int, margin: float) -> tuple[str, list[Problem]]:
     temp = _optional(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU)
     limit = _optional(nvml.nvmlDeviceGetTemperatureThreshold, h, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
     if temp is not None and limit:
-        if temp >= limit:
+        verdict = judge.Headroom(margin).verdict(temp, limit)
+        if verdict == "fail":
             out.append(Problem(part, f"{temp} C, at its slowdown temperature {limit} C"))
-        elif temp >= limit - margin:
+        elif verdict == "warn":
             out.append(Problem(part, f"{temp} C, within {margin:g} C of its slowdown temperature {limit} C",
                                severity="warn"))
     return pci, out

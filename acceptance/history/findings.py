@@ -28,6 +28,7 @@ import pandas as pd
 from ..analysis.finding import make_finding
 from ..analysis.localize import localize
 from ..records.naming import natural_key
+from ..rules import judge
 from ..rules.profile import Profile
 from .components import Name, finding_name, finding_subject
 from .store import HISTORY_KINDS, Store
@@ -141,7 +142,7 @@ def _rail_relative(ratio: np.ndarray, rails: np.ndarray, ends: tuple[np.ndarray,
     for r in np.unique(rails):
         on = rails == r
         plane = float(planes.get(r, np.nan))
-        moved = np.isfinite(plane) and abs(plane / fleet - 1.0) > plane_tol
+        moved = np.isfinite(plane) and judge.Trend(plane_tol).beyond(abs(plane / fleet - 1.0))
         out[on] = ratio[on] / (plane if moved else fleet)
     finite = np.isfinite(out)
     spread = 1.4826 * np.median(np.abs(out[finite] - 1.0)) if finite.any() else 0.0
@@ -195,17 +196,16 @@ def drift_scan(store: Store, tonight: dict, ref: Reference, metric: str, higher:
     else:
         rolling, loss_r, spread, fleet_r = nothing, nothing, np.zeros(len(keys)), np.zeros(len(keys))
     # The tolerance widened, in quadrature, by noise_z times the noise of the comparison: the rail's
-    # healthy links' spread between the two nights, and the link's own history's.
-    own = noise_z * np.nan_to_num(spread)
-    gate_p = np.sqrt(tol ** 2 + (noise_z * fleet_p) ** 2 + own ** 2)
-    gate_r = np.sqrt(tol ** 2 + (noise_z * fleet_r) ** 2 + own ** 2)
+    # healthy links' spread between the two nights, and the link's own history's (judge.Drift).
+    rule = judge.Drift(tol, noise_z)
+    gate_p, gate_r = rule.gate(fleet_p, spread), rule.gate(fleet_r, spread)
     worst = np.fmax(loss_p, loss_r)
     gate = np.where(np.nan_to_num(loss_p, nan=-np.inf) >= np.nan_to_num(loss_r, nan=-np.inf), gate_p, gate_r)
     # A drift is also a link worse than the reference by itself, beyond tol: dividing out a plane that
     # moved *better* (or a reference night stalled on most of a rail) must not fail a link that held steady.
     with np.errstate(divide="ignore", invalid="ignore"):
         own_p, own_r = sign * (1.0 - now / pinned), sign * (1.0 - now / rolling)
-    drifted = (((loss_p > gate_p) & (own_p > tol)) | ((loss_r > gate_r) & (own_r > tol))) & np.isfinite(now)
+    drifted = (rule.drifted(loss_p, gate_p, own_p) | rule.drifted(loss_r, gate_r, own_r)) & np.isfinite(now)
     return pd.DataFrame({"key": keys, "rail": rails, "value": now, "pinned": pinned, "rolling": rolling,
                          "loss_pinned": loss_p, "loss_rolling": loss_r, "gate": gate, "loss": worst,
                          "drifted": drifted})
@@ -222,7 +222,7 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
     named = set(own.loc[own["severity"] == "fail", "subject"])  # failing tonight already: a drift adds nothing
     # A drift fails once it has held history.drift_nights in a row: each earlier night drifted on a part
     # that shares a NIC with it (a link one night, its NIC the next); before that it warns.
-    needed = profile.get("history.drift_nights")
+    rule = judge.Drift.of(profile)
     before = [_drifted_on(store, night) for night in ref.held]
     by_subject: dict[str, dict] = {}
     for suite, metric, higher in metrics():
@@ -247,7 +247,8 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
         bad = pd.DataFrame({"rail": x["rail"].to_numpy(), "s": s[on], "d": d[on], "metric": metric,
                             "size": stored[key].get("size"), "value": x["value"].to_numpy(), "expected": expected,
                             "median": expected, "bound": np.nan, "worse": x["loss"].to_numpy(),
-                            "grade": x["loss"].to_numpy() > 2 * tol, "unit": stored[key].get("unit") or "",
+                            "grade": rule.fails(x["loss"].to_numpy()),
+                            "unit": stored[key].get("unit") or "",
                             "how": None, "basis": "history"})
         bad["size"] = bad["size"].astype(float)
         for f in localize(bad, measured, names, profile, "drift"):
@@ -255,10 +256,11 @@ def _drift(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
             f["subject"] = subject = finding_subject(f)
             if subject in named:
                 continue
-            if f["severity"] == "fail" and not (len(before) == needed - 1 and _held(f, before)):
+            held = _held_nights(f, before)
+            if f["severity"] == "fail" and not rule.persisted(held):
                 f["severity"] = "warn"
-                f["message"] += (f" (its first night of {needed} in a row beyond the tolerance: it fails if it "
-                                 "holds; one night can be a passing stall)")
+                f["message"] += (f" (night {held + 1} of {rule.nights} in a row beyond the tolerance: it fails "
+                                 "if it holds; one night can be a passing stall)")
             if subject in by_subject:  # one finding per part: its most telling metric, the others as evidence
                 by_subject[subject]["evidence"].append(f["message"])
                 if f["severity"] == "fail":
@@ -275,19 +277,21 @@ def _drifted_on(store: Store, night: dict) -> pd.DataFrame:
     return f[(f["kind"] == "drift") & f["scope"].isin(PART_SCOPES)]
 
 
-def _held(f: dict, before: list[pd.DataFrame]) -> bool:
-    """Whether every night of `before` drifted on a part sharing a NIC with f's (a node: any of its
-    NICs; a rail plane: any part on its rail)."""
+def _held_nights(f: dict, before: list[pd.DataFrame]) -> int:
+    """How many of the nights before tonight (`before`, oldest first), the last ones in a row, drifted
+    on a part sharing a NIC with f's (a node: any of its NICs; a rail plane: any part on its rail)."""
     rail, ends = f.get("rail"), {f.get("node"), f.get("peer")} - {None}
-    for night in before:
+    held = 0
+    for night in reversed(before):
         rails = pd.to_numeric(night["rail"], errors="coerce").to_numpy(float)
         on_rail = np.ones(len(night), bool) if rail is None else np.isnan(rails) | (rails == rail)
         shared = (night["node"].isin(ends) | night["peer"].isin(ends) | (night["scope"] == "rail")).to_numpy()
         if f.get("scope") == "rail":
             shared[:] = True
         if not (on_rail & shared).any():
-            return False
-    return True
+            break
+        held += 1
+    return held
 
 
 def _references(ref: Reference) -> list[str]:
@@ -328,7 +332,7 @@ def _trend(store: Store, tonight: dict, ref: Reference, profile: Profile) -> lis
             if rolling:
                 refs.append((f"the median of {len(rolling)} accepted night(s)", float(np.median(rolling))))
             changes = [(what, v, (now - v) / v * (1 if higher else -1)) for what, v in refs if v]
-            beyond = [c for c in changes if abs(c[2]) > tol]
+            beyond = [c for c in changes if judge.Trend(tol).beyond(abs(c[2]))]
             if beyond:
                 moved.append((int(rail), now, max(beyond, key=lambda c: abs(c[2]))))
         rails = [m for m in moved if m[0] >= 0]

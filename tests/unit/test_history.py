@@ -112,7 +112,7 @@ def test_one_stalled_night_warns_and_a_drift_that_holds_fails_even_as_it_moves_t
     store, nights = run_nights(tmp_path, lambda n: faults.get(n, {}), nights=7)
     kinds = [[(f["kind"], f["severity"], f["subject"]) for f in fs] for _, fs in nights]
     assert kinds[3] == [("drift", "warn", stalled)] and kinds[4] == [], kinds
-    assert "first night of 2" in nights[3][1][0]["message"]
+    assert "night 1 of 2 in a row" in nights[3][1][0]["message"]
     assert kinds[5] == [("drift", "warn", LINK)] and kinds[6] == [("drift", "fail", "node03:rail1")], kinds
     accepted = list(store.nights()["accepted"])
     assert accepted == [1, 1, 1, 1, 1, 1, 0], "a night whose drift only warned stays a reference"
