@@ -232,12 +232,21 @@ def port_rate(topology: Topology, profile: Profile, fabric: dict, record: Callab
             elif slow:
                 problems.add(node, f"{node} {p.label}: {p.rate} is below the profile's {minimum:g} Gbit/s")
             checked.append((node, p, slow))
-    if topology.rank == 0:
-        for node, p, slow in checked:
-            judge.record(record, profile, SUITE, "port_rate", p.gbps, nodes=[node], ranks=_ranks(topology, node),
-                         rail=rails[node].get(p.device), missing="fail" if slow else "info",
-                         detail=f"{p.label}: {p.rate}", device=p.device, port=p.port)
+    _record_ports(topology, profile, record, rails, "port_rate", checked, lambda p: p.gbps,
+                  lambda p: f"{p.label}: {p.rate}")
     return problems.lines()
+
+
+def _record_ports(topology: Topology, profile: Profile, record: Callable, rails: dict, metric: str,
+                  checked: list, value: Callable, detail: Callable) -> None:
+    """Rank 0 records each checked (node, port, bad) of `metric`: a port whose value is missing fails
+    where the check found it bad."""
+    if topology.rank != 0:
+        return
+    for node, p, bad in checked:
+        judge.record(record, profile, SUITE, metric, value(p), nodes=[node], ranks=_ranks(topology, node),
+                     rail=rails[node].get(p.device), missing="fail" if bad else "info", detail=detail(p),
+                     device=p.device, port=p.port)
 
 
 def port_mtu(topology: Topology, profile: Profile, fabric: dict, record: Callable) -> list[str]:
@@ -262,13 +271,9 @@ def port_mtu(topology: Topology, profile: Profile, fabric: dict, record: Callabl
             elif bad:
                 problems.add(node, f"{node} {p.label}: MTU {p.mtu} is below the profile's {minimum}")
             checked.append((node, p, bad))
-    if topology.rank == 0:
-        for node, p, bad in checked:
-            source = f"{p.netdev} mtu" if p.link_layer == "Ethernet" else "ibv_devinfo active_mtu"
-            judge.record(record, profile, SUITE, "port_mtu", p.mtu, nodes=[node], ranks=_ranks(topology, node),
-                         rail=rails[node].get(p.device), missing="fail" if bad else "info",
-                         detail=f"{p.label}: {p.mtu_reason}" if p.mtu is None else f"{p.label}: {source}",
-                         device=p.device, port=p.port)
+    _record_ports(topology, profile, record, rails, "port_mtu", checked, lambda p: p.mtu,
+                  lambda p: f"{p.label}: {p.mtu_reason}" if p.mtu is None else
+                  f"{p.label}: {p.netdev} mtu" if p.link_layer == "Ethernet" else f"{p.label}: ibv_devinfo active_mtu")
     return problems.lines()
 
 
