@@ -84,7 +84,8 @@ def add_parser(sub) -> None:
                                   "median, so a slow drift cannot creep into the reference. One run is pinned "
                                   "at a time; pinning another replaces it.")
     p.add_argument("run_dir", metavar="RUN_DIR")
-    p.add_argument("--if-none", action="store_true", help="only when no run is pinned yet (the nightly job's first night)")
+    p.add_argument("--if-none", action="store_true", help="only when no run is pinned yet, and only a night whose rail planes were even "
+                   "(the nightly job's first night; an uneven one is left unpinned, and says why)")
     store_arg(p)
     p.set_defaults(func=cmd_pin)
 
@@ -145,13 +146,15 @@ def _night_row(store, run_dir):
 
 def cmd_check(args) -> int:
     from ..analysis.pipeline import run_profile
-    from ..history.findings import accepted, check_night
+    from ..history.findings import accepted, check_night, uneven_planes, uneven_text
     run_dir = Path(args.run_dir)
     store = _open(args, run_dir)
     tonight = _night_row(store, run_dir)
-    findings, ref = check_night(store, tonight, run_profile(run_dir))
+    profile = run_profile(run_dir)
+    findings, ref = check_night(store, tonight, profile)
     store.record_findings(tonight["id"], findings)
-    store.set_accepted(tonight["id"], accepted(tonight, findings))
+    uneven = uneven_planes(store, tonight, profile, ref.pinned)
+    store.set_accepted(tonight["id"], is_accepted := accepted(tonight, findings, uneven))
     against = []
     if ref.pinned:
         against.append(f"the pinned run {ref.pinned['run_id']} ({str(ref.pinned['started'])[:10]})")
@@ -165,10 +168,14 @@ def cmd_check(args) -> int:
             print(f"      {line}")
     if not findings:
         print("  no drift, intermittent, recovered or trend finding")
+    if uneven and tonight["verdict"] == "pass":
+        print(f"history: {tonight['run_id']} is not a reference night (the rolling median's): an uneven rail plane")
+        for plane in uneven:
+            print(f"  {uneven_text(plane)}")
     (run_dir / "history.json").write_text(json.dumps({
         "store": str(store.path.resolve()), "night": tonight["id"], "run_id": tonight["run_id"],
         "pinned": ref.pinned and ref.pinned["run_id"], "rolling": [n["run_id"] for n in ref.rolling],
-        "findings": findings}, indent=1, default=str) + "\n")
+        "accepted": is_accepted, "uneven": uneven, "findings": findings}, indent=1, default=str) + "\n")
     if tonight["verdict"] == "incomplete":
         return EXIT_INCOMPLETE
     failed = tonight["verdict"] == "fail" or any(f["severity"] == "fail" for f in findings)
@@ -256,6 +263,8 @@ def cmd_worst(args) -> int:
 
 
 def cmd_pin(args) -> int:
+    from ..analysis.pipeline import run_profile
+    from ..history.findings import uneven_planes, uneven_text
     run_dir = Path(args.run_dir)
     store = _open(args, run_dir)
     row = _night_row(store, run_dir)
@@ -265,37 +274,23 @@ def cmd_pin(args) -> int:
         return EXIT_OK
     if row["verdict"] == "incomplete":
         raise UsageError(f"{run_dir}: did not complete; an incomplete run cannot be the reference")
+    # A reference with a plane stalled that night holds that plane's links to its own low: every later
+    # night's drift on it is measured from there. The nightly job's own pin waits for an even night.
+    uneven = uneven_planes(store, row, run_profile(run_dir))
+    if args.if_none and uneven:
+        print(f"history: not pinned: {row['run_id']} had an uneven rail plane; the next even passing night is "
+              "pinned (or pin one by hand: acceptance history pin RUN_DIR)")
+        for plane in uneven:
+            print(f"  {uneven_text(plane)}")
+        return EXIT_OK
     store.pin(row["run_id"])
     note = "" if row["verdict"] == "pass" else f" (note: it did not pass: {row['verdict']})"
     print(f"history: pinned {row['run_id']} ({str(row['started'])[:10]}) as the reference{note}")
-    for line in _uneven_planes(store, row, run_dir):
-        print(f"  note: {line}")
+    for plane in uneven:
+        print(f"  note: {uneven_text(plane)}: drifts on that plane are measured from there; pin another night "
+              "if it was a passing stall (acceptance history pin RUN_DIR)")
     return EXIT_OK
 
-
-def _uneven_planes(store, row: dict, run_dir: Path) -> list[str]:
-    """A reference with a rail plane worse than its other planes' median by more than
-    history.trend_tolerance (a plane stalled that night, or slow since it was built) holds that plane's
-    links to its own low: every later night's drift on it is measured from there. Say so when pinning."""
-    from ..analysis.pipeline import run_profile
-    from ..rules import catalog, judge
-    suite, name = catalog.headline()
-    metric = f"{suite}.{name}"
-    trend = judge.Trend.of(run_profile(run_dir), "history.trend_tolerance")
-    sign = 1.0 if catalog.direction(suite, name) is not False else -1.0
-    f = store.fleet_series(metric)
-    planes = f[(f["night"] == row["id"]) & (f["rail"] >= 0)].set_index("rail")["value"]
-    out = []
-    for rail, value in planes.items():
-        others = float(planes.drop(rail).median()) if len(planes) > 1 else float("nan")
-        if not others > 0:
-            continue
-        worse = sign * (1.0 - value / others)
-        if trend.beyond(worse):
-            out.append(f"rail {rail}'s median {metric} that night was {worse:.0%} worse than the other rails' "
-                       f"({value:.4g} against {others:.4g}): drifts on that plane are measured from there; "
-                       "pin another night if it was a passing stall (acceptance history pin RUN_DIR)")
-    return out
 
 
 def cmd_prune(args) -> int:

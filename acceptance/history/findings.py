@@ -74,12 +74,51 @@ def check_night(store: Store, tonight: dict, profile: Profile) -> tuple[list[dic
     return sorted(out, key=lambda f: (f["severity"] != "fail", f["kind"], f["subject"])), ref
 
 
-def accepted(tonight: dict, findings: list[dict]) -> bool:
-    """Whether tonight becomes a reference (the rolling median's): it passed, and its check failed no
-    part. A drift that only warned does not keep it out: one link's stall must not keep a night of
-    thousands of links out of every link's rolling median, which shrugs one stalled night off."""
-    return tonight["verdict"] == "pass" and not any(
+def accepted(tonight: dict, findings: list[dict], uneven: list[dict] = ()) -> bool:
+    """Whether tonight becomes a reference (the rolling median's): it passed, its check failed no
+    part, and no rail plane was uneven (uneven_planes). A drift that only warned does not keep it out:
+    one link's stall must not keep a night of thousands of links out of every link's rolling median,
+    which shrugs one stalled night off; a plane stalled for the night moves every link on it."""
+    return tonight["verdict"] == "pass" and not uneven and not any(
         f["kind"] in ("drift", "intermittent") and f["severity"] == "fail" for f in findings)
+
+
+def uneven_planes(store: Store, night: dict, profile: Profile, pinned: dict | None = None) -> list[dict]:
+    """The rail planes of `night` worse than its other planes' median (the headline metric's plane
+    medians) beyond history.trend_tolerance, as fields: rail, metric, value, others, worse. With a
+    pinned night, against the gap that night had (planes that differ by design are not uneven); a
+    plane stalled for a night (a host, a switch, the other jobs) is, and such a night is a reference
+    for nothing: every link on the plane would be held to its own low."""
+    from ..rules import catalog
+    suite, name = catalog.headline()
+    metric = f"{suite}.{name}"
+    trend = judge.Trend.of(profile, "history.trend_tolerance")
+    higher = catalog.direction(suite, name) is not False
+    f = store.fleet_series(metric)
+
+    def ratios(night_id: int) -> dict[int, tuple[float, float, float]]:
+        planes = f[(f["night"] == night_id) & (f["rail"] >= 0)].set_index("rail")["value"]
+        out = {}
+        for rail, value in planes.items():
+            others = float(planes.drop(rail).median()) if len(planes) > 1 else float("nan")
+            if others > 0 and value > 0:
+                out[int(rail)] = (float(value), others, value / others if higher else others / value)
+        return out
+
+    base = ratios(pinned["id"]) if pinned and pinned["id"] != night["id"] else {}
+    out = []
+    for rail, (value, others, ratio) in ratios(night["id"]).items():
+        worse = 1.0 - ratio / (base[rail][2] if rail in base else 1.0)
+        if trend.beyond(worse):
+            out.append({"rail": rail, "metric": metric, "value": value, "others": others, "worse": worse,
+                        "pinned": rail in base})
+    return out
+
+
+def uneven_text(plane: dict) -> str:
+    return (f"rail {plane['rail']}'s median {plane['metric']} was {plane['worse']:.0%} worse than the other rails' "
+            f"({plane['value']:.4g} against {plane['others']:.4g}"
+            + (", beyond the gap on the pinned night" if plane["pinned"] else "") + ")")
 
 
 # ---- series as evidence ---------------------------------------------------------------------

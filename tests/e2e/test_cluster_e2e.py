@@ -123,11 +123,12 @@ def _not_stalls(judged: dict) -> list[dict]:
     """Findings other than the throttled NIC's that are not a stall's warning. Two cores shared with
     the other test workers stall a link now and then for seconds, in its rounds and on confirmation
     alike (two links 50% slow on one night of a CI run): the harness warns of what it measured (a
-    drift on its first night, at least the tolerance slower than its reference), and fails nothing."""
+    drift on its first night, at least the tolerance slower than its reference; a whole plane's or the
+    fleet's trend, which names no part), and fails nothing."""
     from acceptance.rules.profile import load_profile
     tol = load_profile(NIGHTLY_PROFILE).get("history.drift_tolerance")
-    return [f for f in judged["findings"] if f not in _throttled(judged) and not (
-        f["kind"] == "drift" and f["severity"] == "warn" and f["value"] <= (1 - tol) * f["expected"])]
+    return [f for f in judged["findings"] if f not in _throttled(judged) and not (f["severity"] == "warn" and (
+        f["kind"] == "trend" or f["kind"] == "drift" and f["value"] <= (1 - tol) * f["expected"]))]
 
 
 def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tmp_path):
@@ -146,9 +147,14 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
         folder = run_folder(log)
         return rc, log, folder, json.loads((folder / "history.json").read_text())
 
-    rc, log, first, _ = night(f"{BASE_MBIT}mbit")
-    assert rc == 0, log
-    assert "history: pinned" in log  # the first passing night becomes the reference
+    # The first passing night with its rail planes even becomes the reference; one with a plane the
+    # other test workers stalled is not pinned (nor accepted), and the next is tried.
+    for references in range(1, 4):
+        rc, log, first, _ = night(f"{BASE_MBIT}mbit")
+        assert rc == 0, log
+        if "history: pinned" in log:
+            break
+        assert "history: not pinned" in log and references < 3, log
     pinned = json.loads((first / "run.json").read_text())["run_id"]
     rc, log, _, judged = night(f"{BASE_MBIT * (1 - STEP):.0f}mbit")
     assert rc == 0 and _throttled(judged) == [] and _not_stalls(judged) == [], log  # 8% lost: under the tolerance
@@ -156,12 +162,14 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
     # 16% lost since the pinned night, 8% since the last: the drift is found against the pinned run
     # and the rolling median, while the run itself passes (its fleet bound is 0.05x of the median).
     # Its first night beyond the tolerance: a warning (it would fail if it held another night).
-    assert judged["pinned"] == pinned and len(judged["rolling"]) == 2, judged
+    assert judged["pinned"] == pinned and judged["rolling"][0] == pinned, judged
     assert [f for f in json.loads((folder / "findings.json").read_text()) if f["severity"] == "fail"] == []
     drift = _throttled(judged)
     assert drift and all(f["kind"] == "drift" and f["severity"] == "warn" for f in drift), judged
     assert _not_stalls(judged) == [], judged
     assert "drift node2" in log
+    drifted_accepted = judged["accepted"]
+    assert drifted_accepted == (judged["uneven"] == []), judged  # its drift only warned
     html = (folder / "report.html").read_text()  # written once, at the end, with the History section
     assert '<section id="history">' in html and "node2" in html.split('<section id="history">')[1]
     # The next night node2's rail 0 fails outright (30 Mbit/s against Gbit/s peers, the tbf limits
@@ -185,7 +193,10 @@ def test_nightly_finds_a_drift_no_single_night_shows_then_a_failed_nic(clean, tm
     from acceptance.history.store import Store
     store = Store.open(history, create=False)
     nights = store.nights()
-    assert list(nights["verdict"]) == ["pass", "pass", "pass", "fail"]
-    assert list(nights["accepted"]) == [1, 1, 1, 0] and list(nights["pinned"]) == [1, 0, 0, 0]
+    tried = references - 1  # reference nights left unpinned
+    assert list(nights["verdict"]) == ["pass"] * (tried + 3) + ["fail"]
+    assert list(nights["pinned"]) == [0] * tried + [1, 0, 0, 0]
+    assert list(nights["accepted"])[:tried + 1] == [0] * tried + [1]
+    assert list(nights["accepted"])[-2:] == [int(drifted_accepted), 0]
     series = store.series(parse_name("node2:rail0"), "rdma_write.bandwidth")
-    assert len(series) == 4 and "drift" in series["findings"].iloc[2]
+    assert len(series) == tried + 4 and "drift" in series["findings"].iloc[tried + 2]

@@ -15,7 +15,7 @@ import pytest
 from acceptance.analysis.pipeline import run_profile
 from acceptance.cli import main
 from acceptance.history.components import parse_name
-from acceptance.history.findings import accepted, check_night
+from acceptance.history.findings import accepted, check_night, uneven_planes
 from acceptance.history.store import STORE_VERSION, Store, StoreError
 from tests.synthetic import make_run
 
@@ -38,9 +38,9 @@ def check(store: Store, run_dir: Path) -> tuple[dict, list[dict]]:
     """What `history check` does: ingest, judge, keep the findings, accept a clean passing night."""
     store.ingest(run_dir)
     row = store.night(json.loads((run_dir / "run.json").read_text())["run_id"])
-    found, _ = check_night(store, row, run_profile(run_dir))
+    found, ref = check_night(store, row, run_profile(run_dir))
     store.record_findings(row["id"], found)
-    store.set_accepted(row["id"], accepted(row, found))
+    store.set_accepted(row["id"], accepted(row, found, uneven_planes(store, row, run_profile(run_dir), ref.pinned)))
     return row, found
 
 
@@ -368,3 +368,30 @@ def test_pinning_a_night_whose_rail_plane_was_slow_says_so(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "pinned night01" in out and "note: rail 1's median rdma_write.bandwidth" in out and "worse" in out, out
     assert "rail 0's" not in out
+
+
+def test_the_nightly_pin_waits_for_an_even_night_and_an_uneven_one_is_no_reference(tmp_path, capsys):
+    """A plane stalled for a night moves every link on it: such a night is neither pinned by the nightly
+    job (pin --if-none) nor accepted into the rolling median; a gap the pinned night had too is by design."""
+    h = str(tmp_path / "h")
+    uneven = make_night(tmp_path, 0, slow_rail=(1, 0.9))
+    assert main(["history", "check", str(uneven), "--history", h]) == 0
+    out = capsys.readouterr().out
+    assert "is not a reference night" in out and "rail 1's median rdma_write.bandwidth was 10% worse" in out, out
+    assert json.loads((uneven / "history.json").read_text())["accepted"] is False
+    assert main(["history", "pin", str(uneven), "--history", h, "--if-none"]) == 0
+    assert "history: not pinned" in capsys.readouterr().out
+    even = make_night(tmp_path, 1)
+    assert main(["history", "check", str(even), "--history", h]) == 0
+    assert json.loads((even / "history.json").read_text())["accepted"] is True
+    assert main(["history", "pin", str(even), "--history", h, "--if-none"]) == 0
+    assert "history: pinned night01" in capsys.readouterr().out
+    store = Store.open(tmp_path / "h", create=False)
+    assert list(store.nights()["accepted"]) == [0, 1] and list(store.nights()["pinned"]) == [0, 1]
+    # Pinned by hand, a plane slow by design sets the gap: a later night with the same gap is even.
+    assert main(["history", "pin", str(uneven), "--history", h]) == 0
+    assert "note: rail 1's" in capsys.readouterr().out
+    again = make_night(tmp_path, 2, slow_rail=(1, 0.9))
+    main(["history", "check", str(again), "--history", h])
+    judged = json.loads((again / "history.json").read_text())
+    assert judged["uneven"] == [] and judged["accepted"] is True, judged
