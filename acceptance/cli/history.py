@@ -292,7 +292,6 @@ def cmd_pin(args) -> int:
     return EXIT_OK
 
 
-
 def cmd_prune(args) -> int:
     store = _open(args, create=False)
     before = _iso(args.keep)
