@@ -16,7 +16,6 @@ import os
 from pathlib import Path
 
 from .common import EXIT_OK, UsageError
-from ..analysis.deciding import deciding_pairs, pattern_gaps
 from ..records.naming import natural_key
 from ..records.results import InputError, read_json
 from ..switchtree.fabric import Fabric
@@ -381,6 +380,7 @@ def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str
         sizes = ", ".join(f"{leaf} ({len(ns)})" for leaf, ns in list(tree.leaves.items())[:12])
         more = f", +{len(tree.leaves) - 12} more" if len(tree.leaves) > 12 else ""
         lines.append(f"  {which}: {len(tree.leaves)} leaves: {sizes}{more}; spines {', '.join(tree.spines) or 'none'}")
+        from ..analysis.deciding import pattern_gaps  # pandas: kept out of node-check's start
         gaps = pattern_gaps(tree, nodes, pairs)
         if not gaps:
             lines.append(f"    {pattern} tells every leaf, uplink and spine apart from each other and from the NICs")
@@ -410,6 +410,7 @@ def run_deciding_text(run_dir: str, fabric: Fabric) -> str:
         tree = fabric.tree(f.get("rail") or 0)
         lines.append(f"{f['message']}")
         for alt in alts:
+            from ..analysis.deciding import deciding_pairs  # pandas: kept out of node-check's start
             pairs = deciding_pairs(me, alt, tree, nodes) if tree is not None else []
             what = _name(alt)
             lines.append(f"  vs {what}: " + (f"measure {', '.join(f'{a}-{b}' for a, b in pairs)} on rail {f['rail']}"

@@ -5,11 +5,15 @@ import time
 
 
 def test_node_check_answers_on_this_machine_within_its_deadline(acceptance_cli, tmp_path):
+    # The deadline is node-check's own clock (node_check.deadline). The process around it is kept light by
+    # what it imports, asserted below, not by a wall clock: CI shares its cores with QEMU and MPI jobs,
+    # which stretched a 0.9 s start to 11.6 s once. Slurm's own limit on the program is the bound here.
     t0 = time.monotonic()
-    p = acceptance_cli("node-check", "--json", "--profile", "local", "--state", str(tmp_path / "state"))
+    p = acceptance_cli("node-check", "--json", "--profile", "local", "--state", str(tmp_path / "state"),
+                       timeout=60)
     seconds = time.monotonic() - t0
     out = json.loads(p.stdout)
-    assert seconds < 10 and out["seconds"] < 10, (seconds, out)
+    assert out["seconds"] < 10 and seconds < 60, (seconds, out)
     assert p.returncode == out["exit_code"] and out["verdict"] in ("pass", "fail", "error"), p.stdout + p.stderr
     assert [c["check"] for c in out["checks"]] == ["ports", "counters", "pcie", "memlock", "gpudirect", "gpus", "xid"]
     for c in out["checks"]:
@@ -20,6 +24,18 @@ def test_node_check_answers_on_this_machine_within_its_deadline(acceptance_cli, 
     assert text.splitlines()[-1].startswith("node-check "), text
     help_text = acceptance_cli("node-check", "--help").stdout
     assert "HealthCheckProgram" in help_text and "exit codes" in help_text
+
+
+def test_node_check_starts_without_the_analysis_stack(tmp_path):
+    """Every node runs node-check every HealthCheckInterval: its process imports no pandas, jinja2,
+    matplotlib or mpi4py (the analysis, report and MPI layers), only what its checks use."""
+    import subprocess
+    import sys
+    code = ("import sys; from acceptance.cli import main; "
+            f"main(['node-check', '--json', '--profile', 'local', '--state', {str(tmp_path / 'state')!r}]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'pandas', 'jinja2', 'matplotlib', 'mpi4py'}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.splitlines()[-1] == "[]", p.stdout + p.stderr
 
 
 def test_the_wrapper_as_a_prolog_fails_a_job_only_after_draining_its_node(tmp_path):
