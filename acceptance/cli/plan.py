@@ -361,6 +361,7 @@ def _fabric(profile: Profile, topology: str | None, run_dir: str | None):
 
 def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str:
     """Per rail's tree: what the pattern's pairs cannot tell apart, and the pairs that would."""
+    from ..analysis.deciding import pattern_gaps  # pandas: imported here to keep it out of node-check's start
     lines = [f"switch tree: {fabric.format} {fabric.source}"]
     shown = set()
     for rail in range(rails):
@@ -380,7 +381,6 @@ def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str
         sizes = ", ".join(f"{leaf} ({len(ns)})" for leaf, ns in list(tree.leaves.items())[:12])
         more = f", +{len(tree.leaves) - 12} more" if len(tree.leaves) > 12 else ""
         lines.append(f"  {which}: {len(tree.leaves)} leaves: {sizes}{more}; spines {', '.join(tree.spines) or 'none'}")
-        from ..analysis.deciding import pattern_gaps  # pandas: kept out of node-check's start
         gaps = pattern_gaps(tree, nodes, pairs)
         if not gaps:
             lines.append(f"    {pattern} tells every leaf, uplink and spine apart from each other and from the NICs")
@@ -394,6 +394,7 @@ def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str
 def run_deciding_text(run_dir: str, fabric: Fabric) -> str:
     """For each finding of a run whose alternatives the measured pairs could not tell apart: the
     pairs that would decide (findings.json, the run's nodes)."""
+    from ..analysis.deciding import deciding_pairs  # pandas: imported here to keep it out of node-check's start
     try:
         findings = read_json(Path(run_dir) / "findings.json")
         run = read_json(Path(run_dir) / "run.json")
@@ -410,7 +411,6 @@ def run_deciding_text(run_dir: str, fabric: Fabric) -> str:
         tree = fabric.tree(f.get("rail") or 0)
         lines.append(f"{f['message']}")
         for alt in alts:
-            from ..analysis.deciding import deciding_pairs  # pandas: kept out of node-check's start
             pairs = deciding_pairs(me, alt, tree, nodes) if tree is not None else []
             what = _name(alt)
             lines.append(f"  vs {what}: " + (f"measure {', '.join(f'{a}-{b}' for a, b in pairs)} on rail {f['rail']}"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import warnings
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,7 +29,7 @@ import pandas as pd
 from ..analysis.finding import make_finding
 from ..analysis.localize import localize
 from ..records.naming import natural_key
-from ..rules import judge
+from ..rules import catalog, judge
 from ..rules.profile import Profile
 from .components import Name, finding_name, finding_subject
 from .store import HISTORY_KINDS, Store
@@ -74,7 +75,7 @@ def check_night(store: Store, tonight: dict, profile: Profile) -> tuple[list[dic
     return sorted(out, key=lambda f: (f["severity"] != "fail", f["kind"], f["subject"])), ref
 
 
-def accepted(tonight: dict, findings: list[dict], uneven: list[dict] = ()) -> bool:
+def accepted(tonight: dict, findings: list[dict], uneven: Sequence[dict] = ()) -> bool:
     """Whether tonight becomes a reference (the rolling median's): it passed, its check failed no
     part, and no rail plane was uneven (uneven_planes). A drift that only warned does not keep it out:
     one link's stall must not keep a night of thousands of links out of every link's rolling median,
@@ -89,7 +90,6 @@ def uneven_planes(store: Store, night: dict, profile: Profile, pinned: dict | No
     pinned night, against the gap that night had (planes that differ by design are not uneven); a
     plane stalled for a night (a host, a switch, the other jobs) is, and such a night is a reference
     for nothing: every link on the plane would be held to its own low."""
-    from ..rules import catalog
     suite, name = catalog.headline()
     metric = f"{suite}.{name}"
     trend = judge.Trend.of(profile, "history.trend_tolerance")
