@@ -8,8 +8,8 @@ PCIe links at what they can train to; one RoCE lossless class.
 
 A node's facts are read once, by its first rank (acceptance.host.nodefacts), and shared with every
 rank (gather_facts). Each check takes them, writes its records on rank 0 and returns the problems,
-one line each, the node named; a value is judged where the node check judges it
-(acceptance.drivers.nodecheck: the same judge, the same bounds). A check whose source no node has
+one line each, the node named; a value is judged by the node check's own judgements
+(acceptance.checks: the same judge, the same bounds, the same rails, the same advice). A check whose source no node has
 raises Skip with the reason (decided from gathered facts: the same on every rank); one that some
 nodes have and others lack fails naming those nodes.
 """
@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..checks import memlock as memlock_check
+from ..checks import ports as port_checks
+from ..checks import rails as rail_ports
+from ..checks.base import RDMA_KEYS, fails, required
 from ..host.nics import mapped_devices, topology_rails
-from ..host.nodefacts import (Unavailable, collect, common_link_layer, far_pairs, gpudirect_path,
-                              link_layer_mismatches, ports_down)
+from ..host.nodefacts import Unavailable, collect, common_link_layer, far_pairs, gpudirect_path
 from ..host.pcie import trained_down
 from ..host.preflight import UNLIMITED, differing, layout_problems, memlock_limit, odd_ones_out, software_versions
 from ..host.roce import traffic_class
@@ -28,7 +31,6 @@ from ..host.sysfs import sysfs_root
 from ..rules import judge
 from ..rules.profile import Profile, format_size
 from ..runtime.topology import Topology
-from .nodecheck import RDMA_KEYS, fails, mtu_short, port_slow, required
 
 SUITE = "preflight"
 
@@ -65,9 +67,7 @@ def memlock(profile: Profile, record: Callable) -> list[str]:
                               detail=UNLIMITED if limit == UNLIMITED else None)
     if verdict == "pass":
         return []
-    return [f"memlock limit (ulimit -l) is {limit} bytes, the profile needs at least {minimum}; "
-            f"RDMA memory registration will fail. Set it in /etc/security/limits.conf "
-            f"and Slurm's PropagateResourceLimits"]
+    return [memlock_check.short(limit, minimum)]
 
 
 def rank_layout(topology: Topology, profile: Profile, record: Callable) -> list[str]:
@@ -158,13 +158,10 @@ def _rails(topology, profile, fabric):
 
 
 def _rail_ports(profile, have):
-    """The ports the port checks cover: with topology.nic_rails set, the mapped rail NICs only.
-
-    Nodes with storage or in-band NICs (DGX-class nodes) map their rail NICs, so a
-    storage port at another rate or link layer is not held to the fabric's bounds.
-    """
-    mapped = profile.get("topology.nic_rails")
-    return {node: [p for p in ports if not mapped or p.device in mapped] for node, ports in have.items()}
+    """The ports the port checks cover: each node's rails as the node check selects them
+    (acceptance.checks.rails): a storage, management or VM-network port, a bond beside the rails, is
+    not held to the fabric's bounds."""
+    return {node: rail_ports.select(ports, profile).ports for node, ports in have.items()}
 
 
 def _record_port_lines(topology, profile, fabric, record, metric, lines_by_node, problems, all_good):
@@ -205,8 +202,12 @@ def rdma_devices(topology: Topology, profile: Profile, fabric: dict, record: Cal
 def ports_up(topology: Topology, profile: Profile, fabric: dict, record: Callable) -> list[str]:
     """Every rail port ACTIVE / LinkUp."""
     have, problems = _available(fabric, "ports", "RDMA ports", required(profile, *RDMA_KEYS))
-    have = _rail_ports(profile, have)
-    down = {node: ports_down(ports) for node, ports in have.items()}
+    selected = {node: rail_ports.select(ports, profile) for node, ports in have.items()}
+    down = {node: [f"{p.label}: {j.detail}" for p in rails.ports for j in [port_checks.down(p)] if j and j.known]
+            for node, rails in selected.items()}
+    for node, rails in selected.items():
+        if rails.missing:
+            down[node].append(f"rails: {rails.missing}")
     for node, lines in down.items():
         for line in lines:
             problems.add(node, f"{node} {line}")
@@ -219,19 +220,16 @@ def port_rate(topology: Topology, profile: Profile, fabric: dict, record: Callab
     have, problems = _available(fabric, "ports", "RDMA ports", required(profile, "preflight.port_rate"))
     _record_missing(topology, profile, fabric, record, "port_rate", have, problems)
     have = _rail_ports(profile, have)
-    minimum = profile.get("preflight.port_rate")
     rails = _rails(topology, profile, fabric)
     checked = []
     for node, ports in have.items():
         for p in ports:
             if not p.up:
                 continue  # ports_up names it
-            slow = port_slow(p, profile)
-            if slow and p.gbps is None:
-                problems.add(node, f"{node} {p.label}: rate {p.rate!r} does not parse; the profile needs {minimum:g} Gbit/s")
-            elif slow:
-                problems.add(node, f"{node} {p.label}: {p.rate} is below the profile's {minimum:g} Gbit/s")
-            checked.append((node, p, slow))
+            slow = port_checks.slow(p, profile)
+            if slow:
+                problems.add(node, f"{node} {p.label}: {slow.detail}")
+            checked.append((node, p, slow is not None))
     _record_ports(topology, profile, record, rails, "port_rate", checked, lambda p: p.gbps,
                   lambda p: f"{p.label}: {p.rate}")
     return problems.lines()
@@ -255,7 +253,6 @@ def port_mtu(topology: Topology, profile: Profile, fabric: dict, record: Callabl
     have, problems = _available(fabric, "ports", "RDMA ports", needs)
     _record_missing(topology, profile, fabric, record, "port_mtu", have, problems)
     have = _rail_ports(profile, have)
-    minimum = profile.get("preflight.mtu")
     up = {node: [p for p in ports if p.up] for node, ports in have.items()}
     if not needs and not any(p.mtu is not None for ports in up.values() for p in ports):
         reasons = {node: Unavailable(next((p.mtu_reason for p in ports if p.mtu_reason), "no active port"))
@@ -265,12 +262,10 @@ def port_mtu(topology: Topology, profile: Profile, fabric: dict, record: Callabl
     checked = []
     for node, ports in up.items():
         for p in ports:
-            bad = p.mtu is None or mtu_short(p.mtu, profile)
-            if p.mtu is None:
-                problems.add(node, f"{node} {p.label}: {p.mtu_reason}")
-            elif bad:
-                problems.add(node, f"{node} {p.label}: MTU {p.mtu} is below the profile's {minimum}")
-            checked.append((node, p, bad))
+            short = port_checks.short_mtu(p, profile)
+            if short:
+                problems.add(node, f"{node} {p.label}: {short.detail}")
+            checked.append((node, p, short is not None))
     _record_ports(topology, profile, record, rails, "port_mtu", checked, lambda p: p.mtu,
                   lambda p: f"{p.label}: {p.mtu_reason}" if p.mtu is None else
                   f"{p.label}: {p.netdev} mtu" if p.link_layer == "Ethernet" else f"{p.label}: ibv_devinfo active_mtu")
@@ -284,10 +279,11 @@ def link_layer(topology: Topology, profile: Profile, fabric: dict, record: Calla
     expected, source = profile.get("preflight.link_layer"), "the profile's preflight.link_layer"
     if expected is None:
         expected, source = common_link_layer([p for ports in have.values() for p in ports]), "the job's most common"
-    odd = {node: link_layer_mismatches(ports, expected) for node, ports in have.items()}
+    odd = {node: [f"{p.label}: {j.detail}" for p in ports for j in [port_checks.wrong_layer(p, expected)] if j]
+           for node, ports in have.items()}
     for node, lines in odd.items():
         for line in lines:
-            problems.add(node, f"{node} {line}, expected {expected} ({source})")
+            problems.add(node, f"{node} {line} ({source})")
     _record_port_lines(topology, profile, fabric, record, "link_layer_mismatches", odd, problems,
                        f"every port {expected}")
     return problems.lines()

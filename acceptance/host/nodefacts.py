@@ -125,6 +125,9 @@ class Port:
     netdev: str | None
     mtu: int | None             # bytes; None when unknown, with the reason in mtu_reason
     mtu_reason: str | None = None
+    hca_type: str | None = None  # the device's model as the driver names it ("MT4129": ConnectX-7); None unknown
+    virtual: bool = False       # an SR-IOV virtual function (its PCI function has a physfn): a VM's NIC
+    unread: str | None = None   # why its state could not be read (a sysfs file missing or unreadable)
 
     @property
     def up(self) -> bool:
@@ -218,19 +221,16 @@ def read_ports(root: Path, devinfo=None, only: Iterable[str] | None = None) -> l
                 mtu = parse_mtu(fields.get("active_mtu")) if fields else None
                 if mtu is None:
                     why = f"InfiniBand MTU unknown: no active_mtu for {name} port {n} in ibv_devinfo's output"
-        out.append(Port(name, n, p.state or "", read_sysfs(pdir / "phys_state") or "", rate,
-                        parse_rate(rate), link_layer, netdev, mtu, why))
+        phys_state = read_sysfs(pdir / "phys_state")
+        unread = [f for f, text in (("state", p.state), ("phys_state", phys_state)) if text is None]
+        # hca_type: mlx5 prints "MT<PCI device id>" (drivers/infiniband/hw/mlx5/main.c, hca_type_show), what
+        # ibstat calls "CA type"; physfn: the link from a virtual function to its physical function
+        # (Documentation/ABI/testing/sysfs-bus-pci).
+        out.append(Port(name, n, p.state or "", phys_state or "", rate, parse_rate(rate), link_layer, netdev, mtu,
+                        why, hca_type=read_sysfs(dev / "hca_type") or None,
+                        virtual=(dev / "device" / "physfn").exists(),
+                        unread=(f"cannot read {', '.join(unread)} in {pdir}" if unread else None)))
     return out
-
-
-def ports_down(ports: list[Port]) -> list[str]:
-    """Ports not ACTIVE / LinkUp, as "mlx5_3 port 1: 1: DOWN / 3: Disabled"."""
-    return [f"{p.label}: {p.state or '?'} / {p.phys_state or '?'}" for p in ports if not p.up]
-
-
-def link_layer_mismatches(ports: list[Port], expected: str) -> list[str]:
-    """Ports whose link layer is not `expected`, as "mlx5_1 port 1: Ethernet"."""
-    return [f"{p.label}: {p.link_layer}" for p in ports if p.link_layer != expected]
 
 
 def common_link_layer(ports: list[Port]) -> str | None:

@@ -4,9 +4,10 @@ A built-in names its hardware with [detect] gpu_model (a part of nvidia-smi's GP
 e.g. "H100"), preflight.port_rate (the active rate of its RDMA ports) and preflight.link_layer
 (InfiniBand or Ethernet: NDR and 400 GbE RoCE ports run at the same rate). The node is read
 once (nvidia-smi --query-gpu=name, sysfs port rates), on the node that launches the job,
-and exactly one built-in must match. When none does, the answer is the `fleet` built-in
-(every measurement judged against the run's own fleet), and the line says so, with what the
-node has and what each built-in expects; when several do, the operator must name one.
+and exactly one built-in must match. When none does, it is an error (exit 2) saying what the node
+has and what each built-in expects: a node whose ports trained down or whose GPU driver is broken
+matches none, and is exactly the node that must not be judged by the lenient `fleet` built-in, which
+is used only when named. When several match, the operator must name one.
 """
 
 from __future__ import annotations
@@ -64,13 +65,13 @@ def matches(profile: Profile, hw: Hardware) -> bool:
             and (layer is None or hw.link_layer == layer))
 
 
-# The built-in for hardware no other built-in knows: judged against its own fleet.
+# The built-in for hardware no other built-in knows (judged against its own fleet): named, never chosen.
 FALLBACK = "fleet"
 
 
 def choose(hw: Hardware | None = None) -> tuple[Profile, str]:
-    """(the matching built-in, a line saying why): the `fleet` built-in when none matches;
-    ProfileError naming them when several do."""
+    """(the matching built-in, a line saying why); ProfileError saying what the node has when none
+    matches, and naming them when several do."""
     hw = hw or this_node()
     found = [p for p in candidates() if matches(p, hw)]
     if len(found) == 1:
@@ -78,10 +79,11 @@ def choose(hw: Hardware | None = None) -> tuple[Profile, str]:
     known = "; ".join(f"{p.name} ({p.get('detect.gpu_model')}, {p.get('preflight.port_rate'):g} Gbit/s "
                       f"{p.get('preflight.link_layer') or 'RDMA'} ports)" for p in candidates())
     if not found:
-        return load_profile(FALLBACK), (
-            f"profile auto: {FALLBACK}: no built-in profile matches this node ({hw.describe()}; built-ins with "
-            f"hardware: {known}), so every measurement is judged against the run's own fleet: a component that "
-            f"stands apart fails, a fabric slow everywhere alike passes (name a profile with numbers to catch that)")
+        raise ProfileError("--profile auto", "", (
+            f"no built-in profile matches this node ({hw.describe()}; built-ins with hardware: {known}). Ports "
+            f"trained down or a GPU driver that does not answer match none: check them (acceptance doctor), name "
+            f"a profile (--profile h100-ndr400), or judge every measurement against the run's own fleet with "
+            f"--profile {FALLBACK}"))
     raise ProfileError("--profile auto", "", f"several built-ins match this node ({', '.join(p.name for p in found)};"
                        f" {hw.describe()}); built-ins with hardware: {known}; "
                        "name one, or write your own (extends = \"<built-in>\")")

@@ -472,7 +472,7 @@ def _toml_key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else json.dumps(key, ensure_ascii=False)
 
 
-# What `acceptance node-check` can check (acceptance.drivers.nodecheck.CHECKS, in this order).
+# What `acceptance node-check` can check (acceptance.checks.runner.CHECKS, in this order).
 NODE_CHECKS = ("ports", "counters", "pcie", "memlock", "gpudirect", "gpus", "xid")
 
 # Section -> key -> Field. Adding a setting is adding one line here; a metric's bound is declared with

@@ -33,13 +33,16 @@ def test_the_matching_built_in_is_chosen_and_said(gpus, gbps, layer, name):
     (Hardware([], "nvidia-smi not found on PATH", None, "no /sys/class/infiniband"),
      "no GPU (nvidia-smi not found on PATH), no RDMA port (no /sys/class/infiniband)"),
 ])
-def test_no_match_falls_back_to_the_fleet_profile_and_says_so(hw, said):
-    profile, why = autoprofile.choose(hw)
-    assert profile.name == "fleet" and profile.get("fleet.bounds")
-    assert why.startswith(f"profile auto: fleet: no built-in profile matches this node ({said}; built-ins with "
-                          "hardware: a100-hdr200 (A100, 200 Gbit/s InfiniBand ports); h100-ndr400 (H100, 400 Gbit/s "
-                          "InfiniBand ports); h100-roce400 (H100, 400 Gbit/s Ethernet ports); h200-ndr400 (H200, "
-                          "400 Gbit/s InfiniBand ports)), so every measurement is judged against the run's own fleet"), why
+def test_no_match_is_an_error_naming_what_the_node_has(hw, said):
+    """An H100 node whose ports trained down to 200 Gbit/s matches no built-in: it must not be judged by the
+    lenient fleet profile (which asks nothing of its ports), so auto refuses, as the README says."""
+    with pytest.raises(ProfileError) as info:
+        autoprofile.choose(hw)
+    assert str(info.value).startswith(
+        f"--profile auto: no built-in profile matches this node ({said}; built-ins with hardware: a100-hdr200 (A100, "
+        "200 Gbit/s InfiniBand ports); h100-ndr400 (H100, 400 Gbit/s InfiniBand ports); h100-roce400 (H100, 400 "
+        "Gbit/s Ethernet ports); h200-ndr400 (H200, 400 Gbit/s InfiniBand ports))"), info.value
+    assert "--profile fleet" in str(info.value)
 
 
 def test_several_matches_must_be_told_apart(monkeypatch):
@@ -62,13 +65,13 @@ def test_this_node_reads_nvidia_smi_and_the_port_rates(tmp_path, monkeypatch):
     assert autoprofile.choose(hw)[0].name == "h100-ndr400"
 
 
-def test_run_with_auto_on_a_node_without_gpus_runs_the_fleet_profile(tmp_path):
-    p = subprocess.run([str(Path(sys.executable).parent / "acceptance"), "run", "--profile", "auto", "--nodes", "1",
-                        "--ranks-per-node", "1", "--", "-m", "preflight", "-k", "memlock"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=120,
-                       env={"PATH": "/usr/bin:/bin", "ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "none"),
-                            "ACCEPTANCE_NVIDIA_SMI": "/nonexistent/nvidia-smi"})
-    assert "acceptance: profile auto: fleet: no built-in profile matches this node (no GPU" in p.stdout, p.stdout
-    assert p.returncode == 0, p.stdout + p.stderr
-    run = __import__("json").loads(next((tmp_path / "reports").glob("*/run.json")).read_text())
-    assert run["profile"]["name"] == "fleet"
+def test_run_and_node_check_with_auto_on_a_node_that_matches_nothing_exit_2(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "ACCEPTANCE_SYSFS_ROOT": str(tmp_path / "none"),
+           "ACCEPTANCE_NVIDIA_SMI": "/nonexistent/nvidia-smi", "ACCEPTANCE_NODE_CHECK_STATE": str(tmp_path / "state")}
+    tool = str(Path(sys.executable).parent / "acceptance")
+    for argv in (["run", "--profile", "auto", "--nodes", "1", "--ranks-per-node", "1", "--", "-m", "preflight"],
+                 ["node-check", "--slurm"]):  # node-check's default profile is auto
+        p = subprocess.run([tool, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "--profile auto: no built-in profile matches this node (no GPU" in p.stderr, p.stderr
+    assert not (tmp_path / "reports").exists()

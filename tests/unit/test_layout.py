@@ -87,7 +87,8 @@ def test_the_import_graph_has_no_cycle():
 
 # The packages by layer, bottom first (docs/testing.md, "Layout"): a module imports only from its own layer and
 # the ones below. acceptance/__init__ holds only the version.
-LAYERS = (("acceptance", "records", "measure"), ("host", "switchtree"), ("rules",), ("runtime",), ("engines",), ("tools",),
+LAYERS = (("acceptance", "records", "measure"), ("host", "switchtree"), ("rules",), ("checks",), ("runtime",),
+          ("engines",), ("tools",),
           ("drivers",), ("analysis",), ("history",), ("report", "export"), ("cli",), ("__main__",))
 
 

@@ -17,7 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fakesysfs  # noqa: E402
 
 from acceptance.cli import main  # noqa: E402
-from acceptance.drivers import nodecheck  # noqa: E402
+from acceptance.checks import gpus as gpus_check  # noqa: E402
+from acceptance.checks import xid as xid_check  # noqa: E402
+from acceptance.checks.base import Context  # noqa: E402
 from acceptance.host import slurmnode  # noqa: E402
 from acceptance.rules.profile import load_profile  # noqa: E402
 
@@ -138,9 +140,9 @@ def test_a_check_past_the_deadline_could_not_run(node, capsys, monkeypatch):
     t0 = time.monotonic()
     code, out = check(capsys, "--profile", node.profile(("ports", "xid"), 'deadline = "1s"'))
     assert time.monotonic() - t0 < 5
-    assert code == 2 and out["verdict"] == "error", out
-    (xid_check,) = [c for c in out["checks"] if c["check"] == "xid"]
-    assert xid_check["status"] == "error" and "did not finish within the deadline (1 s, node_check.deadline)" in xid_check["note"]
+    assert code == 3 and out["verdict"] == "error", out
+    (xid,) = [c for c in out["checks"] if c["check"] == "xid"]
+    assert xid["status"] == "error" and "did not finish within the deadline (1 s, node_check.deadline)" in xid["note"]
 
 
 def test_a_deadline_past_slurms_limit_is_refused(node, capsys):
@@ -151,8 +153,8 @@ def test_a_deadline_past_slurms_limit_is_refused(node, capsys):
 # ---- Xid ------------------------------------------------------------------------------------------
 
 def _xid(node, text, boot, previous=None):
-    ctx = nodecheck.Context(load_profile("local"), node.root, "gpu07", previous or {})
-    return nodecheck.check_xid(ctx, text=text, boot_id=boot)
+    ctx = Context(load_profile("local"), node.root, "gpu07", previous or {})
+    return xid_check.check(ctx, text=text, boot_id=boot)
 
 
 def test_an_xid_calling_for_a_reboot_fails_every_check_until_the_node_rebooted(node):
@@ -198,19 +200,32 @@ class FakeNVML:
         return len(self.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, i):
+        if self.gpus[i].get("lost"):
+            raise self.NVMLError(self.NVML_ERROR_GPU_IS_LOST)
         return self.gpus[i]
 
     def nvmlDeviceGetPciInfo(self, h):
         return SimpleNamespace(busId=h["bus"].encode())
 
     def nvmlDeviceGetTotalEccErrors(self, h, kind, counter):
+        if h.get("unknown"):
+            raise self.NVMLError(self.NVML_ERROR_UNKNOWN)
         return h.get("ecc", 0)
 
     def nvmlDeviceGetRemappedRows(self, h):
         return h.get("rows", (0, 0, 0, 0))
 
+    class NVMLError(Exception):
+        """pynvml's: the NVML return code in .value, as nvml.h numbers them."""
+
+        def __init__(self, value):
+            super().__init__({3: "Not Supported", 15: "GPU is lost", 999: "Unknown Error"}.get(value, str(value)))
+            self.value = value
+
+    NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_GPU_IS_LOST, NVML_ERROR_UNKNOWN = 3, 15, 999
+
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h):
-        raise RuntimeError("NVMLError_NotSupported: Not Supported")  # Ampere and newer remap rows instead
+        raise self.NVMLError(self.NVML_ERROR_NOT_SUPPORTED)  # Ampere and newer remap rows instead
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         return h.get("reasons", 0)
@@ -227,7 +242,7 @@ def test_nvml_answers_become_problems_naming_each_gpu(node):
     fakesysfs.gpu(node.root, "0000:29:00.0")
     nvml = FakeNVML([{"bus": "00000000:19:00.0", "ecc": 2, "rows": (0, 1, 1, 0), "reasons": 0x8 | 0x20},
                      {"bus": "00000000:29:00.0", "temp": 84}])
-    out = nodecheck.check_gpus(nodecheck.Context(load_profile("local"), node.root, "gpu07", {}), nvml=nvml)
+    out = gpus_check.check(Context(load_profile("local"), node.root, "gpu07", {}), nvml=nvml)
     assert out.status == "fail"
     got = [(p.part, p.severity, p.action, p.detail) for p in out.problems]
     assert got == [
@@ -237,13 +252,38 @@ def test_nvml_answers_become_problems_naming_each_gpu(node):
         ("GPU 00000000:19:00.0", "warn", "drain", "clocks held down: software thermal slowdown"),
         ("GPU 00000000:29:00.0", "warn", "drain", "84 C, within 5 C of its slowdown temperature 87 C")]
     healthy = FakeNVML([{"bus": "00000000:19:00.0"}, {"bus": "00000000:29:00.0"}])
-    assert nodecheck.check_gpus(nodecheck.Context(load_profile("local"), node.root, "n", {}), nvml=healthy).status == "pass"
+    assert gpus_check.check(Context(load_profile("local"), node.root, "n", {}), nvml=healthy).status == "pass"
+
+
+def test_a_lost_gpu_fails_and_an_nvml_error_of_ours_could_not_run(node, capsys, monkeypatch):
+    """NVML_ERROR_GPU_IS_LOST is the GPU's own failure (nvml.h: "fallen off the bus or has otherwise become
+    inaccessible"): it fails and drains. Any other error but NOT_SUPPORTED means we could not ask: the other
+    GPUs are still judged, and the node is left as it is (exit 3)."""
+    for bdf in ("0000:19:00.0", "0000:29:00.0"):
+        fakesysfs.gpu(node.root, bdf)
+    lost = FakeNVML([{"bus": "00000000:19:00.0", "lost": True}, {"bus": "00000000:29:00.0"}])
+    out = gpus_check.check(Context(load_profile("local"), node.root, "gpu07", {}), nvml=lost)
+    assert out.status == "fail" and [(p.part, p.action) for p in out.problems] == [("GPU 0", "reboot")], out
+    assert out.problems[0].detail.startswith("NVML: the GPU is lost (GPU is lost)")
+    unknown = FakeNVML([{"bus": "00000000:19:00.0", "unknown": True}, {"bus": "00000000:29:00.0", "ecc": 1}])
+    out = gpus_check.check(Context(load_profile("local"), node.root, "gpu07", {}), nvml=unknown)
+    assert out.status == "fail" and [p.part for p in out.problems] == ["GPU 00000000:29:00.0"], out
+    assert out.unchecked == ["GPU 0: NVML nvmlDeviceGetTotalEccErrors: NVMLError: Unknown Error"]
+    unknown.gpus[1]["ecc"] = 0
+    monkeypatch.setattr(gpus_check, "_nvml", lambda: unknown)
+    code, out = check(capsys, "--profile", node.profile(("gpus",)), "--slurm")
+    assert code == 3 and out["checks"][0]["status"] == "error" and out["slurm"]["outcome"] == "left", out
+    assert "could not run (gpus: GPU 0: NVML nvmlDeviceGetTotalEccErrors" in out["slurm"]["detail"]
+    monkeypatch.setattr(gpus_check, "_nvml", lambda: lost)
+    code, out = check(capsys, "--profile", node.profile(("gpus",)), "--slurm")
+    assert code == 1 and out["slurm"]["outcome"] == "drained", out
+    assert node.slurm()["gpu07"]["reason"].startswith("acceptance: gpus: GPU 0: NVML: the GPU is lost")
 
 
 def test_gpus_in_sysfs_without_nvml_could_not_run(node, capsys):
     fakesysfs.gpu(node.root, "0000:19:00.0")
     code, out = check(capsys, "--profile", node.profile(("gpus",)))
-    assert code == 2 and out["checks"][0]["status"] == "error", out
+    assert code == 3 and out["checks"][0]["status"] == "error", out
     assert out["checks"][0]["note"].startswith("1 NVIDIA GPUs in sysfs, but NVML: ")
 
 
@@ -284,7 +324,7 @@ def test_slurm_leaves_the_node_when_a_check_cannot_run_or_nothing_was_checked(no
     fakesysfs.gpu(node.root, "0000:19:00.0")  # NVML is not here: the gpus check cannot run
     for _ in range(3):
         code, out = check(capsys, "--profile", node.profile(("ports", "gpus")), "--slurm")
-        assert code == 2 and out["slurm"]["outcome"] == "left" and "could not run" in out["slurm"]["detail"], out
+        assert code == 3 and out["slurm"]["outcome"] == "left" and "could not run" in out["slurm"]["detail"], out
     monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(node.tmp / "empty"))
     for _ in range(3):
         code, out = check(capsys, "--profile", "local", "--checks", "ports,pcie", "--slurm")
@@ -304,7 +344,7 @@ def test_a_bad_profile_exits_2_and_touches_no_node(node, capsys):
 def test_an_unreachable_controller_is_said_and_not_a_pass(node, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_SCONTROL_FAIL", "1")
     code, out = check(capsys, "--profile", node.profile(("ports",)), "--slurm")
-    assert code == 2 and out["verdict"] == "pass" and out["slurm"]["outcome"] == "failed", out
+    assert code == 3 and out["verdict"] == "pass" and out["slurm"]["outcome"] == "failed", out
     assert "Unable to contact slurm controller" in out["slurm"]["detail"]
 
 
@@ -348,7 +388,7 @@ def test_memlock_below_the_profiles_minimum_fails(node, capsys, monkeypatch):
     import resource
     monkeypatch.setattr(resource, "getrlimit", lambda which: (65536, 65536))
     code, out = check(capsys, "--profile", node.profile(("memlock",)))  # local's memlock_min: 8 MiB
-    assert code == 1 and out["checks"][0]["problems"][0]["detail"].startswith("RLIMIT_MEMLOCK is 65536 bytes"), out
+    assert code == 1 and out["checks"][0]["problems"][0]["detail"].startswith("RLIMIT_MEMLOCK (ulimit -l) is 65536 bytes"), out
 
 
 def test_no_fleet_wide_drain_for_one_check(node, capsys, monkeypatch):

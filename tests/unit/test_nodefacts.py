@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.host import nodefacts as nf
+from acceptance.checks import ports as port_checks  # noqa: E402
 from acceptance.host.nodefacts import (
     Affinity,
     Unavailable,
@@ -20,14 +21,12 @@ from acceptance.host.nodefacts import (
     gpu_count,
     gpudirect_path,
     hugepages_bytes,
-    link_layer_mismatches,
     parse_ibv_devinfo,
     parse_mtu,
     parse_rate,
     parse_topo,
     peermem,
     port_is_up,
-    ports_down,
     rdma_core_version,
     rdma_devices,
     read_ports,
@@ -250,8 +249,8 @@ def test_ports_down_names_state_and_physical_state(tmp_path):
     fakesysfs.set_port(root, "mlx5_3", 1, state="1: DOWN", phys_state="3: Disabled")
     fakesysfs.set_port(root, "mlx5_1", 1, phys_state="6: LinkErrorRecovery")
     ports = read_ports(root, devinfo=Unavailable("not needed here"))
-    assert ports_down(ports) == ["mlx5_1 port 1: 4: ACTIVE / 6: LinkErrorRecovery",
-                                 "mlx5_3 port 1: 1: DOWN / 3: Disabled"]
+    assert [(p.label, j.detail) for p in ports for j in [port_checks.down(p)] if j] == [
+        ("mlx5_1 port 1", "4: ACTIVE / 6: LinkErrorRecovery"), ("mlx5_3 port 1", "1: DOWN / 3: Disabled")]
 
 
 def test_roce_mtu_is_the_netdev_mtu(tmp_path):
@@ -308,7 +307,8 @@ def test_link_layers(tmp_path):
     fakesysfs.set_port(root, "mlx5_2", 1, link_layer="Ethernet")
     ports = read_ports(root, devinfo=Unavailable("not needed here"))
     assert common_link_layer(ports) == "InfiniBand"
-    assert link_layer_mismatches(ports, "InfiniBand") == ["mlx5_2 port 1: Ethernet"]
+    assert [(p.label, j.detail) for p in ports for j in [port_checks.wrong_layer(p, "InfiniBand")] if j] == [
+        ("mlx5_2 port 1", "link layer Ethernet, the profile expects InfiniBand")]
     assert common_link_layer([]) is None
 
 

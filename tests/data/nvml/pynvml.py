@@ -11,6 +11,17 @@ nvmlClocksThrottleReasonHwSlowdown, nvmlClocksThrottleReasonSwThermalSlowdown = 
 nvmlClocksThrottleReasonHwThermalSlowdown, nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x40, 0x80
 
 
+NVML_ERROR_NOT_SUPPORTED = 3
+
+
+class NVMLError(Exception):
+    """pynvml's: the NVML return code (nvml.h) in .value."""
+
+    def __init__(self, value):
+        super().__init__("Not Supported" if value == NVML_ERROR_NOT_SUPPORTED else str(value))
+        self.value = value
+
+
 def _gpus():
     return json.loads(os.environ.get("FAKE_NVML_GPUS", "[]"))
 
@@ -40,7 +51,7 @@ def nvmlDeviceGetRemappedRows(h):
 
 
 def nvmlDeviceGetRetiredPagesPendingStatus(h):
-    raise RuntimeError("NVMLError_NotSupported: Not Supported")
+    raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(h):
