@@ -57,11 +57,14 @@ def ib_device(root: Path, name: str = "mlx5_0", *, bdf: str = "0000:18:00.0", po
               netdev_mtu: int = 4200, driver: str = "mlx5_core", driver_version: str | None = None,
               numa_node: int = 0, lid: str = "0x12", node_desc: str | None = None,
               counters: dict[str, int] | None = None, hw_counters: dict[str, int] | None = None,
-              pcie: tuple[str, int] = ("32.0 GT/s PCIe", 16)) -> Path:
+              pcie: tuple[str, int] = ("32.0 GT/s PCIe", 16), hca_type: str = "MT4129",
+              virtual: bool = False) -> Path:
     """One RDMA device with `ports` ports; returns the sysfs root (for chaining).
 
     counters / hw_counters override the zero defaults on every port. pcie: the link as trained
-    (speed, width); the device and its upstream port can do Gen5 x16.
+    (speed, width); the device and its upstream port can do Gen5 x16. hca_type: what mlx5 prints
+    (MT4129 ConnectX-7, MT4125 ConnectX-6 Dx, MT4123 ConnectX-6). virtual: an SR-IOV virtual
+    function, whose PCI function links to its physical function (physfn).
     """
     root = Path(root)
     pci = root / "devices" / "pci0000:00" / _port_of(bdf) / bdf
@@ -78,7 +81,11 @@ def ib_device(root: Path, name: str = "mlx5_0", *, bdf: str = "0000:18:00.0", po
         _write(root / "module" / driver / "version", driver_version)
     _link(root / "bus" / "pci" / "devices" / bdf, pci)
     _write(dev / "fw_ver", fw_ver)
-    _write(dev / "hca_type", "MT4129")
+    _write(dev / "hca_type", hca_type)
+    if virtual:
+        parent = root / "devices" / "pci0000:00" / "0000:00:01.0" / "0000:01:00.0"
+        parent.mkdir(parents=True, exist_ok=True)
+        _link(pci / "physfn", parent)
     _write(dev / "node_type", "1: CA")
     _write(dev / "node_desc", node_desc or f"node {name}")
     _link(dev / "device", pci)

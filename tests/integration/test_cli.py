@@ -34,7 +34,7 @@ def test_run_failing_check_exits_1(acceptance_cli, tmp_path):
         assert p.returncode == 0
         return
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "memlock limit (ulimit -l) is" in p.stdout
+    assert "RLIMIT_MEMLOCK (ulimit -l) is" in p.stdout
     assert "failed on ranks [0@node1, 1@node1, 2@node2, 3@node2] of 4" in p.stdout
     assert "exit 1 (a check failed)" in p.stdout
     assert acceptance_cli("report", str(folder)).returncode == 1 and (folder / "report.html").exists()
