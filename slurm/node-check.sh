@@ -7,8 +7,8 @@
 # (ACCEPTANCE_PROFILE, ACCEPTANCE_PYTHON, ...) from /etc/acceptance/site.env as for the sbatch jobs.
 # Arguments are passed on, e.g. `node-check.sh --resume-after 3`.
 #
-# Exit code, as a HealthCheckProgram: node-check's own (0 healthy, 1 a check failed, 2 it could not
-# check: the node is left as it was). As a Prolog (slurmd sets SLURM_SCRIPT_CONTEXT=prolog_slurmd):
+# Exit code, as a HealthCheckProgram: node-check's own (0 healthy, 1 a check failed, 2 a usage or
+# profile error, 3 a check could not run: the node is left as it was). As a Prolog (slurmd sets SLURM_SCRIPT_CONTEXT=prolog_slurmd):
 # 1 after a failure, which node-check has drained the node for, so the job is requeued and the node
 # keeps our reason (Slurm drains only a node not drained yet, as "Prolog error"); 0 when the check
 # could not run or timed out, so that our own trouble neither fails the job nor drains the node.
