@@ -20,7 +20,7 @@ from pathlib import Path
 # "Using network", NET the NIC list and the GPU Direct RDMA decisions.
 DEBUG_SUBSYS = ("INIT", "NET")
 LOG_PATTERN = "nccl-%h-%p.log"  # NCCL expands %h (host name) and %p (pid)
-LOG_FILE = re.compile(r"^nccl-(?P<host>.+)-(?P<pid>\d+)\.log$")
+LOG_FILE = re.compile(r"^nccl-(?P<host>.*)-(?P<pid>\d+)\.log$")  # host empty where NCCL knew none
 
 
 # ---- NCCL debug output ----------------------------------------------------------
@@ -69,7 +69,8 @@ def net_paths(log_dir: str | os.PathLike) -> NetPaths:
 
 # ---- NCCL debug parser -----------------------------------------------------------
 
-# "host:pid:tid [cudaDev] NCCL INFO message" (src/debug.cc); some captures lack host:pid:tid.
+# "host:pid:tid [cudaDev] NCCL INFO message" (src/debug.cc); some captures lack host:pid:tid, some
+# have an empty host (":22901:22901 [0] ..."), `mpirun --tag-output` puts "[rank] " before it.
 _PREFIX = re.compile(r"(?:(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) )?\[(?P<dev>\d+)\] "
                      r"NCCL (?P<level>INFO|WARN|TRACE) (?P<msg>.*)$")
 _VERSION = re.compile(r"NCCL version (?P<version>\S+)")
@@ -252,9 +253,12 @@ def parse_nccl_debug(lines: Iterable[str] | str, default_host: str = "", default
                      into: NetPaths | None = None) -> NetPaths:
     """Parse NCCL_DEBUG=INFO output (one process's file, or many processes' lines mixed).
 
-    Each line is attributed to its process by its "host:pid:tid [dev]" prefix; NCCL's bare
-    "NCCL version" line to the process of the line before it; lines of a capture without
-    prefixes to (default_host, default_pid).
+    Each line is attributed to its process by its "host:pid:tid [dev]" prefix (an empty host is
+    default_host: the same process's NIC list and connections must meet); NCCL's bare "NCCL version"
+    line to the process of the line before it; lines of a capture without prefixes to
+    (default_host, default_pid). Other lines (Init timings, nccl-tests' table, "Connected all rings
+    ... GDR n", which is the communicator's flag and not a NIC's: the channels' /GDRDMA is) are
+    passed over.
     """
     paths = into if into is not None else NetPaths()
     if isinstance(lines, str):
@@ -265,7 +269,7 @@ def parse_nccl_debug(lines: Iterable[str] | str, default_host: str = "", default
         line = raw.rstrip("\r\n")
         m = _PREFIX.search(line)
         if m:
-            host = m["host"] if m["host"] is not None else default_host
+            host = m["host"] or default_host
             pid = int(m["pid"]) if m["pid"] is not None else default_pid
             level, msg, dev = m["level"], m["msg"], int(m["dev"])
             last = (host, pid)

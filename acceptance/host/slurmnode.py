@@ -13,8 +13,11 @@ reason early or name another node.
 Sources: scontrol(1) "update NodeName=... State=DRAIN|RESUME Reason=..." (a drain needs a reason);
 `scontrol show node -o` prints one line of Key=Value fields, State= a base state with "+FLAG"s
 (IDLE+DRAIN, MIXED+DRAIN, DOWN+DRAIN+NOT_RESPONDING) and Reason= the text followed by
-" [user@time]" (Slurm's node_info.c); a drained node that still runs jobs is DRAINING (a flag on
-ALLOCATED / MIXED), an idle one DRAINED, both carry the DRAIN flag.
+" [user@time]" (Slurm's src/api/node_info.c, slurm_sprint_node_table); a drained node that still runs
+jobs is DRAINING (a flag on ALLOCATED / MIXED), an idle one DRAINED, both carry the DRAIN flag. Without
+-o the same fields come on lines joined by "\n   " instead of " ", so both forms read the same here.
+A DOWN node is someone else's as much as a drained one: Slurm wrote "Not responding", or an admin
+took it down; we leave it as it is.
 """
 
 from __future__ import annotations
@@ -101,25 +104,64 @@ class NodeState:
         return "DRAIN" in self.flags or "DRAINED" in self.flags or "DRAINING" in self.flags
 
     @property
+    def down(self) -> bool:
+        """DOWN (Slurm's "Not responding", an admin's State=DOWN): no job lands here either."""
+        return "DOWN" in self.flags
+
+    @property
     def ours(self) -> bool:
         return is_ours(self.reason)
 
 
-_REASON = re.compile(r"\bReason=(.*?)(?: \[[^\[\]@ ]+@[^\[\] ]+\])?(?= [A-Z][A-Za-z]*=|$)")
+# Reason= is the last field but for these optional ones (node_info.c prints them after it); a reason
+# may itself hold " Word=", so only these end it.
+_AFTER_REASON = r" (?:Comment|Extra|InstanceId|InstanceType|ReservationName)="
+_REASON = re.compile(r"\bReason=(.*?)(?=" + _AFTER_REASON + r"|$)")
+# " [user@time]" closes the reason's first line; a reason of several lines goes on after it.
+_STAMP = re.compile(r" \[[^\[\]@\s]+@[^\[\]]+\](?=\s{2,}|\s*$)")
 _STATE = re.compile(r"\bState=(\S+)")
 
 
+def _record(text: str, name: str) -> str | None:
+    """The node's record as `-o` prints it: its own line, or the multi-line form's lines joined back
+    (continuation lines are indented; a blank one may sit before Reason= and stays a field break)."""
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if ln.startswith(f"NodeName={name} ")), None)
+    if start is None:
+        return None
+    parts = [lines[start]]
+    rest = lines[start + 1:] + [""]
+    for ln, nxt in zip(rest, rest[1:]):
+        if ln.strip() and ln[:1].isspace():
+            parts.append(ln.removeprefix("   "))
+        elif not ln.strip() and nxt.strip() and nxt[:1].isspace():
+            parts.append("")  # the blank field line before Reason= (24.05), its indent perhaps lost in a paste
+        else:
+            break
+    return " ".join(parts)
+
+
 def parse_show_node(text: str, name: str) -> NodeState:
-    """The node's state and reason from `scontrol show node -o NAME`'s one line."""
-    line = next((ln for ln in text.splitlines() if ln.startswith(f"NodeName={name} ")), None)
+    """The node's state and reason from `scontrol show node -o NAME`'s one line (or the multi-line
+    form, pasted). SlurmError when it has none, or when it is cut short before the reason of a node
+    that must have one (drained or down): whose hold it is cannot be told then."""
+    line = _record(text, name)
     if line is None:
         raise SlurmError(f"`scontrol show node -o {name}` printed no line for {name}: {text.strip()[:200]!r}")
     state = _STATE.search(line)
     if state is None:
         raise SlurmError(f"`scontrol show node -o {name}` printed no State=: {line[:200]!r}")
     why = _REASON.search(line)
-    text_reason = why.group(1).strip() if why else None
-    return NodeState(name, state.group(1), None if text_reason in (None, "", "(null)", "none") else text_reason)
+    if why is None:
+        node = NodeState(name, state.group(1), None)
+        # Slurm refuses a drain or down without a reason and prints Reason= after CfgTRES=, which every
+        # node has: a held node with neither was cut short.
+        if (node.drained or node.down) and "CfgTRES=" not in line:
+            raise SlurmError(f"`scontrol show node {name}` ends before its Reason= (no CfgTRES= either: cut "
+                             f"short?): State={node.state}, but whose hold it is cannot be read")
+        return node
+    text_reason = " ".join(_STAMP.sub("", why.group(1), count=1).split())
+    return NodeState(name, state.group(1), None if text_reason in ("", "(null)", "none") else text_reason)
 
 
 def _scontrol(args: list[str]) -> str:
@@ -165,12 +207,15 @@ def drained_for(check: str) -> tuple[int, int]:
 def apply_drain(d: Drain) -> tuple[str, str]:
     """Drain d.node unless someone else drained it: ("drained" | "left" | "failed", what happened).
 
-    A node drained with a reason not ours keeps it (an admin's maintenance, another checker's
-    finding): we never overwrite it. Ours is replaced when the reason changed."""
+    A node drained or down with a reason not ours keeps it (an admin's maintenance, another checker's
+    finding, Slurm's "Not responding"): we never overwrite it. Ours is replaced when the reason changed."""
     try:
         now = read_state(d.node)
         if now.drained and not now.ours:
             return "left", f"{d.node} is already drained by someone else ({now.reason or 'no reason'}); left as it is"
+        if now.down and not now.ours:
+            return "left", (f"{d.node} is {now.state}, held by someone else ({now.reason or 'no reason'}); "
+                            f"left as it is")
         if now.drained and now.reason == d.reason:
             return "drained", f"{d.node} is already drained with this reason"
         drain(d)
@@ -182,7 +227,7 @@ def apply_drain(d: Drain) -> tuple[str, str]:
 def apply_resume(node: str, now: NodeState) -> tuple[str, str]:
     """Resume `node` when its current drain (`now`) is ours: ("resumed" | "left" | "failed", what happened)."""
     if not now.drained:
-        return "left", f"{node} is not drained"
+        return "left", f"{node} is not drained" + (f" ({now.state}: not ours to resume)" if now.down else "")
     if not now.ours:
         return "left", f"{node} is drained by someone else ({now.reason or 'no reason'}); never resumed by acceptance"
     try:

@@ -725,6 +725,64 @@ def test_plugin_gdr_line_and_a_line_without_any_channel():
     assert paths.connections == []
 
 
+# ---- the parser on the shapes of real captures (tests/data/nccl/README names them) ------------------
+
+NCCL_DATA = ROOT / "tests" / "data" / "nccl"
+
+
+def test_mpirun_tag_output_prefix_and_a_net_plugins_gdrdma():
+    paths = nccl_log.parse_nccl_debug((NCCL_DATA / "tag-output-ibext-gdrdma.log").read_text())
+    assert list(paths.processes) == [("gpu-h07", 311204)]  # "[3] " before NCCL's prefix is mpirun's, not a host
+    assert len(paths.connections) == 8 and all(
+        (c.host, c.cuda_dev, c.net, c.net_dev, c.gdr) == ("gpu-h07", 3, "IBext_v8", 3, True) for c in paths.connections)
+    (nic,) = paths.nics()
+    # no NIC list in the capture: the NIC is named by its NCCL index, and all of it used GPUDirect RDMA
+    assert (nic.hca, nic.connections, nic.receives, nic.gdr) == ("NET/IBext_v8/3", 8, 4, True)
+    assert nccl_log.gdr_problems(paths, {}) == []
+
+
+def test_an_empty_host_name_is_read_and_staged_traffic_is_named_per_nic(tmp_path):
+    text = (NCCL_DATA / "empty-host-ib-no-gdr.log").read_text()
+    paths = nccl_log.parse_nccl_debug(text)
+    assert list(paths.processes) == [("", 41877)] and len(paths.connections) == 8
+    assert not any(c.gdr for c in paths.connections)
+    assert nccl_log.gdr_problems(paths, {}) == [
+        f"rail ? (NET/IB/{n}): network traffic via NET/IB/{n} without GDRDMA: NCCL staged through host memory "
+        f"(nvidia_peermem not loaded or dma-buf unsupported; NCCL_NET_GDR_LEVEL?)" for n in (2, 3)]
+    # Where the host is known (the log file's name, the caller), the empty one is that host: the NIC list
+    # NCCL logged with its host name and the channels logged without it are one process's.
+    nic_list = "gpu-c03:41877:41890 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [2]mlx5_2:1/IB " \
+               "[3]mlx5_3:1/IB ; OOB ib0:10.0.0.3<0>\n"
+    (tmp_path / "nccl-gpu-c03-41877.log").write_text(nic_list + text)
+    paths = nccl_log.net_paths(tmp_path)
+    assert list(paths.processes) == [("gpu-c03", 41877)]
+    assert [(n.host, n.hca, n.connections, n.gdr) for n in paths.nics() if n.connections] == [
+        ("gpu-c03", "mlx5_2", 4, False), ("gpu-c03", "mlx5_3", 4, False)]
+    # NCCL's own file name carries the same empty host: its pid is still read from it
+    (tmp_path / "nccl-gpu-c03-41877.log").rename(tmp_path / "nccl--41877.log")
+    assert sorted(nccl_log.net_paths(tmp_path).processes) == [("", 41877), ("gpu-c03", 41877)]
+
+
+@pytest.mark.parametrize("name, processes", [
+    ("init-timings-old.log", [("dgx-b12", 880412)]),
+    ("init-timings-new.log", [("b200-n4", 2207311), ("b200-n4", 2207306)]),
+])
+def test_init_timings_in_either_format_are_passed_over(name, processes):
+    """The harness does not read NCCL's init timings; neither format may be taken for anything else."""
+    paths = nccl_log.parse_nccl_debug((NCCL_DATA / name).read_text())
+    assert list(paths.processes) == processes
+    assert paths.connections == [] and paths.versions == [] and paths.networks() == []
+    assert all(not p.nics and not p.warnings and not p.hca_gdr for p in paths.processes.values())
+
+
+def test_an_nccl_tests_table_is_not_read_as_nccl_debug_lines():
+    """all_reduce_perf's stdout fed to the NCCL_DEBUG reader: only NCCL's bare version line means anything."""
+    paths = nccl_log.parse_nccl_debug((NCCL_DATA / "all_reduce_perf-256-ranks-partial.txt").read_text(),
+                                      default_host="gpu-a01")
+    assert paths.versions == ["2.8.3+cuda11.0"] and list(paths.processes) == [("gpu-a01", None)]
+    assert paths.connections == [] and paths.processes[("gpu-a01", None)].warnings == []
+
+
 # ---- records -----------------------------------------------------------------------------
 
 

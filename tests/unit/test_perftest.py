@@ -111,6 +111,45 @@ def test_standard_json_written_on_one_line_parses_too():
     assert parse_lat(json.dumps(doc)) == LAT_FIXTURES["ib_write_lat_ndr.json"]
 
 
+# ---- parsing: text reports shaped as real ones users paste (the README names them) ----------------
+
+MIB = 2**20 * 8 / 1e9
+CPU_FREQ = "Conflicting CPU frequency values detected: 2601.000000 != 1199.882000. CPU Frequency is not max.\n"
+
+
+def test_a_sweep_with_perftests_cpu_frequency_warning_inside_its_table():
+    """perftest prints the warning on stderr, so a pasted report has it between two rows. It is not a
+    row, and the rows around it keep their numbers (perftest then times with the TSC rate it sampled,
+    src/get_clock.c, so they are not wrong)."""
+    report = text("ib_read_bw_a_mlx4_cpufreq.txt")
+    assert CPU_FREQ in report
+    last = BwResult(8388608, 20000, pytest.approx(6044.76 * MIB), pytest.approx(6010.24 * MIB), 0.000751)
+    assert parse_bw(report) == last
+    before = report[:report.index(CPU_FREQ) + len(CPU_FREQ)]  # the report as far as the warning
+    assert parse_bw(before) == BwResult(524288, 20000, pytest.approx(6018.41 * MIB), pytest.approx(5992.78 * MIB),
+                                        0.011986)
+    # perftest may print it before the first row too, once per size
+    header = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+    assert parse_bw(report.replace(header, header + CPU_FREQ * 2)) == last
+
+
+def test_a_latency_sweep_gives_its_last_row():
+    assert parse_lat(text("ib_write_lat_a_mlx4.txt")) == LatResult(
+        size=8388608, iterations=20000, t_min_us=1398.90, t_max_us=1404.42, t_typical_us=1398.96, t_avg_us=1399.00,
+        t_stdev_us=2.95, p99_us=1413.15, p999_us=1424.45)
+
+
+def test_a_post_list_duration_report_with_peak_0_is_a_message_rate_not_a_slow_link():
+    """-D: perftest measures no peak (0.00). The average of 64-byte writes is message rate x size,
+    3.44 Gb/s on a 100G port, not a slow link: the record says the peak was not measured."""
+    bw = parse_bw(text("ib_write_bw_postlist_D60_roce.txt"))
+    assert bw == BwResult(size=64, iterations=402653184, peak_gbps=0.0, avg_gbps=3.44, msg_rate_mpps=6.716823)
+    assert bw.avg_gbps == pytest.approx(bw.size * 8 * bw.msg_rate_mpps / 1e3, abs=0.005)
+    (rec,) = records_for(bw, None, {"rail": 0, "nodes": ["a", "b"], "ranks": [0, 1]})
+    assert (rec["metric"], rec["value"], rec["size"], rec["samples"]) == ("bandwidth", 3.44, 64, 402653184)
+    assert "peak not measured" in rec["detail"] and "6.716823 Mpps" in rec["detail"]
+
+
 # ---- parsing: what is not a usable report -------------------------------------------
 
 NAN_JSON = ('{\n"results": {\n"MsgSize": 65536,\n"n_iterations": 0,\n"BW_peak": 0.00,\n"BW_average": -nan,\n'

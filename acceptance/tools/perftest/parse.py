@@ -182,6 +182,8 @@ def _text_rows(text: str, header: re.Pattern, width: int) -> tuple[re.Match, lis
                     break
                 continue
             tokens = row.split()
+            # Other lines are passed over, not taken as the end: stderr interleaved in a pasted report,
+            # such as perftest's "Conflicting CPU frequency values detected: ..." amid an -a sweep.
             if len(tokens) >= width and all(_is_number(t) for t in tokens[:width]):
                 rows.append(tokens[:width])
         return m, rows
