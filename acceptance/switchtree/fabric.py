@@ -69,6 +69,9 @@ class Fabric:
     source: str                 # the file or folder read
     format: str                 # "topology.conf" | "topology.yaml" | "ibnetdiscover"
     trees: dict[int | None, Tree] = field(default_factory=dict)
+    # what the reader read past or could not name, "PATH:LINE: why" (ibnetdiscover's own warnings, CAs
+    # without a host name): the tree holds, but a user should know
+    notes: list[str] = field(default_factory=list)
 
     def tree(self, rail: int) -> Tree | None:
         """Rail `rail`'s tree: its own, else the one every rail shares, else None."""
@@ -85,7 +88,7 @@ class Fabric:
 
     def to_json(self) -> dict:
         return {"source": self.source, "format": self.format,
-                "trees": [{"rail": rail, **t.to_json()} for rail, t in self.trees.items()]}
+                "trees": [{"rail": rail, **t.to_json()} for rail, t in self.trees.items()], "notes": list(self.notes)}
 
     @classmethod
     def from_json(cls, d: dict) -> Fabric:
@@ -93,4 +96,5 @@ class Fabric:
         for t in d.get("trees") or []:
             rail = t.get("rail")
             trees[None if rail is None else int(rail)] = Tree.from_json(t)
-        return cls(source=str(d.get("source") or ""), format=str(d.get("format") or ""), trees=trees)
+        return cls(source=str(d.get("source") or ""), format=str(d.get("format") or ""), trees=trees,
+                   notes=[str(n) for n in d.get("notes") or []])

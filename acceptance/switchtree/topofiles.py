@@ -5,13 +5,15 @@ Each gives the model of switchtree.fabric. Slurm's files hold one node grouping 
 files gives each rail its own tree, with the ports of every leaf-spine cable.
 
 Every error is a TopologyFileError "PATH:LINE: why" (just "PATH: why" where no line applies), so a
-user can go straight to the line to fix.
+user can go straight to the line to fix; what a reader reads past or cannot name, without refusing the
+file, is a note of the same form in ``Fabric.notes``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hostlist
@@ -29,7 +31,11 @@ class TopologyFileError(InputError):
 
     @classmethod
     def at(cls, source: str, line: int | None, why: str) -> TopologyFileError:
-        return cls(f"{source}:{line}: {why}" if line else f"{source}: {why}")
+        return cls(_where(source, line, why))
+
+
+def _where(source: str, line: int | None, why: str) -> str:
+    return f"{source}:{line}: {why}" if line else f"{source}: {why}"
 
 
 # --- loading: which format, which rail ------------------------------------------------------------------
@@ -51,8 +57,7 @@ def load_fabric(path) -> Fabric:
         return parse_topology_conf(text, source)
     if kind == "topology.yaml":
         return parse_topology_yaml(text, source)
-    rail = _rail_of(p.name)
-    return Fabric(source, "ibnetdiscover", {0 if rail is None else rail: parse_ibnetdiscover(text, source, rail or 0)})
+    return parse_ibnetdiscover(text, source, _rail_of(p.name) or 0)
 
 
 def _rail_of(name: str) -> int | None:
@@ -72,7 +77,7 @@ def _load_folder(folder: Path) -> Fabric:
     if not files:
         raise TopologyFileError.at(str(folder), None, "no rail<N> files (a folder holds one ibnetdiscover output "
                                                       "per rail, named rail0.txt, rail1.txt, ...)")
-    trees = {}
+    fabric = Fabric(str(folder), "ibnetdiscover")
     for rail, f in sorted(files.items()):
         text = _read(f)
         kind = _detect(text, str(f), f.name)
@@ -80,8 +85,10 @@ def _load_folder(folder: Path) -> Fabric:
             # One Slurm file already covers every rail: a per-rail folder of them is a mix-up.
             raise TopologyFileError.at(str(f), None, f"a rail file in a folder must be ibnetdiscover output, "
                                                      f"this is a {kind}")
-        trees[rail] = parse_ibnetdiscover(text, str(f), rail)
-    return Fabric(str(folder), "ibnetdiscover", trees)
+        one = parse_ibnetdiscover(text, str(f), rail)
+        fabric.trees.update(one.trees)
+        fabric.notes += one.notes
+    return fabric
 
 
 def _read(p: Path) -> str:
@@ -99,6 +106,15 @@ _CONF_FIRST = re.compile(r"(switchname|blockname|blocksizes|ringname)\s*=", re.I
 _YAML_FIRST = re.compile(r"-\s*topology\s*:")
 _IBNET_FIRST = re.compile(r"((vendid|devid|sysimgguid|switchguid|caguid|rtguid)=|(Switch|Ca|Rt)\s+\d|Non-Chassis Nodes"
                           r"|Chassis \d)")
+# What ibnetdiscover and its libraries print about themselves, in a file captured with 2>&1: libibmad's
+# "ibwarn: [pid] function: ...", the diags' "ibnetdiscover: iberror: failed: ...", libibnetdisc's
+# "query_smp.c:195; ..." and the node-name-map reader's "WARNING failed to parse node name map ...".
+_TOOL_MESSAGE = re.compile(r"(ibwarn|ibpanic|ibdebug): \[\d+\]|\S+: iberror: |\S+\.c:\d+; |WARNING failed ")
+# ibnetdiscover's other outputs: --ports (a line per port) and --list, -H, -S, -R (a line per node).
+_OTHER_IBNET = ((re.compile(r"(CA|SW|RT)\s+\d+\s+\d+\s+0x[0-9a-fA-F]+\s"),
+                 "`ibnetdiscover --ports` output (a line per port)"),
+                (re.compile(r"(Switch|Ca|Router)\s*:\s*0x[0-9a-fA-F]+\s+ports\s+\d+"),
+                 "`ibnetdiscover --list` output (its nodes, not their cables)"))
 
 
 def _detect(text: str, source: str, name: str = "") -> str:
@@ -106,6 +122,7 @@ def _detect(text: str, source: str, name: str = "") -> str:
     (or a .yaml name); TopologyFileError naming the formats understood otherwise."""
     if name.lower().endswith((".yaml", ".yml")):
         return "topology.yaml"
+    message = None  # ibnetdiscover's first message about itself, when nothing else came yet
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if line.startswith("#"):
@@ -114,13 +131,24 @@ def _detect(text: str, source: str, name: str = "") -> str:
             continue
         if not line or line == "---" or line.startswith("%YAML"):
             continue
+        if _TOOL_MESSAGE.match(line):
+            message = message or (number, line)
+            continue
         if _CONF_FIRST.match(line):
             return "topology.conf"
         if _YAML_FIRST.match(line):
             return "topology.yaml"
         if _IBNET_FIRST.match(line):
             return "ibnetdiscover"
+        for pattern, what in _OTHER_IBNET:
+            if pattern.match(line):
+                raise TopologyFileError.at(source, number, f"{what}: the switch tree is read from ibnetdiscover's "
+                                                           f"default output, its Switch and Ca blocks with their "
+                                                           f"ports: run plain `ibnetdiscover > rail0.txt`")
         raise TopologyFileError.at(source, number, f"not a switch-tree file; understood: {_FORMATS}")
+    if message:
+        raise TopologyFileError.at(source, message[0], f"only ibnetdiscover's own messages, no topology: "
+                                                       f"{message[1][:120]!r}")
     raise TopologyFileError.at(source, None, f"empty: no switch; understood: {_FORMATS}")
 
 
@@ -165,8 +193,11 @@ def _slurm_leaves(switches: list[_Switch], source: str) -> dict[str, list[str]]:
             continue
         for node in s.nodes:
             if node in where:
+                # Slurm only warns ("Multiple leaf switches contain nodes"); localizing needs the one leaf
                 raise TopologyFileError.at(source, s.line, f"node {node} is on two leaves: {where[node].name} "
-                                                           f"(line {where[node].line}) and {s.name}")
+                                                           f"(line {where[node].line}) and {s.name}: the harness "
+                                                           f"cannot tell which leaf's cables its pairs cross; "
+                                                           f"keep it on one")
             where[node] = s
         leaves[s.name] = list(s.nodes)
     return leaves
@@ -395,35 +426,48 @@ _PORT = re.compile(r"\[(\d+)\](?:\[ext \d+\])?(?:\(" + _GUID + r"\))?\s*"
 _PEER_DESC = re.compile(r'"(.*)"\s+lid\s+\d+')
 _GROUPING = re.compile(r"(Non-Chassis Nodes|Chassis \d+(\s+\(guid 0x[0-9a-fA-F]+\))?|Hostname: .*)$")
 _SWITCH_DESC = re.compile(r"[^;]*;([^:]+):")  # Mellanox/NVIDIA "MF0;leaf01:MQM8700/U1"
+# A CA's NodeDescription that names its host: rdma-ndd's default "%h %d" ("gpu001 mlx5_0", the short host
+# name), MLNX_OFED's "gpu001 HCA-1", or "%h" alone. A factory default ("MT23108 InfiniHost Mellanox
+# Technologies") names none. The host is the Slurm node name it must match: no space, bracket or comma.
+_HOST_DESC = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\s+(?:HCA-\d+|[a-z][a-z0-9_]*\d))?")
+_NO_HOST = ("localhost", "localhost.localdomain")  # a host that set its description before its name
+_SET_DESCRIPTIONS = ("set each host's NodeDescription to \"<hostname> <device>\" (rdma-ndd of rdma-core writes "
+                     "it at boot; or write /sys/class/infiniband/<device>/node_desc) and run ibnetdiscover again, "
+                     "or run `ibnetdiscover --node-name-map FILE` with a line '0x<CA GUID> <node>' per CA")
 
 
 @dataclass
 class _IbNode:
     kind: str                  # "S" switch, "H" CA (a host's NIC), "R" router
-    desc: str | None = None
+    desc: str | None = None    # the NodeDescription its own block gives
+    seen_as: list[str] = field(default_factory=list)  # as its peers' lines name it (a node-name-map's name)
     declared: int = 0          # the line of its Switch/Ca block, 0 when only a peer names it
 
 
-def parse_ibnetdiscover(text: str, source: str, rail: int = 0) -> Tree:
+def parse_ibnetdiscover(text: str, source: str, rail: int = 0) -> Fabric:
     """One rail's tree from `ibnetdiscover` output: leaves are the switches with a CA port, spines the
-    switches linked only to switches, and every leaf-spine cable an Uplink with both ports. `rail` is
-    the rail this subnet is (named in errors)."""
-    nodes, links = _ib_scan(text, source)
+    switches linked only to switches, and every leaf-spine cable an Uplink with both ports. A CA is its
+    host's node when its NodeDescription names the host (a host's several CAs are one node), else its
+    GUID (a note says so). `rail` is the rail this subnet is: the key of its tree, named in errors."""
+    nodes, links, notes = _ib_scan(text, source)
     switches = [g for g, n in nodes.items() if n.kind == "S"]
     if not any(nodes[g].declared for g in switches):
         raise TopologyFileError.at(source, None, f"no Switch in this ibnetdiscover output (rail {rail})")
     names = _switch_names(nodes, switches)
-    hosts = {g: _host_name(g, n) for g, n in nodes.items() if n.kind == "H"}
+    hosts, unnamed = _ca_names(nodes)
+    notes += _unnamed_notes(nodes, hosts, unnamed, source)
     ports = _ports_by_switch(links, switches)
-    on_leaf = {g: _leaf_hosts(ports[g], hosts) for g in switches}
+    on_leaf = _place_hosts(ports, hosts, names, source)
     leaves = [g for g in switches if on_leaf[g]]
-    spines = {g for g in switches if not on_leaf[g] and any(nodes[r].kind == "S" for _, (r, _) in ports[g])}
-    uplinks = [Uplink(names[g], names[r], str(p), str(rp)) for g in leaves for p, (r, rp) in ports[g] if r in spines]
-    return Tree(leaves={names[g]: on_leaf[g] for g in leaves}, uplinks=uplinks)
+    spines = {g for g in switches if not on_leaf[g] and any(nodes[r].kind == "S" for _, (r, _, _) in ports[g])}
+    uplinks = [Uplink(names[g], names[r], str(p), str(rp)) for g in leaves for p, (r, rp, _) in ports[g]
+               if r in spines]
+    return Fabric(source, "ibnetdiscover", {rail: Tree(leaves={names[g]: on_leaf[g] for g in leaves},
+                                                       uplinks=uplinks)}, notes)
 
 
-def _ports_by_switch(links: dict, switches: list[int]) -> dict[int, list[tuple[int, tuple[int, int]]]]:
-    """Each switch's cabled ports in port order: [(port, (peer guid, peer port))]."""
+def _ports_by_switch(links: dict, switches: list[int]) -> dict[int, list[tuple[int, tuple[int, int, int]]]]:
+    """Each switch's cabled ports in port order: [(port, (peer guid, peer port, line))]."""
     ports: dict[int, list] = {g: [] for g in switches}
     for (g, p), peer in links.items():
         if g in ports:
@@ -431,15 +475,22 @@ def _ports_by_switch(links: dict, switches: list[int]) -> dict[int, list[tuple[i
     return {g: sorted(v) for g, v in ports.items()}
 
 
-def _ib_scan(text: str, source: str) -> tuple[dict[int, _IbNode], dict[tuple[int, int], tuple[int, int]]]:
-    """The nodes (by GUID, in the order the file names them, blocks first) and the cables, each seen
-    from both ends: (guid, port) -> (peer guid, peer port)."""
+def _ib_scan(text: str, source: str) -> tuple[dict[int, _IbNode], dict[tuple[int, int], tuple[int, int, int]],
+                                              list[str]]:
+    """The nodes (by GUID, in the order the file names them, blocks first), the cables, each seen from
+    both ends: (guid, port) -> (peer guid, peer port, the line that showed it), and the notes: the
+    messages ibnetdiscover printed about itself (a capture with 2>&1), read past."""
     nodes: dict[int, _IbNode] = {}
-    links: dict[tuple[int, int], tuple[int, int]] = {}
+    links: dict[tuple[int, int], tuple[int, int, int]] = {}
+    notes: list[str] = []
     current: int | None = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#") or _GROUPING.match(line):
+            continue
+        if _TOOL_MESSAGE.match(line):
+            notes.append(_where(source, number, f"ibnetdiscover reported a problem while discovering (read past): "
+                                                f"{line[:160]!r}; what it could not reach is not in this tree"))
             continue
         if _IDS.match(line):
             current = None  # a new block's ids: its ports follow its Switch/Ca line
@@ -458,11 +509,11 @@ def _ib_scan(text: str, source: str) -> tuple[dict[int, _IbNode], dict[tuple[int
         peer, peer_port = int(m.group(4), 16), int(m.group(5))
         desc = _PEER_DESC.search(m.group(7) or "")
         known = nodes.setdefault(peer, _IbNode(m.group(3)))
-        if not known.declared and known.desc is None and desc:
-            known.desc = desc.group(1)  # its own block may be missing: its peer's comment names it
-        links.setdefault((current, int(m.group(1))), (peer, peer_port))
-        links.setdefault((peer, peer_port), (current, int(m.group(1))))
-    return _blocks_first(nodes), links
+        if desc:
+            known.seen_as.append(desc.group(1))
+        links.setdefault((current, int(m.group(1))), (peer, peer_port, number))
+        links.setdefault((peer, peer_port), (current, int(m.group(1)), number))
+    return _blocks_first(nodes), links, notes
 
 
 def _blocks_first(nodes: dict[int, _IbNode]) -> dict[int, _IbNode]:
@@ -474,7 +525,8 @@ def _blocks_first(nodes: dict[int, _IbNode]) -> dict[int, _IbNode]:
 def _switch_names(nodes: dict[int, _IbNode], switches: list[int]) -> dict[int, str]:
     """Each switch's name from its description ("MF0;leaf01:MQM8700/U1" -> leaf01), else its GUID; a
     name two switches share (a factory default such as "Quantum Mellanox Technologies") is no name."""
-    named = {g: _switch_name(nodes[g].desc) for g in switches}
+    named = {g: _switch_name(nodes[g].desc if nodes[g].declared else next(iter(nodes[g].seen_as), None))
+             for g in switches}
     shared = {n for n in named.values() if n and list(named.values()).count(n) > 1}
     return {g: n if n and n not in shared else f"0x{g:016x}" for g, n in named.items()}
 
@@ -486,16 +538,64 @@ def _switch_name(desc: str | None) -> str | None:
     return m.group(1).strip() if m and m.group(1).strip() else desc.strip()
 
 
-def _host_name(guid: int, node: _IbNode) -> str:
-    """A CA's host: the first word of its description ("gpu001 mlx5_0"), else its GUID."""
-    words = (node.desc or "").split()
-    return words[0] if words else f"0x{guid:016x}"
+def _ca_desc(node: _IbNode) -> str:
+    return " ".join((node.desc or next(iter(node.seen_as), "")).split())
 
 
-def _leaf_hosts(ports: list[tuple[int, tuple[int, int]]], hosts: dict[int, str]) -> list[str]:
-    """The hosts cabled to a switch, in port order, each once (a host's two ports on one leaf)."""
-    out: list[str] = []
-    for _, (peer, _) in ports:
-        if peer in hosts and hosts[peer] not in out:
-            out.append(hosts[peer])
-    return out
+def _ca_names(nodes: dict[int, _IbNode]) -> tuple[dict[int, str], list[int]]:
+    """Each CA's node, and the CAs named by GUID. The node is the host a description names: a switch's
+    line first (under --node-name-map it gives the map's name, the CA's own line its NodeDescription).
+    "<host> <device>" on two CAs is two hosts claiming one name (a cloned image): neither is named."""
+    said = {g: next((d for d in [*n.seen_as, n.desc] if _host(d)), None) for g, n in nodes.items() if n.kind == "H"}
+    twice = Counter(" ".join(d.split()) for d in said.values() if d and len(d.split()) == 2)
+    names, unnamed = {}, []
+    for g, d in said.items():
+        if d is None or twice[" ".join(d.split())] > 1:
+            names[g] = f"0x{g:016x}"
+            unnamed.append(g)
+        else:
+            names[g] = _host(d)
+    return names, unnamed
+
+
+def _unnamed_notes(nodes: dict[int, _IbNode], hosts: dict[int, str], unnamed: list[int], source: str) -> list[str]:
+    """The note on the CAs named by GUID; an error when that is every CA (the tree could place no node)."""
+    if not unnamed:
+        return []
+    listed = ", ".join(f'0x{g:016x} "{_ca_desc(nodes[g])}"' for g in unnamed[:3])
+    more = f" and {len(unnamed) - 3} more" if len(unnamed) > 3 else ""
+    if len(unnamed) == len(hosts):
+        raise TopologyFileError.at(source, None, f"no CA's NodeDescription names its host ({len(hosts)} CAs: "
+                                                 f"{listed}{more}), so no Slurm node can be placed on a leaf: "
+                                                 f"{_SET_DESCRIPTIONS}")
+    return [_where(source, None, f"{len(unnamed)} of {len(hosts)} CAs name no host in their NodeDescription "
+                                 f"({listed}{more}: a factory default, or a description two CAs share): each is its "
+                                 f"own node, named by its GUID, which no Slurm node matches; {_SET_DESCRIPTIONS}")]
+
+
+def _host(desc: str | None) -> str | None:
+    m = _HOST_DESC.fullmatch((desc or "").strip())
+    return m.group(1) if m and m.group(1).lower() not in _NO_HOST else None
+
+
+def _place_hosts(ports: dict, hosts: dict[int, str], names: dict[int, str], source: str) -> dict[int, list[str]]:
+    """The nodes cabled to each switch, in port order, each once (a host's two CAs or ports on one leaf);
+    a node on two leaves is an error: a rail's tree places it on one."""
+    first: dict[str, tuple[int, int, int, int]] = {}  # node -> (switch, port, line, CA) where first seen
+    on_leaf: dict[int, list[str]] = {}
+    for g, cabled in ports.items():
+        out = on_leaf[g] = []
+        for p, (peer, _, line) in cabled:
+            node = hosts.get(peer)
+            if node is None:
+                continue
+            seen = first.setdefault(node, (g, p, line, peer))
+            if seen[0] != g:
+                raise TopologyFileError.at(source, line, (
+                    f"node {node} is on two leaves: {names[seen[0]]} (port {seen[1]}, line {seen[2]}, CA "
+                    f"0x{seen[3]:016x}) and {names[g]} (port {p}, CA 0x{peer:016x}): a rail's tree places a node "
+                    f"on one leaf. Either its CAs are on several rails of this one subnet (give Slurm's "
+                    f"topology.conf instead) or two hosts' NodeDescriptions name the same host (fix them)"))
+            if node not in out:
+                out.append(node)
+    return on_leaf

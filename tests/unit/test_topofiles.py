@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -116,6 +117,13 @@ IBNET = _ibnet(LEAF01, SPINE, LEAF02, *CAS)
 RAIL_TREE = Tree(leaves={"leaf01": ["gpu001", "gpu002"], "leaf02": ["gpu004", "gpu003"]},
                  uplinks=[Uplink("leaf01", "spine01", "33", "1"), Uplink("leaf01", "spine01", "34", "2"),
                           Uplink("leaf02", "spine01", "33", "3"), Uplink("leaf02", "spine01", "34", "4")])
+
+
+def _tree(text: str, source: str = "r.txt") -> Tree:
+    """The one tree of an ibnetdiscover output, which must read without a note."""
+    fabric = parse_ibnetdiscover(text, source)
+    assert (fabric.source, fabric.format, list(fabric.trees), fabric.notes) == (source, "ibnetdiscover", [0], [])
+    return fabric.trees[0]
 
 
 def _error(call, *args) -> str:
@@ -250,7 +258,7 @@ def test_a_topology_yaml_without_a_tree_names_what_it_has():
 
 
 def test_ibnetdiscover_gives_leaves_in_port_order_and_each_uplink_with_its_ports():
-    tree = parse_ibnetdiscover(IBNET, "rail0.txt")
+    tree = _tree(IBNET, "rail0.txt")
     assert tree == RAIL_TREE
     assert tree.spines == ["spine01"] and tree.spines_of("leaf02") == ["spine01"]
 
@@ -258,8 +266,8 @@ def test_ibnetdiscover_gives_leaves_in_port_order_and_each_uplink_with_its_ports
 def test_ibnetdiscover_without_some_blocks_still_places_the_hosts():
     # No CA blocks (the leaves' ports name their hosts), or no block for leaf02 (its hosts' and the
     # spine's ports name it): the same tree.
-    assert parse_ibnetdiscover(_ibnet(LEAF01, SPINE, LEAF02), "r.txt") == RAIL_TREE
-    tree = parse_ibnetdiscover(_ibnet(LEAF01, SPINE, *CAS), "r.txt")
+    assert _tree(_ibnet(LEAF01, SPINE, LEAF02)) == RAIL_TREE
+    tree = _tree(_ibnet(LEAF01, SPINE, *CAS))
     assert tree.leaves == {"leaf01": ["gpu001", "gpu002"], "leaf02": ["gpu004", "gpu003"]}
     assert tree.uplinks == RAIL_TREE.uplinks
 
@@ -268,13 +276,13 @@ def test_ibnetdiscover_switch_names_fall_back_to_the_description_then_the_guid()
     leaf = LEAF01.replace("MF0;leaf01:MQM8700/U1", "rack3-leaf")  # a node-name-map's name
     spine = SPINE.replace('"MF0;spine01:MQM8700/U1"', '""').replace("MF0;spine01:MQM8700/U1", "")
     leaf = leaf.replace("MF0;spine01:MQM8700/U1", "")
-    tree = parse_ibnetdiscover(_ibnet(leaf, spine), "r.txt")
+    tree = _tree(_ibnet(leaf, spine))
     assert tree.leaves == {"rack3-leaf": ["gpu001", "gpu002"]}
     assert tree.spines == ["0xfc6a1c0300e6d000"]
     # a factory-default description two switches share names neither
     same = "Quantum Mellanox Technologies"
-    tree = parse_ibnetdiscover(_ibnet(LEAF01.replace("MF0;leaf01:MQM8700/U1", same),
-                                      LEAF02.replace("MF0;leaf02:MQM8700/U1", same), SPINE), "r.txt")
+    tree = _tree(_ibnet(LEAF01.replace("MF0;leaf01:MQM8700/U1", same),
+                        LEAF02.replace("MF0;leaf02:MQM8700/U1", same), SPINE))
     assert list(tree.leaves) == ["0xfc6a1c0300e6c7c0", "0xfc6a1c0300e6e100"] and tree.spines == ["spine01"]
 
 
@@ -282,7 +290,7 @@ def test_ibnetdiscover_grouping_lines_are_read_past():
     grouped = HEADER + "\nNon-Chassis Nodes\n\n" + LEAF01.replace(
         "switchguid=0xfc6a1c0300e6c7c0(fc6a1c0300e6c7c0)", "switchguid=0xfc6a1c0300e6c7c0(fc6a1c0300e6c7c0)\t# ")
     grouped = grouped.replace("[33]\t", "[33][ext 1]\t")
-    tree = parse_ibnetdiscover(grouped, "r.txt")
+    tree = _tree(grouped)
     assert tree.leaves == {"leaf01": ["gpu001", "gpu002"]} and tree.uplinks[0] == Uplink("leaf01", "spine01", "33", "1")
 
 
@@ -294,6 +302,167 @@ def test_ibnetdiscover_errors_name_the_file_and_line():
     _assert_at(_error(parse_ibnetdiscover, broken, "rail0.txt"), "rail0.txt", line, "not an ibnetdiscover line")
     stray = HEADER + '\n[1]\t"S-fc6a1c0300e6c7c0"[1]\t\t# "x" lid 1 4xNDR\n'
     _assert_at(_error(parse_ibnetdiscover, stray, "r.txt"), "r.txt", 6, "a port line outside a Switch or Ca block")
+
+
+def _line_of(text: str, start: str) -> int:
+    return next(i for i, s in enumerate(text.splitlines(), 1) if s.startswith(start))
+
+
+@pytest.mark.parametrize("old, new, leaf01, noted", [
+    # two CAs with the same "<host> <device>": two hosts claim one name (a cloned image), neither is it
+    ("gpu002 mlx5_0", "gpu001 mlx5_0", ["0xb8cef60300d8a4e2", "0xb8cef60300d8a5f0"], 2),
+    # a host that set its description before its name; the adapter's factory default
+    ("gpu002 mlx5_0", "localhost mlx5_0", ["gpu001", "0xb8cef60300d8a5f0"], 1),
+    ("gpu002 mlx5_0", "MT4123 ConnectX6   Mellanox Technologies", ["gpu001", "0xb8cef60300d8a5f0"], 1),
+])
+def test_a_ca_whose_description_names_no_host_is_its_own_node_by_guid(old, new, leaf01, noted):
+    fabric = parse_ibnetdiscover(IBNET.replace(old, new), "rail0.txt")
+    assert fabric.trees[0].leaves["leaf01"] == leaf01 and fabric.trees[0].uplinks == RAIL_TREE.uplinks
+    assert len(fabric.notes) == 1
+    _assert_at(fabric.notes[0], "rail0.txt", None, rf"{noted} of 4 CAs name no host in their NodeDescription "
+                                                   r"\(0xb8cef60300d8a\w+ .*\): each is its own node, named by "
+                                                   r"its GUID, which no Slurm node matches; .*rdma-ndd")
+
+
+@pytest.mark.parametrize("first, second", [("gpu001 mlx5_0", "gpu001 mlx5_1"),  # rdma-ndd's "%h %d"
+                                           ("gpu001", "gpu001")])  # its "%h" alone
+def test_one_hosts_hcas_on_one_leaf_are_one_node(first, second):
+    two = IBNET.replace("gpu001 mlx5_0", first).replace("gpu002 mlx5_0", second)
+    assert _tree(two).leaves == {"leaf01": ["gpu001"], "leaf02": ["gpu004", "gpu003"]}
+
+
+@pytest.mark.parametrize("first, third", [("gpu001 mlx5_0", "gpu001 mlx5_1"),  # one host's HCAs on two rails
+                                          ("gpu001", "gpu001")])  # or two hosts whose descriptions name one host
+def test_a_node_on_two_leaves_of_one_subnet_is_an_error_naming_both(first, third):
+    text = IBNET.replace("gpu001 mlx5_0", first).replace("gpu003 mlx5_0", third)
+    on01, on02 = _line_of(text, '[1]\t"H-b8cef60300d8a4e2"'), _line_of(text, '[2]\t"H-b8cef60300d8b000"')
+    _assert_at(_error(parse_ibnetdiscover, text, "rail0.txt"), "rail0.txt", on02,
+               rf"node gpu001 is on two leaves: leaf01 \(port 1, line {on01}, CA 0xb8cef60300d8a4e2\) and leaf02 "
+               r"\(port 2, CA 0xb8cef60300d8b000\): a rail's tree places a node on one leaf. .*several rails of "
+               r"this one subnet \(give Slurm's topology.conf instead\) or two hosts' NodeDescriptions")
+
+
+def test_tool_messages_among_the_blocks_are_noted_and_a_loopback_cable_is_no_uplink():
+    warned = IBNET.replace("\nvendid=0x2c9\ndevid=0xd2f0\nsysimgguid=0xfc6a1c0300e6e100",
+                           "\nibwarn: [3407] mad_rpc: _do_madrpc failed; dport (DR path slid 0; dlid 0; 0,1,34)"
+                           "\nvendid=0x2c9\ndevid=0xd2f0\nsysimgguid=0xfc6a1c0300e6e100", 1)
+    looped = SPINE + ('[5]\t"S-fc6a1c0300e6d000"[6]\t\t# "MF0;spine01:MQM8700/U1" lid 9 4xNDR\n'
+                      '[6]\t"S-fc6a1c0300e6d000"[5]\t\t# "MF0;spine01:MQM8700/U1" lid 9 4xNDR\n')
+    text = warned.replace(SPINE, looped)
+    fabric = parse_ibnetdiscover(text, "rail0.txt")
+    assert fabric.trees == {0: RAIL_TREE}
+    _assert_at(fabric.notes[0], "rail0.txt", _line_of(text, "ibwarn:"), r"ibnetdiscover reported a problem while "
+               r"discovering \(read past\): 'ibwarn: \[3407\] mad_rpc: .*0,1,34\)'; what it could not reach is not")
+
+
+# --- real captures' shapes (tests/data: each file names the public capture it follows) ----------------------
+
+IBDATA = Path(__file__).resolve().parents[1] / "data" / "ibnetdiscover"
+SLURMDATA = Path(__file__).resolve().parents[1] / "data" / "topology"
+FACTORY = "MT23108 InfiniHost Mellanox Technologies"
+MAN_CAS = {"0008f1040a001354": "node001", "0008f1040a000558": "node002", "0008f1040a000984": "node003",
+           "005442b10000a900": "node004"}
+
+
+def _describe(text: str, names: dict[str, str], lines: str = "") -> str:
+    """`text` with each CA's factory description (GUID -> new one in `names`) replaced on its lines that
+    start with `lines` ("[": the switches' port lines only, where a node-name-map's name shows)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        guid = next((g for g in names if f'"H-{g}"' in line and line.startswith(lines)), None)
+        out.append(line.replace(FACTORY, names[guid]) if guid else line)
+    return "".join(out)
+
+
+def test_cas_that_all_keep_their_factory_description_are_refused_saying_how_to_name_them():
+    # at main: the four were one node "MT23108" on both switches, with no word said
+    f = IBDATA / "factory-descriptions.topo"
+    message = _error(load_fabric, f)
+    _assert_at(message, str(f), None, rf"no CA's NodeDescription names its host \(4 CAs: 0x0008f1040a000984 "
+                                      rf'"{FACTORY}", 0x005442b10000a900 ".*" and 1 more\), so no Slurm node can be '
+                                      r"placed on a leaf: set each host's NodeDescription to \"<hostname> <device>\" "
+                                      r"\(rdma-ndd .*`ibnetdiscover --node-name-map FILE`")
+
+
+def test_named_and_factory_described_cas_are_never_merged():
+    f = IBDATA / "factory-descriptions.topo"
+    fabric = parse_ibnetdiscover(_describe(f.read_text(), {"0008f1040a001354": "node001 HCA-1"}), str(f))
+    assert fabric.trees[0].leaves == {"ISR9024 Voltaire": ["0x0008f1040a000558", "node001"],  # a dual-port CA once
+                                      "SW-6IB4 Voltaire": ["0x005442b10000a900", "0x0008f1040a000984"]}
+    assert fabric.trees[0].uplinks == []  # two leaves cabled to each other: no spine
+    _assert_at(fabric.notes[0], str(f), None, rf'3 of 4 CAs name no host .*\(0x0008f1040a000984 "{FACTORY}"')
+    assert len(fabric.notes) == 1
+
+
+def test_a_node_name_map_names_the_cas_a_switch_line_shows():
+    # ibnetdiscover --node-name-map renames a CA on its switches' lines, never on its own Ca line
+    f = IBDATA / "factory-descriptions.topo"
+    tree = _tree(_describe(f.read_text(), MAN_CAS, lines="["))
+    assert tree.leaves == {"ISR9024 Voltaire": ["node002", "node001"], "SW-6IB4 Voltaire": ["node004", "node003"]}
+    # the map's name wins over a NodeDescription that names a host too
+    assert _tree(IBNET.replace('"gpu001 mlx5_0" lid 5', '"node001" lid 5')).leaves["leaf01"] == ["node001", "gpu002"]
+
+
+def test_a_capture_that_starts_with_ibnetdiscovers_warning_is_read_with_a_note(tmp_path):
+    f = IBDATA / "warning-first-loopbacks.topo"
+    fabric = load_fabric(f)
+    # SwitchIB's loopback cables (1-2, 19-21) and its cable to the SX6012 are no uplink; EDR to SDR all read
+    assert fabric.trees == {0: Tree(leaves={"SwitchIB Mellanox Technologies": ["lab216", "lab111"],
+                                            "switch-ab12cd": ["lab101", "lab100", "lab96"]})}
+    assert len(fabric.notes) == 1
+    _assert_at(fabric.notes[0], str(f), 1, r"ibnetdiscover reported a problem while discovering \(read past\): "
+                                           r"'src/query_smp.c:195; umad \(DR path .*Connection timed out'")
+    assert Fabric.from_json(fabric.to_json()) == fabric
+    (tmp_path / "rail0.txt").write_text(IBNET)
+    (tmp_path / "rail1.txt").write_text(f.read_text())
+    folder = load_fabric(tmp_path)
+    assert folder.trees[1] == fabric.trees[0] and folder.notes == [fabric.notes[0].replace(str(f),
+                                                                                           str(tmp_path / "rail1.txt"))]
+
+
+def test_a_file_that_is_not_ibnetdiscover_output_is_still_refused_after_its_messages(tmp_path):
+    warning = "ibwarn: [3407] mad_rpc: _do_madrpc failed; dport (DR path slid 0; dlid 0; 0,1)\n"
+    (tmp_path / "odd.txt").write_text(warning + "hello world\n")
+    _assert_at(_error(load_fabric, tmp_path / "odd.txt"), str(tmp_path / "odd.txt"), 2, "not a switch-tree file")
+    (tmp_path / "failed.txt").write_text(warning + "ibnetdiscover: iberror: failed: discover failed\n")
+    _assert_at(_error(load_fabric, tmp_path / "failed.txt"), str(tmp_path / "failed.txt"), 1,
+               r"only ibnetdiscover's own messages, no topology: 'ibwarn: \[3407\] mad_rpc")
+
+
+def test_ibnetdiscovers_other_outputs_are_refused_naming_the_output_it_takes(tmp_path):
+    f = IBDATA / "ports-report.txt"
+    _assert_at(_error(load_fabric, f), str(f), 4, r"`ibnetdiscover --ports` output \(a line per port\): the switch "
+                                                  r"tree is read from ibnetdiscover's default output, .* run plain "
+                                                  r"`ibnetdiscover > rail0.txt`")
+    (tmp_path / "list.txt").write_text('Ca\t : 0x0002c9030002a47c ports 2 devid 0x6340 vendid 0x2c9 "c0 HCA-1"\n')
+    _assert_at(_error(load_fabric, tmp_path / "list.txt"), str(tmp_path / "list.txt"), 1,
+               r"`ibnetdiscover --list` output \(its nodes, not their cables\)")
+
+
+@pytest.mark.parametrize("name, leaves", [
+    ("one-switch-two-hosts.topo", {"MT43132 Mellanox Technologies": ["compute-00-01", "compute-00-00"]}),
+    ("sun-dcs-one-host.topo", {"Sun DCS 36 QDR switch localhost": ["nsn33-43"]}),
+])
+def test_small_real_captures_read_right(name, leaves):
+    fabric = load_fabric(IBDATA / name)
+    assert (fabric.trees, fabric.notes) == ({0: Tree(leaves=leaves)}, [])
+
+
+def test_real_topology_conf_shapes_read_right():
+    puppet = load_fabric(SLURMDATA / "puppet-managed.conf").trees[None]
+    assert [(leaf, len(nodes)) for leaf, nodes in puppet.leaves.items()] == [("s0", 36), ("s1", 1), ("s2", 1),
+                                                                             ("s3", 1)]
+    assert puppet.leaves["s0"][-4:] == ["login1", "login2", "head1", "head2"] and puppet.uplinks == []
+    tara = load_fabric(SLURMDATA / "no-final-newline.conf").trees[None]
+    assert tara.leaves["s3"] == ["hpc-dgx1-001", "hpc-dgx1-002"] and tara.spines == ["s4"]
+    assert tara.uplinks == [Uplink(f"s{i}", "s4") for i in range(4)]
+
+
+def test_a_topology_conf_node_on_two_leaves_is_refused_naming_both():
+    # Slurm runs with it, only warning "Multiple leaf switches contain nodes"
+    f = SLURMDATA / "leaf-overlap.conf"
+    _assert_at(_error(load_fabric, f), str(f), 7, r"node dgx-n051 is on two leaves: s2 \(line 5\) and s4: the "
+                                                  r"harness cannot tell which leaf's cables its pairs cross; keep it")
 
 
 # --- load_fabric: the format, the rails ------------------------------------------------------------------
