@@ -362,7 +362,7 @@ def _fabric(profile: Profile, topology: str | None, run_dir: str | None):
 def tree_text(fabric: Fabric, nodes: list[str], rails: int, pattern: str) -> str:
     """Per rail's tree: what the pattern's pairs cannot tell apart, and the pairs that would."""
     from ..analysis.deciding import pattern_gaps  # pandas: imported here to keep it out of node-check's start
-    lines = [f"switch tree: {fabric.format} {fabric.source}"]
+    lines = [f"switch tree: {fabric.format} {fabric.source}"] + [f"  note: {n}" for n in fabric.notes]
     shown = set()
     for rail in range(rails):
         tree = fabric.tree(rail)

@@ -248,6 +248,8 @@ def _switch_tree(profile, topology: str | None) -> Path | None:
     leaves = {leaf for t in fabric.trees.values() for leaf in t.leaves}
     print(f"acceptance: switch tree {path} ({fabric.format}: {len(fabric.nodes)} nodes on {len(leaves)} leaves)",
           flush=True)
+    for note in fabric.notes:  # what the reader set aside or named by GUID: the operator's to fix
+        print(f"acceptance: switch tree: {note}", flush=True)
     return path.resolve()
 
 
