@@ -26,7 +26,13 @@ from ..records.naming import compress_ints
 from .sysfs import read_sysfs, sysfs_root
 
 MPOL_PREFERRED = 1
-SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 236, "ppc64le": 261}  # asm/unistd per architecture
+# set_mempolicy(2)'s syscall number per machine (os.uname().machine), from the kernel's tables:
+# - x86_64: arch/x86/entry/syscalls/syscall_64.tbl, "238 common set_mempolicy" (239 is get_mempolicy);
+# - aarch64, riscv64: include/uapi/asm-generic/unistd.h, "__NR_set_mempolicy 237" (236 is
+#   get_mempolicy), the table arch/arm64 and arch/riscv include;
+# - ppc64le: arch/powerpc/kernel/syscalls/syscall.tbl, "261 nospu set_mempolicy".
+# Another machine is not guessed: a wrong number would make some other syscall with these arguments.
+SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237, "riscv64": 237, "ppc64le": 261}
 
 
 def parse_cpulist(text: str | None) -> set[int]:
@@ -70,9 +76,10 @@ class Placement:
 
 def _set_preferred(node: int) -> str | None:
     """set_mempolicy(MPOL_PREFERRED, {node}); None when done, else why not."""
-    number = SYS_SET_MEMPOLICY.get(os.uname().machine)
+    machine = os.uname().machine
+    number = SYS_SET_MEMPOLICY.get(machine)
     if number is None:
-        return f"set_mempolicy: no syscall number for {os.uname().machine}"
+        return f"set_mempolicy: no syscall number known for {machine}"
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     words = node // 64 + 1
     mask = (ctypes.c_ulong * words)()

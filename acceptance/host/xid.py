@@ -1,8 +1,10 @@
 """NVIDIA Xid events in this node's kernel log: what each code is, what it calls for, and which are new.
 
 The Xid piece of a node-local health check (Slurm's HealthCheckProgram): read the kernel log, find
-the Xid lines the driver printed since the previous check, look each code up, and say per GPU what
-the node needs (nothing, the application's fault, drain, a GPU reset, a reboot, an RMA).
+the Xid lines the driver printed since the previous check, and the driver's messages that report a
+GPU the node cannot use without an Xid (fallen off the bus, failed to initialize), look each up, and
+say per GPU what the node needs (nothing, the application's fault, drain, a GPU reset, a reboot, an
+RMA).
 
 Sources
 - Names and actions: NVIDIA's Xid catalog for Ampere and newer GPUs, "Analyzing Xid Errors with the
@@ -19,7 +21,12 @@ Sources
 - The line format: open-gpu-kernel-modules src/nvidia/src/kernel/gpu/rc/kernel_rc.c (krcReportXid):
   "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s", with " GPU-I:%02u" and " GPU-CI:%02u"
   inside the parenthesis on a MIG GPU, pid "'<unknown>'" and name "<unknown>" when no channel is
-  known; older drivers print no name, or no pid either, and the oldest no "PCI:".
+  known, and " caused by previous Xid %d" after an Xid 45 whose cause is known; older drivers print
+  no name, or no pid either, and the oldest no "PCI:". The messages that are no Xid: see LOST.
+- What precedes the driver's text on a line depends on the tool (dmesg and its -T, -x and
+  --time-format, journalctl and its -o, rsyslog): _TOKEN lists them. The driver's text is found
+  wherever it stands on a line, unless what stands before it shows it quoted inside another
+  message (_QUOTED), so a tool's prefix this module does not know is no silent miss.
 - Xid 154's text, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", with
   the values None, Drain P2P, Drain and Reset, GPU Reset Required, Node Reboot Required: the catalog's
   row for 154; the numbers are NVML's nvmlDeviceGpuRecoveryAction_t (0 none, 1 GPU reset, 2 node
@@ -36,19 +43,26 @@ GPUs is, may straddle a read), and the boot it belongs to (/proc/sys/kernel/rand
 clock restarts at boot). Both sources the reader uses print that stamp (`dmesg`, and `journalctl -k
 -o short-monotonic`), so one cursor serves both and any override that prints it. journalctl's own
 cursor (--show-cursor/--after-cursor) is not used: it would tie the state to journald, and the dmesg
-fallback and an override could not honour it. A line without a monotonic stamp (dmesg -T, journalctl
-without -o short-monotonic) cannot be placed against the cursor and counts as new every time: an Xid
+fallback and an override could not honour it. A log with no monotonic stamp at all (dmesg -T or
+--time-format iso, journalctl -o short or short-iso, a kern.log without the kernel's stamp) is
+placed by its content instead: the cursor keeps a hash of each of its last TAIL_LINES lines, and what
+follows those lines in the next read is new. Its wall-clock stamps are not compared: dmesg computes
+them afresh at each run (their microseconds move between runs; the hash leaves fractions out) and the
+clock can be stepped, so an order by them could call a new line old. Where those lines are not found
+(a boot, a rotation past them, a stamp printed a second later), every line is new again: an event
 reported twice is better than one never reported.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import os
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .command import run_command
 from .slurmnode import clean_reason
@@ -235,7 +249,7 @@ _NOTES = {
 
 @dataclass(frozen=True)
 class XidEntry:
-    code: int
+    code: int | None  # None: a driver message that is no Xid
     name: str        # NVIDIA's description of the code
     action: str      # one of ACTIONS: what the node needs when this code is logged
     source: str      # where `action` comes from
@@ -328,53 +342,107 @@ def nvlink_action(message: str) -> tuple[str, str, str] | None:
     return "info", detail, "XID 144-150 Decode: Nonfatal rows are IGNORE or follow an accompanying Xid 154"
 
 
+# -- the driver's messages that are not Xids ------------------------------------------------------
+
+def _as_xid(code: int, name: str, where: str) -> XidEntry:
+    """An entry for a driver message that reports what Xid `code` reports, printed without the Xid:
+    the code's action, and why."""
+    base = CATALOG[code]
+    return XidEntry(None, name, base.action, f"{where}, no Xid line: as Xid {code} ({base.name}); {base.source}")
+
+
+# The open kernel modules' (open-gpu-kernel-modules 595.45.04) messages for a GPU the node cannot use,
+# printed where no Xid is. NV_DEV_PRINTF (kernel-open/common/inc/os-interface.h) writes
+# "NVRM: GPU %04x:%02x:%02x.%x: " before the text.
+# - src/nvidia/arch/nvalloc/unix/src/osapi.c, at probe, when the GPU's registers read all ones:
+#   "NVRM: The NVIDIA GPU %04x:%02x:%02x.%x\nNVRM: (PCI ID: %04x:%04x) installed in this system has\n
+#   NVRM: fallen off the bus and is not responding to commands.\n" (one record, three lines).
+# - src/nvidia/arch/nvalloc/unix/src/osinit.c, osHandleGpuLost: "GPU has fallen off the bus." after the
+#   Xid 79 when asked to emit it, alone when not.
+# - osinit.c, RmInitAdapter: "RmInitAdapter failed! (0x%x:0x%x:%d)" (init status, RM status, line);
+#   Xid 143 (GPU_INIT_ERROR) is printed for some of these failures (kern_fsp_gh100.c), not for all.
+LOST_AT_PROBE = _as_xid(79, "GPU has fallen off the bus at driver load (no Xid)",
+                        "the driver's probe found the GPU not responding (osapi.c)")
+LOST = _as_xid(79, "GPU has fallen off the bus (no Xid)", "the driver lost the GPU (osinit.c osHandleGpuLost)")
+INIT_FAILED = _as_xid(143, "GPU initialization failed (RmInitAdapter, no Xid)",
+                      "the driver could not initialize the GPU (osinit.c RmInitAdapter)")
+
+_ADDRESS = r"(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<device>[0-9a-fA-F]{2})"
+# A line break inside one record: a newline (the next line, indented or with its own prefix), or
+# rsyslog's escape of it ("#012", "\012": $EscapeControlCharactersOnReceive, on by default).
+_BREAK = r"(?:\s|[#\\]012)+"
+_PROBE_START = re.compile(rf"NVRM: The NVIDIA GPU {_ADDRESS}\.[0-7]")
+_PROBE = re.compile(rf"NVRM: The NVIDIA GPU {_ADDRESS}\.[0-7]{_BREAK}NVRM: \(PCI ID: [0-9a-fA-F]{{4}}:"
+                    rf"[0-9a-fA-F]{{4}}\) installed in this system has{_BREAK}NVRM: fallen off the bus and "
+                    r"is not responding to commands\.")
+_ONE_LINE = (
+    (re.compile(rf"NVRM: GPU {_ADDRESS}\.[0-7]: GPU has fallen off the bus\."), LOST),
+    (re.compile(rf"NVRM: GPU {_ADDRESS}\.[0-7]: RmInitAdapter failed! \((?P<status>[0-9a-fA-Fx:]+)\)"), INIT_FAILED),
+)
+PROBE_LINES = 3  # the probe's message: one record over three lines
+
+
 # -- one kernel-log line --------------------------------------------------------------------------
 
-# What may precede a kernel message on a line, in the orders the tools print it:
-#   <3>                                  dmesg -r
-#   2024-08-30T11:43:09,460147+00:00     dmesg --time-format iso, journalctl -o short-iso
-#   Aug 30 11:43:09[.123456]             journalctl (short, short-precise), syslog
-#   [Fri Aug 30 11:43:09 2024]           dmesg -T
-#   kern  :err   :                       dmesg -x
-#   [  123.456789]                       dmesg, journalctl -o short-monotonic
-#   node01 kernel:  /  kernel:           journalctl, syslog
-#   [  123.456789]                       /var/log/kern.log (rsyslog keeps the kernel's stamp)
-#   [ T1946]                             printk caller id (CONFIG_PRINTK_CALLER)
-# An Xid counts only where "NVRM: Xid (" starts the message right after such a prefix, so the text
-# quoted inside another message (an audit record, a user's echo into a log) is not an event.
-_PREFIX = re.compile(
-    r"(?:<\d{1,3}>)?"
-    r"(?:\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+)?"
-    r"(?:[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d(?:\.\d+)?\s+)?"
-    r"(?:\[[A-Z][a-z]{2}\s+[A-Z][a-z]{2}\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\]\s*)?"
-    r"(?:[a-z]+\s*:[a-z]+\s*:\s*)?"
-    r"(?:\[\s*(?P<mono>\d+)\.(?P<frac>\d{1,9})\]\s*)?"
-    r"(?:[\w.-]+\s+kernel:\s*|kernel:\s*)?"
-    r"(?:\[\s*(?P<mono2>\d+)\.(?P<frac2>\d{1,9})\]\s*)?"
-    r"(?:\[\s*[TC]\d+\]\s*)?")
+# What tools print before a kernel message, in any order and combination:
+#   <3>                                    dmesg -r
+#   kern  :err   :                         dmesg -x / --decode
+#   2025-01-21T04:41:44,285060+00:00       dmesg --time-format iso; journalctl -o short-iso(-precise),
+#                                          rsyslog's RFC 3339 stamp; "Tue 2025-01-21 04:41:44 UTC": short-full
+#   Jan 21 04:41:44[.285060]               journalctl (short, short-precise), syslog
+#   [Tue Jan 21 04:41:44 2025]             dmesg -T / --time-format ctime
+#   [Jan21 04:41]  [  +0.000089]           dmesg --time-format reltime
+#   [<    0.000089>]                       dmesg --time-format delta
+#   [ 1843.308145]  [ 1843.308145 <    0.000089>]   dmesg, -d; journalctl -o short-monotonic; kern.log
+#   1737434504.285060                      journalctl -o short-unix
+#   node01 kernel:  kernel:                journalctl, syslog
+#   [ T1946]                               printk caller id (CONFIG_PRINTK_CALLER)
+# Only the monotonic one ([seconds.micros], the kernel's own clock) places a line against the cursor.
+_DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_TOKEN = re.compile(
+    r"(?:<\d{1,3}>"
+    r"|[a-z]+\s*:[a-z]+\s*:"
+    rf"|(?:{_DAY}\s+)?\d{{4}}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d|\s+[A-Z]{{2,5}}(?=\s))?"
+    rf"|{_MONTH}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d(?:\.\d+)?"
+    rf"|\[{_DAY}\s+{_MONTH}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d\s+\d{{4}}\]"
+    rf"|\[{_MONTH}\d\d\s+\d\d:\d\d\]|\[\s*\+\d+\.\d+\]|\[<\s*\d+\.\d+>\]"
+    r"|\[\s*(?P<seconds>\d+)\.(?P<fraction>\d{1,9})(?:\s*<\s*\d+\.\d+>)?\]"
+    r"|\d{9,}\.\d{6}"
+    r"|(?:[\w.-]+\s+)?kernel:"
+    r"|\[\s*[TC]\d+\])\s*")
+
+# What a log prefix never holds, and a message that quotes another does (an audit record's
+# name="...", a key=value line, a shell transcript): the driver's text after one of these is quoted,
+# not printed by the driver, and is no event.
+_QUOTED = re.compile(r"[\"'`=$]")
 
 # krcReportXid's format; the domain is %04x of a value that may be wider, the ".0" function and the
 # MIG instance parts are optional, and the oldest drivers print no "PCI:".
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<device>[0-9a-fA-F]{2})"
+    rf"NVRM: Xid \((?:PCI:)?{_ADDRESS}"
     r"(?:\.[0-7])?(?P<instance>(?: GPU-C?I:\d{1,3})*)\): (?P<code>\d{1,5})(?:,\s*(?P<rest>.*))?$")
 _PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+)(?:,\s*|$)")
 _NAME = re.compile(r"name=(?P<name>.*?)(?:,\s+|,$|$)")
 _UNKNOWN = {"<unknown>", "'<unknown>'"}
+# krcReportXid appends " caused by previous Xid %d" to an Xid 45 whose cause it knows.
+_CAUSE = re.compile(r"\bcaused by previous Xid (?P<cause>\d{1,5})$")
 
 
 @dataclass(frozen=True)
 class XidEvent:
     pci: str                 # "0000:18:00": domain:bus:device, lower case
-    code: int
+    code: int | None         # the Xid; None for a driver message that is no Xid (LOST, INIT_FAILED, ...)
     pid: int | None          # the channel's process, where the driver knew it
     process: str | None      # its name as the driver printed it: untrusted text
-    message: str             # what follows code, pid and name
+    message: str             # what follows code, pid and name; the driver's words for a message
     entry: XidEntry
     action: str              # what this event calls for: the entry's, or the one its message names
     why: str                 # where `action` comes from
-    detail: str              # Xid 154's recovery label, Xid 144-150's "<subcode> <severity>", or ""
-    line: str                # the line as read
+    detail: str              # Xid 154's recovery label, Xid 144-150's "<subcode> <severity>", Xid 45's
+                             # cause, RmInitAdapter's status, or ""
+    line: str                # the (first) line as read
+    text: str                # the driver's text from "NVRM:" (a record's lines joined)
     monotonic_us: int | None  # the kernel's stamp in microseconds since boot, where the line has one
     instance: str = ""       # "GPU-I:01 GPU-CI:00" on a MIG GPU
 
@@ -383,18 +451,45 @@ class XidEvent:
         """The code's name, with what the message adds: "GPU Recovery Action Changed: Drain P2P"."""
         return f"{self.entry.name}: {self.detail}" if self.detail else self.entry.name
 
+    @property
+    def label(self) -> str:
+        """"Xid 79 (GPU has fallen off the bus)"; a message that is no Xid by its title alone."""
+        return f"Xid {self.code} ({self.title})" if self.code is not None else self.title
+
     def reason(self, limit: int | None = None) -> str:
         """The kernel message (from "NVRM:"), cleaned for a Slurm drain reason; the log's own prefix
         (time, host) is left out: Slurm records both, and they would spend the length limit."""
-        start = self.line.find("NVRM: Xid (")
-        return clean_reason(self.line[start:] if start >= 0 else self.line, limit)
+        return clean_reason(self.text, limit)
 
 
-def _monotonic_us(m: re.Match) -> int | None:
-    whole, frac = (m["mono"], m["frac"]) if m["mono"] is not None else (m["mono2"], m["frac2"])
-    if whole is None:
+@dataclass(frozen=True)
+class _Line:
+    text: str
+    start: int               # where the message starts, after the prefix
+    stamp: int | None        # its own monotonic stamp, in microseconds
+    continued: bool          # an indented line with no prefix: the next line of the record above
+
+
+def _read_line(text: str) -> _Line:
+    lead = len(text) - len(text.lstrip())
+    pos, stamp = lead, None
+    while (m := _TOKEN.match(text, pos)) and m.end() > pos:
+        if m["seconds"] is not None and stamp is None:
+            stamp = int(m["seconds"]) * 1_000_000 + int(m["fraction"][:6].ljust(6, "0"))
+        pos = m.end()
+    return _Line(text, pos, stamp, lead > 0 and pos == lead and pos < len(text))
+
+
+def _find(pattern: re.Pattern, line: _Line) -> re.Match | None:
+    """`pattern` in the line's message, unless what precedes it there shows it quoted (_QUOTED)."""
+    m = pattern.search(line.text, line.start)
+    if m is None or _QUOTED.search(line.text, line.start, m.start()):
         return None
-    return int(whole) * 1_000_000 + int(frac[:6].ljust(6, "0"))
+    return m
+
+
+def _pci(m: re.Match) -> str:
+    return f"{int(m['domain'], 16):04x}:{m['bus'].lower()}:{m['device'].lower()}"
 
 
 def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
@@ -412,6 +507,17 @@ def _pid_and_name(rest: str) -> tuple[int | None, str | None, str]:
     return pid, process, rest.strip()
 
 
+def _caused_by(message: str) -> tuple[str, str, str] | None:
+    """An Xid 45 that names its cause -> (action, detail, why): the catalog's WORKFLOW_XID_45 follows
+    the other Xid, whose line may be out of this read (before the cursor, or rotated out)."""
+    m = _CAUSE.search(message)
+    if m is None:
+        return None
+    cause = lookup(int(m["cause"]))
+    return (worse(CATALOG[45].action, cause.action), f"caused by Xid {cause.code}",
+            f"Xid 45 follows the Xid that caused it (WORKFLOW_XID_45): Xid {cause.code}, {cause.source}")
+
+
 def _resolve(entry: XidEntry, message: str) -> tuple[str, str, str]:
     """(action, why, detail) for an event: the message's own action where it carries one."""
     carried = None
@@ -419,58 +525,122 @@ def _resolve(entry: XidEntry, message: str) -> tuple[str, str, str]:
         carried = recovery_action(message)
     elif entry.code in NVLINK5_CODES:
         carried = nvlink_action(message)
+    elif entry.code == 45:
+        carried = _caused_by(message)
     if carried is None:
         return entry.action, entry.source, ""
     action, detail, why = carried
     return action, why, detail
 
 
-def parse_line(line: str) -> XidEvent | None:
-    """One kernel-log line -> its Xid event, or None when it is not one."""
-    prefix = _PREFIX.match(line)
-    m = _XID.match(line, prefix.end())
+def _xid_event(line: _Line) -> XidEvent | None:
+    m = _find(_XID, line)
     if m is None:
         return None
-    pci = f"{int(m['domain'], 16):04x}:{m['bus'].lower()}:{m['device'].lower()}"
     pid, process, message = _pid_and_name(m["rest"] or "")
     entry = lookup(int(m["code"]))
     action, why, detail = _resolve(entry, message)
-    return XidEvent(pci, entry.code, pid, process, message, entry, action, why, detail, line,
-                    _monotonic_us(prefix), m["instance"].strip())
+    return XidEvent(_pci(m), entry.code, pid, process, message, entry, action, why, detail, line.text,
+                    line.text[m.start():], line.stamp, m["instance"].strip())
 
 
-def _lines(text: str) -> list[str]:
+def _message_event(first: _Line, m: re.Match, entry: XidEntry, detail: str = "") -> XidEvent:
+    # The driver's words, one "NVRM:" before them rather than one per line of the record.
+    words = re.sub(rf"{_BREAK}NVRM: ", " ", m[0]).removeprefix("NVRM: ")
+    return XidEvent(_pci(m), None, None, None, words, entry, entry.action, entry.source, detail, first.text,
+                    f"NVRM: {words}", first.stamp)
+
+
+def _event_at(lines: list[_Line], i: int) -> tuple[XidEvent | None, int]:
+    """The event that starts at lines[i], if any, and the index of its last line."""
+    line = lines[i]
+    if "NVRM: " not in line.text:  # every pattern starts so: most lines are done here
+        return None, i
+    event = _xid_event(line)
+    if event is not None:
+        return event, i
+    for pattern, entry in _ONE_LINE:
+        m = _find(pattern, line)
+        if m is not None:
+            status = m.groupdict().get("status")
+            return _message_event(line, m, entry, f"status {status}" if status else ""), i
+    start = _find(_PROBE_START, line)
+    if start is not None:
+        # The record's next lines: indented under it (dmesg, journalctl), or each with the record's
+        # prefix (syslog(2) and /proc/kmsg print one per line: rsyslog's imklog), or one line, escaped
+        # (rsyslog). Read again on their own, they match no pattern: the event is the first line's.
+        pieces = [line.text[start.start():], *(ln.text[ln.start:].strip() for ln in lines[i + 1:i + PROBE_LINES])]
+        m = _PROBE.match(" ".join(pieces))
+        if m is not None:
+            ends = itertools.accumulate(len(piece) + 1 for piece in pieces)  # each piece's end, joined
+            last = i + next(k for k, end in enumerate(ends) if m.end() < end)
+            return _message_event(line, m, LOST_AT_PROBE), last
+    return None, i
+
+
+def parse_line(line: str) -> XidEvent | None:
+    """One kernel-log line -> its event, or None when it is not one. A message printed over several
+    lines (the probe's "fallen off the bus") is found by parse_events, or here in rsyslog's one-line
+    form."""
+    return _event_at([_read_line(line)], 0)[0]
+
+
+def _lines(text: str) -> list[_Line]:
     # Split on newlines only: a carriage return or other control character inside a message stays in
     # that line (and is cleaned out of any drain reason), rather than making a line of its own.
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in text.split("\n")]
+    return [_read_line(ln[:-1] if ln.endswith("\r") else ln) for ln in text.split("\n")]
+
+
+def _events(lines: list[_Line]) -> list[tuple[int, int, XidEvent]]:
+    """Every event, with the indices of its first and last lines, in log order."""
+    found, fell_off = [], set()
+    for i in range(len(lines)):
+        event, last = _event_at(lines, i)
+        if event is None:
+            continue
+        if event.code == 79:
+            fell_off.add(event.pci)
+        elif event.entry is LOST and event.pci in fell_off:
+            continue  # osHandleGpuLost prints it after the Xid 79 it emits: the same loss, once
+        found.append((i, last, event))
+    return found
 
 
 def parse_events(text: str) -> list[XidEvent]:
-    """Every Xid event in a kernel log, in log order."""
-    return [e for e in map(parse_line, _lines(text)) if e is not None]
+    """Every event in a kernel log (Xids, and the driver's messages that are no Xid), in log order."""
+    return [event for _, _, event in _events(_lines(text))]
 
 
 # -- since the last check -------------------------------------------------------------------------
 
+TAIL_LINES = 8  # how many of a stampless log's last lines the cursor remembers
+
+
 @dataclass(frozen=True)
 class Cursor:
     """Where the previous check stopped: the newest monotonic stamp it saw, in microseconds since
-    boot, how many lines carried that stamp, and the boot."""
+    boot, how many lines carried that stamp, and the boot; for a log without monotonic stamps, the
+    identities of its last lines instead (`tail`)."""
     boot_id: str = ""
     monotonic_us: int = -1
     at_stamp: int = 0
+    tail: tuple[str, ...] = ()
 
     def dumps(self) -> str:
         return json.dumps({"boot_id": self.boot_id, "monotonic_us": self.monotonic_us,
-                           "at_stamp": self.at_stamp})
+                           "at_stamp": self.at_stamp, "tail": list(self.tail)})
 
     @classmethod
     def loads(cls, text: str) -> Cursor | None:
-        """A dumped cursor, or None when the text is not one (a first run reads the whole log)."""
+        """A dumped cursor, or None when the text is not one (a first run reads the whole log). One
+        dumped before `tail` existed has none."""
         try:
             raw = json.loads(text)
-            return cls(str(raw["boot_id"]), int(raw["monotonic_us"]), int(raw["at_stamp"]))
-        except (ValueError, TypeError, KeyError):
+            tail = raw.get("tail", [])
+            if not isinstance(tail, list) or not all(isinstance(key, str) for key in tail):
+                return None
+            return cls(str(raw["boot_id"]), int(raw["monotonic_us"]), int(raw["at_stamp"]), tuple(tail))
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
 
@@ -483,34 +653,76 @@ def _same_boot(cursor: Cursor | None, boot_id: str, newest: int | None) -> bool:
     return newest is None or newest >= cursor.monotonic_us
 
 
+def _stamps(lines: list[_Line]) -> list[int | None]:
+    """Each line's monotonic stamp; a record's indented next lines carry its first line's."""
+    stamps, last = [], None
+    for line in lines:
+        last = last if line.continued else line.stamp
+        stamps.append(last)
+    return stamps
+
+
+def _after_stamp(stamps: list[int | None], start: Cursor | None) -> list[bool]:
+    """Which lines are new by their stamp: later than the cursor's, or at it beyond the lines it
+    counted there (lines printed in the same microsecond may straddle a read). A line without a
+    stamp cannot be placed and counts as new: an event reported twice is better than never."""
+    fresh, at_start = [], 0
+    for stamp in stamps:
+        if start is None or stamp is None or stamp > start.monotonic_us:
+            fresh.append(True)
+        elif stamp < start.monotonic_us:
+            fresh.append(False)
+        else:
+            at_start += 1
+            fresh.append(at_start > start.at_stamp)
+    return fresh
+
+
+def _identity(line: _Line) -> str:
+    # The line without the fractions of its time stamps: dmesg prints the wall clock from the boot time
+    # it works out at each run, whose microseconds differ from one run to the next.
+    key = re.sub(r"[.,]\d+", "", line.text[:line.start]) + line.text[line.start:]
+    return hashlib.sha256(key.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+
+
+def _after_tail(keys: list[tuple[int, str]], tail: tuple[str, ...]) -> int:
+    """The index of the first line after the earliest place where the previous read's last lines
+    stand in this one, in the same order; 0 (every line new) where they stand nowhere (a boot, a
+    rotation past them, or stamps printed differently). The earliest place: a repeat of those lines
+    may make old lines new again, never a new line old."""
+    if not tail:
+        return 0
+    hashes = [key for _, key in keys]
+    for j in range(len(hashes) - len(tail) + 1):
+        if tuple(hashes[j:j + len(tail)]) == tail:
+            return keys[j + len(tail) - 1][0] + 1
+    return 0
+
+
 def new_events(text: str, cursor: Cursor | None = None, boot_id: str = "") -> tuple[list[XidEvent], Cursor]:
-    """The Xid events in `text` the check that returned `cursor` has not seen, and the cursor to
-    pass next time. `boot_id` is this boot's (read_boot_id()); "" when unknown. With no cursor, or
-    another boot's, every event in the text is new."""
+    """The events in `text` the check that returned `cursor` has not seen, and the cursor to pass next
+    time. `boot_id` is this boot's (read_boot_id()); "" when unknown. With no cursor, or another
+    boot's, every event in the text is new. A log with monotonic stamps is placed by them; one without
+    any (dmesg -T or --time-format iso, journalctl -o short or short-iso, kern.log without the
+    kernel's stamp) by its last lines, which the cursor keeps."""
     lines = _lines(text)
-    stamps = [_monotonic_us(_PREFIX.match(ln)) for ln in lines]
+    stamps = _stamps(lines)
     newest = max((s for s in stamps if s is not None), default=None)
     start = cursor if _same_boot(cursor, boot_id, newest) else None
-    events, at_start = [], 0
-    for line, stamp in zip(lines, stamps):
-        if start is not None and stamp is not None:
-            if stamp < start.monotonic_us:
-                continue
-            if stamp == start.monotonic_us:
-                at_start += 1
-                if at_start <= start.at_stamp:
-                    continue
-        event = parse_line(line)
-        if event is not None:
-            events.append(event)
-    return events, _advance(start, boot_id, stamps, newest)
-
-
-def _advance(start: Cursor | None, boot_id: str, stamps: list[int | None], newest: int | None) -> Cursor:
     boot = boot_id or (start.boot_id if start is not None else "")
-    if newest is None:
-        return Cursor(boot, start.monotonic_us, start.at_stamp) if start is not None else Cursor(boot)
-    return Cursor(boot, newest, stamps.count(newest))
+    # An event is new where any of its lines is: a read may have ended inside a record whose lines
+    # were written one by one (rsyslog's kern.log), before the record was whole and an event.
+    found = _events(lines)
+    if newest is not None:
+        fresh = _after_stamp(stamps, start)
+        return ([e for first, last, e in found if any(fresh[first:last + 1])],
+                Cursor(boot, newest, stamps.count(newest)))
+    keys = [(i, _identity(line)) for i, line in enumerate(lines) if line.text.strip()]
+    if not keys:  # nothing read: the cursor stays
+        return [], replace(start, boot_id=boot) if start is not None else Cursor(boot)
+    first_new = _after_tail(keys, start.tail if start is not None else ())
+    return ([e for _, last, e in found if last >= first_new],
+            Cursor(boot, tail=tuple(key for _, key in keys[-TAIL_LINES:])))
 
 
 # -- reading the log ------------------------------------------------------------------------------
@@ -578,15 +790,17 @@ class XidSummary:
 
 
 def _gpu_line(pci: str, events: list[XidEvent]) -> str:
-    # The GPU's worst event names the line (the first of equals, in log order); its other codes follow.
+    # The GPU's worst event names the line (the first of equals, in log order); its others follow.
     top = events[0]
     for event in events[1:]:
         if ACTIONS.index(event.action) > ACTIONS.index(top.action):
             top = event
-    line = f"GPU {pci}: Xid {top.code} ({top.title}): {', '.join(STEPS[top.action])}"
-    others = sorted({e.code for e in events} - {top.code})
+    line = f"GPU {pci}: {top.label}: {', '.join(STEPS[top.action])}"
+    codes = sorted({e.code for e in events if e.code is not None} - {top.code})
+    messages = sorted({e.entry.name for e in events if e.code is None} - {top.entry.name})
+    others = ([f"Xid {', '.join(map(str, codes))}"] if codes else []) + messages
     if others:
-        line += f" (also Xid {', '.join(map(str, others))})"
+        line += f" (also {'; '.join(others)})"
     return line
 
 

@@ -58,6 +58,30 @@ EXPECTED = {
         ("0000:03:00", 14, None, None, "info"),
         ("0000:01:00", 38, 1659, None, "info"),
     ],
+    # The shapes of real captures (tests/data/xid/README.md names each source).
+    "dmesg-decode-iso.txt": [
+        ("0000:4c:00", 13, None, None, "app"),
+        ("0000:4c:00", 13, None, None, "app"),
+        ("0000:4c:00", 13, None, None, "app"),
+        ("0000:4c:00", 43, 1204417, "pt_main_thread", "app"),
+        ("0000:4c:00", 79, 1291022, "pt_main_thread", "reboot"),  # its "GPU has fallen off the bus." is the same loss
+        ("0000:5d:00", 43, 1291030, "pt_main_thread", "app"),
+    ],
+    "dmesg-T-gsp.txt": [("0000:1b:00", 119, 771204, "dcgm-exporter", "reset_gpu")] * 3,
+    "dmesg-T-grep-nvrm.txt": [
+        ("0000:00:06", 43, 302118, "pt_main_thread", "app"),
+        ("0000:00:06", 43, 305871, "pt_main_thread", "app"),
+        ("0000:00:09", 31, 611902, "python3.11", "app"),
+        ("0000:00:0a", 94, None, None, "app"),
+    ],
+    "journal-xid45-caused-by.txt": [
+        ("0000:1a:00", 45, 902211, "python3", "app"),
+        ("0000:3c:00", 45, 902213, "python3", "app"),
+        ("0000:1a:00", 45, 902211, "python3", "app"),
+        ("0000:4d:00", 45, 902214, "python3", "app"),
+    ],
+    "dmesg-fallen-off-bus.txt": [("0000:4e:00", None, None, None, "reboot")],
+    "journalctl-rminitadapter.txt": [("0000:2a:00", None, None, None, "reset_gpu")],
 }
 
 
@@ -100,7 +124,6 @@ def test_the_messages_and_stamps_are_the_drivers():
 NOISE = [
     "[ 4711.093512] NVRM: GPU at PCI:0000:18:00: GPU-5e5b9a3c-1f0d-7c2b-9e4a-1c2d3e4f5a6b",
     "[ 4711.093520] NVRM: GPU Board Serial Number: 1652322012345",
-    "[ 4711.093541] NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.",
     "[ 4711.093548] NVRM: A GPU crash dump has been created. If possible, please run",
     "               NVRM: nvidia-bug-report.sh as root to collect this data before",
     "[   12.512345] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.90.07  Fri May 31 09:35:42 UTC 2024",
@@ -112,8 +135,19 @@ NOISE = [
     '[ 7500.000000] audit: type=1400 apparmor="DENIED" name="NVRM: Xid (PCI:0000:18:00): 79, fake" comm="cat"',
     "Feb  1 14:25:33 gpu-node-021 kernel: [ 1722.000000] NVRM: Xid (PCI:0000:01:00): abc, pid=1, not a code",
     "user@host$ echo NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
+    "level=warning msg=NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus.",
+    '[ 7500.000000] audit: type=1400 apparmor="DENIED" name="NVRM: GPU 0000:18:00.0: GPU has fallen off the bus."',
     "-- No entries --",
     "",
+    # The lines around an Xid or a lost GPU that are none themselves.
+    "[Mon Mar 10 02:11:40 2025] NVRM:      0    76   GSP_RM_CONTROL        0x000000002080014b 0x0000000000000005",
+    "[Mon Mar 10 02:11:40 2025] NVRM: GPU2 GSP RPC buffer contains function 76 (GSP_RM_CONTROL) and data 0x0 0x5.",
+    "               NVRM: (PCI ID: 10de:2330) installed in this system has",
+    "               NVRM: fallen off the bus and is not responding to commands.",
+    "[  912.733020] NVRM: The NVIDIA probe routine failed for 1 device(s).",
+    "[  912.604417] NVRM: The NVIDIA GPU 0000:4e:00.0",  # alone: its next lines say what it is
+    "Mar 02 08:14:55 gpu-node-044 kernel: NVRM: GPU 0000:2a:00.0: rm_init_adapter failed, device minor number 3",
+    "Mar 02 08:14:55 gpu-node-044 kernel: NVRM: RmInitAdapter: osInitNvMapping failed, bailing out of RmInitAdapter",
 ]
 
 
@@ -136,6 +170,18 @@ PREFIXES = {
     "2024-08-30T11:43:09+0000 node01 kernel: ": None,
     "kern  :err   : [  123.456789] ": 123_456789,
     "kernel: ": None,
+    # dmesg -x / --decode with each --time-format (iso is what gpud runs), and the formats that
+    # carry no monotonic stamp.
+    "kern  :warn  : 2025-01-21T04:41:44,285060+00:00 ": None,
+    "kern  :warn  : [Tue Jan 21 04:41:44 2025] ": None,
+    "kern  :warn  : [Jan21 04:41] ": None,
+    "kern  :warn  : [  +0.000089] ": None,
+    "kern  :warn  : [<    0.000089>] ": None,
+    "kern  :warn  : ": None,
+    "[  123.456789 <    0.000089>] ": 123_456789,  # dmesg -d
+    "Tue 2025-01-21 04:41:44 UTC node01 kernel: ": None,  # journalctl -o short-full
+    "2025-01-21T04:41:44.285060+00:00 node01 kernel: ": None,  # short-iso-precise, rsyslog RFC 3339
+    "1737434504.285060 node01 kernel: ": None,  # journalctl -o short-unix
 }
 
 
@@ -146,6 +192,13 @@ def test_every_log_format_gives_the_same_event(prefix):
     assert (event.pci, event.code, event.pid, event.process) == ("0000:18:00", 79, 1234, "python")
     assert event.message == "GPU has fallen off the bus."
     assert event.monotonic_us == PREFIXES[prefix]
+
+
+def test_a_prefix_no_tool_here_prints_is_no_silent_miss():
+    # A log shipper's own prefix: the Xid is found wherever it stands, its stamp is none.
+    event = xid.parse_line("2025-01-21 04:41:44.285 WARN [kernel-forwarder] gpu-node-7 | NVRM: Xid "
+                           "(PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.")
+    assert (event.pci, event.code, event.action, event.monotonic_us) == ("0000:18:00", 79, "reboot", None)
 
 
 def test_the_pci_address_is_normalized():
@@ -233,6 +286,119 @@ def test_nvlink5_errors_follow_their_severity(message, action, detail):
     assert (event.action, event.detail) == (action, detail)
 
 
+@pytest.mark.parametrize("cause, action", [(None, "app"), (149, "app"), (145, "app"), (48, "reset_gpu"),
+                                           (79, "reboot")])
+def test_an_xid_45_follows_the_xid_that_caused_it(cause, action):
+    # WORKFLOW_XID_45: with other Xids, follow those; 149 and 145 carry theirs in their own line.
+    tail = f" caused by previous Xid {cause}" if cause else ""
+    event = xid.parse_line(f"kernel: NVRM: Xid (PCI:0000:1a:00): 45, pid=902211, name=python3, Ch 00000001{tail}")
+    assert (event.code, event.action, event.detail) == (45, action, f"caused by Xid {cause}" if cause else "")
+    if cause is None:
+        assert event.why == xid.lookup(45).source
+    else:
+        assert f"Xid {cause}, {xid.lookup(cause).source}" in event.why
+
+
+def test_the_summary_of_xid_45_names_its_cause():
+    assert xid.summarize(xid.parse_events(sample("journal-xid45-caused-by.txt"))).lines == (
+        "GPU 0000:1a:00: Xid 45 (Preemptive cleanup, due to previous errors: caused by Xid 149): app",
+        "GPU 0000:3c:00: Xid 45 (Preemptive cleanup, due to previous errors: caused by Xid 145): app",
+        "GPU 0000:4d:00: Xid 45 (Preemptive cleanup, due to previous errors): app",
+    )
+
+
+# -- the driver's messages that are no Xid --------------------------------------------------------
+
+# The probe's message for a GPU fallen off the bus (osapi.c) is one record over three lines; each
+# tool prints it its own way.
+FALLEN = ("NVRM: The NVIDIA GPU 0000:4e:00.0", "NVRM: (PCI ID: 10de:2330) installed in this system has",
+          "NVRM: fallen off the bus and is not responding to commands.")
+RENDERINGS = {
+    "dmesg": "[  912.604417] {0}\n               {1}\n               {2}\n",
+    "dmesg -T": "[Tue Mar  4 11:40:02 2025] {0}\n                           {1}\n                           {2}\n",
+    "dmesg -x": "kern  :err   : [  912.604417] {0}\n" + " " * 30 + "{1}\n" + " " * 30 + "{2}\n",
+    "journalctl -o short-monotonic": "[  912.604417] gpu-node-7 kernel: {0}\n{pad}{1}\n{pad}{2}\n",
+    "syslog(2), rsyslog imklog": "Mar  4 11:40:02 gpu-node-7 kernel: [  912.604417] {0}\n"
+                                "Mar  4 11:40:02 gpu-node-7 kernel: [  912.604417] {1}\n"
+                                "Mar  4 11:40:02 gpu-node-7 kernel: [  912.604417] {2}\n",
+    "rsyslog, escaped": "Mar  4 11:40:02 gpu-node-7 kernel: {0}#012{1}#012{2}\n",
+}
+
+
+@pytest.mark.parametrize("tool", sorted(RENDERINGS))
+def test_a_gpu_fallen_off_the_bus_at_driver_load_is_an_event_however_printed(tool):
+    text = RENDERINGS[tool].format(*FALLEN, pad=" " * 35)
+    (event,) = xid.parse_events(text)
+    assert (event.pci, event.code, event.entry, event.action) == ("0000:4e:00", None, xid.LOST_AT_PROBE, "reboot")
+    assert event.message == ("The NVIDIA GPU 0000:4e:00.0 (PCI ID: 10de:2330) installed in this system has "
+                             "fallen off the bus and is not responding to commands.")
+    assert event.reason() == "NVRM: " + event.message
+    assert xid.summarize([event]).lines == (
+        "GPU 0000:4e:00: GPU has fallen off the bus at driver load (no Xid): drain, reboot",)
+    _, cursor = xid.new_events(text, None, "boot-a")
+    assert xid.new_events(text, cursor, "boot-a")[0] == []
+
+
+@pytest.mark.parametrize("tool", ["syslog(2), rsyslog imklog", "dmesg -T"])
+def test_a_read_that_ends_inside_the_record_finds_the_gpu_at_the_next(tool):
+    # rsyslog writes the record's lines one by one: a read between them holds no event yet.
+    text = RENDERINGS[tool].format(*FALLEN)
+    events, cursor = xid.new_events("".join(text.splitlines(True)[:2]), None, "boot-a")
+    assert events == []
+    events, cursor = xid.new_events(text, cursor, "boot-a")
+    assert [e.entry for e in events] == [xid.LOST_AT_PROBE]
+    assert xid.new_events(text, cursor, "boot-a")[0] == []
+
+
+def test_an_unsupported_gpu_is_no_event():
+    # The same words start the driver's message for a GPU this driver does not support.
+    text = ("[  912.604417] NVRM: The NVIDIA GPU 0000:01:00.0 (PCI ID: 10de:0de3)\n"
+            "               NVRM: installed in this system is not supported by the\n"
+            "               NVRM: NVIDIA 550.127.05 driver release.\n")
+    assert xid.parse_events(text) == []
+
+
+def test_the_driver_losing_a_gpu_without_an_xid_is_an_event_and_after_its_xid_79_the_same_loss():
+    lost = "[ 4711.093541] NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.\n"
+    (event,) = xid.parse_events(lost)
+    assert (event.pci, event.code, event.entry, event.action) == ("0000:18:00", None, xid.LOST, "reboot")
+    assert xid.summarize([event]).lines == ("GPU 0000:18:00: GPU has fallen off the bus (no Xid): drain, reboot",)
+    xid_79 = "[ 4711.093527] NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+    assert [e.code for e in xid.parse_events(xid_79 + lost)] == [79]
+    other_gpu = xid_79.replace("0000:18:00", "0000:19:00")
+    assert [(e.pci, e.code) for e in xid.parse_events(other_gpu + lost)] == [("0000:19:00", 79), ("0000:18:00", None)]
+
+
+def test_a_gpu_that_failed_to_initialize_is_an_event():
+    (event,) = xid.parse_events(sample("journalctl-rminitadapter.txt"))
+    assert (event.pci, event.entry, event.action, event.detail) == (
+        "0000:2a:00", xid.INIT_FAILED, "reset_gpu", "status 0x22:0x56:894")
+    assert xid.summarize([event]).lines == (
+        "GPU 0000:2a:00: GPU initialization failed (RmInitAdapter, no Xid): status 0x22:0x56:894: drain, reset_gpu",)
+
+
+def test_a_message_that_is_no_xid_takes_the_action_of_the_xid_it_reports():
+    assert xid.LOST.action == xid.LOST_AT_PROBE.action == xid.lookup(79).action == "reboot"
+    assert xid.INIT_FAILED.action == xid.lookup(143).action == "reset_gpu"
+    for entry, code, where in ((xid.LOST, 79, "osHandleGpuLost"), (xid.LOST_AT_PROBE, 79, "osapi.c"),
+                               (xid.INIT_FAILED, 143, "RmInitAdapter")):
+        assert entry.code is None and where in entry.source and f"as Xid {code}" in entry.source
+        assert entry.source.endswith(xid.lookup(code).source)
+
+
+def test_a_gpu_line_names_the_messages_that_are_no_xid_beside_its_codes():
+    text = ("[ 10.000000] NVRM: Xid (PCI:0000:2a:00): 13, pid=5, name=python, Graphics Exception\n"
+            "[ 11.000000] NVRM: GPU 0000:2a:00.0: RmInitAdapter failed! (0x22:0x56:894)\n"
+            "[ 12.000000] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+            "[ 13.000000] NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x25:0x40:1470)\n")
+    assert xid.summarize(xid.parse_events(text)).lines == (
+        "GPU 0000:2a:00: GPU initialization failed (RmInitAdapter, no Xid): status 0x22:0x56:894: "
+        "drain, reset_gpu (also Xid 13)",
+        "GPU 0000:3b:00: Xid 79 (GPU has fallen off the bus): drain, reboot "
+        "(also GPU initialization failed (RmInitAdapter, no Xid))",
+    )
+
+
 # -- since the last check -------------------------------------------------------------------------
 
 def test_a_second_call_with_the_cursor_finds_nothing_new():
@@ -278,17 +444,68 @@ def test_a_reboot_starts_over():
     assert [e.code for e in events] == [79] and cursor.monotonic_us == 60_000000
 
 
-def test_lines_without_a_monotonic_stamp_are_new_every_time():
-    text = sample("dmesg-T.txt")
-    events, cursor = xid.new_events(text, None, "boot-a")
-    assert cursor == xid.Cursor("boot-a")
-    assert shape(xid.new_events(text, cursor, "boot-a")[0]) == shape(events)
+# A log without monotonic stamps (dmesg -T and --time-format iso, journalctl -o short) is placed by its
+# last lines. Each case: the text the previous check read, the text read now, the events new now.
+ISO = sample("dmesg-decode-iso.txt")
+XID_43 = ("kern  :warn  : 2025-03-04T12:02:19,330412+00:00 NVRM: Xid (PCI:0000:4c:00): 43, pid=1300001, "
+          "name=pt_main_thread, Ch 00000008\n")
+
+
+def _shift_micros(text, by):
+    # dmesg run again: the same lines, each wall-clock stamp some microseconds off.
+    return re.sub(r",(\d{6})\+", lambda m: f",{(int(m[1]) + by) % 1_000_000:06d}+", text)
+
+
+def _shift_seconds(text):
+    return re.sub(r"(\d\d:\d\d):(\d\d) 20", lambda m: f"{m[1]}:{(int(m[2]) + 1) % 60:02d} 20", text)
+
+
+def test_a_log_without_monotonic_stamps_finds_nothing_new_the_second_time():
+    for name in ("dmesg-decode-iso.txt", "dmesg-T.txt", "dmesg-T-gsp.txt", "journalctl-short.txt"):
+        events, cursor = xid.new_events(sample(name), None, "boot-a")
+        assert shape(events) == EXPECTED[name]
+        lines = [ln for ln in sample(name).splitlines() if ln.strip()]
+        assert cursor.monotonic_us == -1 and len(cursor.tail) == min(len(lines), xid.TAIL_LINES)
+        again, cursor2 = xid.new_events(sample(name), cursor, "boot-a")
+        assert again == [] and cursor2 == cursor, name
+
+
+@pytest.mark.parametrize("case, before, now, new, again", [
+    ("appended", ISO, ISO + XID_43, [43], []),
+    ("dmesg run again: other microseconds", ISO, _shift_micros(ISO + XID_43, 7), [43], []),
+    ("rotated: the oldest line gone", ISO, "".join(ISO.splitlines(True)[1:]) + XID_43, [43], []),
+    # A repeat of the lines the previous read ended on: the earliest place of those lines decides,
+    # so the repeat is new, not taken for the lines already seen; and stays new while it ends the log.
+    ("the last lines repeated", ISO, ISO + "".join(ISO.splitlines(True)[-8:]), [13, 13, 13, 43, 79, 43],
+     [13, 13, 13, 43, 79, 43]),
+    # Stamps printed a second later (dmesg -T works the wall clock out at each run): the previous
+    # read's lines are not found, every line is new again; reported twice, never missed.
+    ("stamps a second later", sample("dmesg-T.txt"), _shift_seconds(sample("dmesg-T.txt")),
+     [13, 13, 109, 74, 95], []),
+])
+def test_a_log_without_monotonic_stamps_is_placed_by_its_last_lines(case, before, now, new, again):
+    _, cursor = xid.new_events(before, None, "boot-a")
+    events, cursor = xid.new_events(now, cursor, "boot-a")
+    assert [e.code for e in events] == new, case
+    assert [e.code for e in xid.new_events(now, cursor, "boot-a")[0]] == again, case
+
+
+def test_a_log_without_monotonic_stamps_starts_over_at_a_reboot_and_keeps_its_place_on_an_empty_read():
+    _, cursor = xid.new_events(ISO, None, "boot-a")
+    assert shape(xid.new_events(ISO, cursor, "boot-b")[0]) == EXPECTED["dmesg-decode-iso.txt"]
+    assert xid.new_events("", cursor, "boot-a") == ([], cursor)
+    assert xid.new_events(ISO, xid.new_events("", cursor, "boot-a")[1], "boot-a")[0] == []
 
 
 def test_the_cursor_survives_a_state_file():
-    _, cursor = xid.new_events(sample("journalctl-k.txt"), None, "7c1f0b2e-0d5c-4d8e-9a4f-1e2d3c4b5a69")
-    assert xid.Cursor.loads(cursor.dumps()) == cursor
-    for junk in ("", "{", "[]", '{"boot_id": "x"}', '{"boot_id": "x", "monotonic_us": "y", "at_stamp": 0}'):
+    for name in ("journalctl-k.txt", "dmesg-decode-iso.txt"):
+        _, cursor = xid.new_events(sample(name), None, "7c1f0b2e-0d5c-4d8e-9a4f-1e2d3c4b5a69")
+        assert xid.Cursor.loads(cursor.dumps()) == cursor
+    # One a check wrote before the cursor had a tail.
+    assert xid.Cursor.loads('{"boot_id": "x", "monotonic_us": 5, "at_stamp": 1}') == xid.Cursor("x", 5, 1)
+    for junk in ("", "{", "[]", '{"boot_id": "x"}', '{"boot_id": "x", "monotonic_us": "y", "at_stamp": 0}',
+                 '{"boot_id": "x", "monotonic_us": 5, "at_stamp": 1, "tail": "ab"}',
+                 '{"boot_id": "x", "monotonic_us": 5, "at_stamp": 1, "tail": [1]}'):
         assert xid.Cursor.loads(junk) is None
 
 
