@@ -26,10 +26,18 @@ def check(ctx: Context, text: str | None = None, boot_id: str | None = None) -> 
     pending = [p for p in ctx.previous.get("pending", []) if p.get("boot_id") == boot_id or not boot_id]
     for e in events:
         if e.action in STICKY or e.action == "drain":
-            pending.append({"boot_id": boot_id, "pci": e.pci, "code": e.code, "action": e.action,
-                            "line": xid.summarize([e]).lines[0], "sticky": e.action in STICKY})
-    problems = [Problem(f"GPU {p['pci']}", p["line"].split(": ", 1)[1] if ": " in p["line"] else p["line"],
-                        action=p["action"]) for p in pending]
+            entry = {"boot_id": boot_id, "pci": e.pci, "code": e.code, "action": e.action,
+                     "detail": f"{e.label}: {', '.join(xid.STEPS[e.action])}", "sticky": e.action in STICKY}
+            # One entry per GPU, event and action: a message the driver repeats (RmInitAdapter at every
+            # open) is one problem, not a list that grows at every check.
+            if not any(_same(entry, p) for p in pending):
+                pending.append(entry)
+    # A state written before the detail was kept as a field holds the summary line ("line"): shown as it is.
+    problems = [Problem(f"GPU {p['pci']}", p.get("detail") or p.get("line", ""), action=p["action"]) for p in pending]
     state = {"cursor": cursor.dumps(), "pending": [p for p in pending if p["sticky"]]}
-    seen = f"{len(events)} new Xid events" if events else "no new Xid events"
+    seen = f"{len(events)} new GPU driver events (Xid and lost GPUs)" if events else "no new Xid events"
     return judged("xid", problems, seen, state)
+
+
+def _same(a: dict, b: dict) -> bool:
+    return (a["pci"], a["code"], a["action"], a["detail"]) == (b["pci"], b.get("code"), b["action"], b.get("detail"))

@@ -184,6 +184,27 @@ def test_xid_skips_without_a_gpu_and_a_hostile_line_cannot_change_what_is_draine
     assert not set(reason) & set("\"'`$;\n\\")
 
 
+def test_a_gpu_lost_without_an_xid_or_in_dmesgs_iso_form_drains_and_a_repeated_message_is_one_problem(node, capsys, monkeypatch):
+    """Shapes of real kernel logs (tests/data/xid/README.md names their sources): the driver's three-line
+    "fallen off the bus" at load, with no Xid; `dmesg -x --time-format iso` lines; RmInitAdapter failing
+    at every open. Before, the first two passed the check."""
+    fakesysfs.gpu(node.root, "0000:4e:00.0")
+    data = Path(__file__).resolve().parents[1] / "data" / "xid"
+    log = node.tmp / "kern.log"
+    monkeypatch.setenv("ACCEPTANCE_KERNEL_LOG", f"cat {log}")
+    log.write_text((data / "dmesg-fallen-off-bus.txt").read_text())
+    code, out = check(capsys, "--profile", node.profile(("xid",)), "--slurm")
+    assert code == 1 and out["slurm"]["outcome"] == "drained", out
+    (p,) = out["checks"][0]["problems"]
+    assert p["part"] == "GPU 0000:4e:00" and p["action"] == "reboot", p
+    iso = ("kern  :warn  : 2025-03-04T10:05:17,220431+00:00 NVRM: Xid (PCI:0000:4c:00): 79, pid=1, name=x, "
+           "GPU has fallen off the bus.\n")
+    assert _xid(node, iso, "b").problems[0].action == "reboot"
+    once = _xid(node, (data / "journalctl-rminitadapter.txt").read_text(), "boot-a")
+    again = _xid(node, (data / "journalctl-rminitadapter.txt").read_text() * 2, "boot-a", once.state)
+    assert len(once.problems) == len(again.problems) == len(again.state["pending"]) >= 1, again
+
+
 # ---- NVML ------------------------------------------------------------------------------------------
 
 class FakeNVML:
