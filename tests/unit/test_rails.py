@@ -26,8 +26,8 @@ from acceptance.checks import rails  # noqa: E402
 from acceptance.cli import main  # noqa: E402
 from acceptance.host.nodefacts import Unavailable, read_ports  # noqa: E402
 from acceptance.rules.profile import load_profile  # noqa: E402
+from test_nodecheck import node  # noqa: E402,F401 - the fixture
 
-FAKE_SLURM = Path(__file__).resolve().parents[1] / "fakeslurm"
 HDR, NDR, QDR = "200 Gb/sec (4X HDR)", "400 Gb/sec (4X NDR)", "40 Gb/sec (4X QDR)"
 ACTIVE, DOWN = ("4: ACTIVE", "5: LinkUp"), ("1: DOWN", "3: Disabled")
 
@@ -58,14 +58,10 @@ def devinfo(tmp: Path, names: list[str], mtu: str = "4096 (5)") -> Path:
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    root = tmp_path / "sys"
+def env(node, tmp_path, monkeypatch):
+    """test_nodecheck's node (state folder, scontrol's stand-in, SLURMD_NODENAME) on a sysfs tree of our own."""
+    root = tmp_path / "rig"
     monkeypatch.setenv("ACCEPTANCE_SYSFS_ROOT", str(root))
-    monkeypatch.setenv("ACCEPTANCE_NODE_CHECK_STATE", str(tmp_path / "state"))
-    monkeypatch.setenv("PATH", f"{FAKE_SLURM}:/usr/bin:/bin")
-    monkeypatch.setenv("FAKE_SCONTROL_STATE", str(tmp_path / "nodes.json"))
-    monkeypatch.setenv("FAKE_SCONTROL_LOG", str(tmp_path / "scontrol.log"))
-    monkeypatch.setenv("SLURMD_NODENAME", "gpu07")
     return root
 
 
