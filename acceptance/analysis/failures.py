@@ -181,7 +181,8 @@ def counter_findings(ev: pd.DataFrame) -> list[dict]:
                         f"(bound {fmt_value(row.threshold)})")
             if row.unit == "errors/bit":
                 if pd.isna(row.value):
-                    return f"{row.metric.removesuffix('_ber')} rose, with no rx_bits_phy to rate it against"
+                    return (f"{row.metric.removesuffix('_ber')} rose, with no bits to rate it against (no rx_bits_phy, "
+                            f"and no steady ACTIVE port rate over the window)")
                 return (f"{row.metric.removesuffix('_ber')}: pre-FEC bit error rate {row.value:.2g} "
                         f"(fails above {fmt_value(row.threshold)})")
             return f"{row.metric} rose by {fmt_value(row.value)} (bound {fmt_value(row.threshold)})"

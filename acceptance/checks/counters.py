@@ -37,6 +37,8 @@ def check(ctx: Context) -> Outcome:
         elif d.kind == "app" and d.delta:
             apps.append(f"{d.device} port {d.port} {d.name} +{d.delta:,}")
     note = f"{len(snap['ports'])} ports over {deltas.seconds:.0f} s"
+    if snap.get("notes"):  # what a device does not count (no PMA): said, not judged
+        note += "; " + "; ".join(snap["notes"])
     if apps:
         note += f"; applications' own errors (information, not the node's fault): {', '.join(apps)}"
     return judged("counters", problems, note, state, unread)

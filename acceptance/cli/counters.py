@@ -23,19 +23,24 @@ def add_parser(sub) -> None:
                "  srun python train.py ...\n"
                "  srun --ntasks-per-node=1 acceptance counters snapshot -o after-%N.json\n"
                "  acceptance counters diff before-node1.json after-node1.json\n\n"
-               "what a diff judges (bounds from the profile's [counters] section):\n"
-               "  error     symbol_error, link_downed, rx_crc_errors_phy, retry_exceeded_err, ...: must not rise\n"
-               "            (errors_max); one saturated at its cap during the window fails too\n"
-               "  retransmit out_of_sequence, local_ack_timeout_err, duplicate_request, ...: per million of\n"
-               "            the port's packets in the window, fail above retransmit_ppm_max (0)\n"
-               "  pre_fec   rx_err_lane_<l>_phy, rx_corrected_bits_phy: bit errors before FEC, which PAM4\n"
-               "            links (200/400/800G) always have: judged as a bit error rate against the\n"
-               "            port's rx_bits_phy, fail above pre_fec_ber_max (2.4e-4, what FEC corrects),\n"
-               "            warn above pre_fec_ber_warn (1e-5); errors FEC did not correct\n"
-               "            (rx_symbol_err_phy, rx_pcs_symbol_err_phy, CRC) are errors\n"
-               "  discard   port_xmit_discards, rx_discards_phy, out_of_buffer, ...: warn above discards_max\n"
-               "  pause     PFC pause frames per second: warn above pause_rate_max (when set)\n"
-               "  cnp       CNP / ECN marks per second: warn above cnp_rate_max (when set)\n"
+               "what a diff judges, by each counter's class and kind (bounds from the profile's [counters]\n"
+               "section; every class and its source: docs/rdma.md §5):\n"
+               "  fault        error: symbol_error, link_downed, rx_crc_errors_phy, rx_icrc_encapsulated, ...:\n"
+               "               must not rise (errors_max); one saturated at its cap during the window fails too\n"
+               "               retransmit: out_of_sequence, local_ack_timeout_err, duplicate_request, ...: per\n"
+               "               million of the port's packets in the window, fail above retransmit_ppm_max (0)\n"
+               "               pre_fec: rx_err_lane_<l>_phy, rx_corrected_bits_phy: bit errors before FEC, which\n"
+               "               PAM4 links (200/400/800G) always have: judged as a bit error rate against the\n"
+               "               bits received (rx_bits_phy, else the port's rate times the window), fail above\n"
+               "               pre_fec_ber_max (2.4e-4, what FEC corrects), warn above pre_fec_ber_warn (1e-5);\n"
+               "               errors FEC did not correct (rx_symbol_err_phy, rx_pcs_symbol_err_phy, CRC) are errors\n"
+               "  congestion   discard: port_xmit_discards, rx_discards_phy, out_of_buffer, ...: warn above\n"
+               "               discards_max; pause: PFC pause frames per second, warn above pause_rate_max;\n"
+               "               cnp: CNP / ECN marks per second, warn above cnp_rate_max (both when set);\n"
+               "               wait: port_xmit_wait, ...: recorded\n"
+               "  application  app: resp_local_length_error, req_remote_access_errors, rnr_nak_retry_err, ...:\n"
+               "               a program's own errors, shown and recorded, never a failure or a warning\n"
+               "  traffic      data: port_xmit_data, *_packets, *_bytes: shown; a name not known: other, shown\n"
                "PMA counters clamp instead of wrapping (symbol_error stops at 65535): a saturated counter\n"
                "hides every later rise, so clear it (perfquery -R -C mlx5_0 -P 1).\n\n"
                "environment: ACCEPTANCE_SYSFS_ROOT (default /sys), ACCEPTANCE_ETHTOOL (default ethtool,\n"
@@ -92,6 +97,8 @@ def cmd_counters_snapshot(args) -> int:
           f"{len(snap['problems'])} problems -> {where}", file=sys.stderr)
     for line in snap["problems"]:
         print(f"  problem: {line}", file=sys.stderr)
+    for line in snap["notes"]:
+        print(f"  note: {line}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -7,10 +7,13 @@ A snapshot reads every port of every RDMA device on this node:
                                                          rxe's (Soft-RoCE) retransmission and packet counters
   ethtool -S <netdev>                                    RoCE ports only: PFC pause, PHY errors, drops
 
-and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, ...) that
-the one judge turns into a verdict against the profile's [counters] bounds
-(acceptance.rules.counter_verdicts). PMA counters clamp at all-ones
+and two snapshots of one node diff into deltas, each with a kind (error, discard, pause, app, ...;
+acceptance.host.counter_kinds) that the one judge turns into a verdict against the profile's [counters]
+bounds (acceptance.rules.counter_verdicts). PMA counters clamp at all-ones
 instead of wrapping, so a counter at its maximum is *saturated*: its rise is unknown, never a delta.
+A snapshot records each port's rate and width too: the bits a lane received in a window, which pre-FEC
+bit errors are rated against, are the port's rx_bits_phy where the driver has it, else its rate times
+the window's length.
 
 Nothing here imports pytest or mpi4py: the suites, the CLI (`acceptance counters`) and the analysis
 all use it.
@@ -19,6 +22,7 @@ all use it.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Iterable, Mapping
@@ -66,6 +70,7 @@ def width_of(name: str, source: str) -> int | None:
     if source == "counters":
         return _PMA_WIDTHS.get(name)
     if source == "hw_counters":
+        name = name.removeprefix("vport_")  # mlx5 switchdev representors: the same Q-counters, per vport
         if name in CNP_COUNTERS:
             return 64
         return 32 if name in _Q_COUNTERS or REQ_RESP_ERROR.match(name) else 64
@@ -80,7 +85,22 @@ def node_name() -> str:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
-def _read_counters(folder: Path, source: str, into: dict, issues: list[str], where: str) -> None:
+# What the kernel prints for a PMA counter of a device without a performance management agent (an iWARP
+# device such as i40iw: drivers/infiniband/core/sysfs.c): a fact about the device, not a read failure.
+NO_PMA = "N/A (no PMA)"
+# A port's rate as sysfs prints it, "400 Gb/sec (4X NDR)": its data rate, active width times active speed
+# (Documentation/ABI/stable/sysfs-class-infiniband), and the width, the lanes it runs on.
+_RATE = re.compile(r"^(\d+(?:\.\d+)?) Gb/sec \((\d+)X\b")
+
+
+def link_rate(rate: str | None) -> tuple[float | None, int | None]:
+    """(Gbit/s, lanes) of a sysfs rate ("200 Gb/sec (4X HDR)" -> (200.0, 4)); (None, None) when unreadable."""
+    m = _RATE.match(rate or "")
+    return (float(m[1]), int(m[2])) if m else (None, None)
+
+
+def _read_counters(folder: Path, source: str, into: dict, issues: list[str], where: str,
+                   notes: list[str]) -> None:
     try:
         files = sorted(folder.iterdir(), key=lambda p: p.name)
     except FileNotFoundError:
@@ -88,6 +108,7 @@ def _read_counters(folder: Path, source: str, into: dict, issues: list[str], whe
     except OSError as e:
         issues.append(f"{where}: cannot list {folder}: {e.strerror or e}")
         return
+    no_pma = 0
     for f in files:
         if f.name == "lifespan":  # hw_counters cache interval in ms, not a counter
             continue
@@ -96,12 +117,18 @@ def _read_counters(folder: Path, source: str, into: dict, issues: list[str], whe
         except OSError as e:
             issues.append(f"{where}: cannot read {source}/{f.name}: {e.strerror or e}")
             continue
+        if text == NO_PMA:
+            no_pma += 1
+            continue
         try:
             value = int(text)
         except ValueError:
             issues.append(f"{where}: {source}/{f.name} holds {text[:40]!r}, not a number")
             continue
         _put(into, f.name, value, source)
+    if no_pma:
+        notes.append(f"{where}: no PMA counters ({no_pma} files in {source}/ read {NO_PMA!r}: the device has no "
+                     f"InfiniBand performance management agent, as iWARP devices do)")
 
 
 def _put(into: dict, name: str, value: int, source: str) -> None:
@@ -115,12 +142,16 @@ def snapshot(root: str | os.PathLike | None = None, ethtool: bool = True,
     """Every counter of every RDMA port on this node, JSON-able (format "acceptance-counters/1").
 
     Never raises for what the node lacks: no devices, unreadable files, a missing or failing
-    ethtool each become a line in "problems".
+    ethtool each become a line in "problems"; what the node has by design (a device without PMA
+    counters) a line in "notes". Each port carries its sysfs rate, and that rate parsed: rate_gbps
+    and lanes (None when unreadable).
     """
     base = Path(root) if root is not None else sysfs_root()
     issues: list[str] = []
+    notes: list[str] = []
     snap: dict[str, Any] = {"format": FORMAT, "node": node or node_name(), "time": utc_now(),
-                            "epoch": time.time(), "sysfs_root": str(base), "ports": [], "problems": issues}
+                            "epoch": time.time(), "sysfs_root": str(base), "ports": [], "problems": issues,
+                            "notes": notes}
     ib = base / "class" / "infiniband"
     if not ib.is_dir():
         issues.append(f"no RDMA devices: {ib} does not exist (no RDMA driver loaded, or not an RDMA node)")
@@ -134,8 +165,8 @@ def snapshot(root: str | os.PathLike | None = None, ethtool: bool = True,
         where = f"{p.device} port {p.port}"
         counters: dict[str, dict] = {}
         folder = ib / p.device / "ports" / str(p.port)
-        _read_counters(folder / "counters", "counters", counters, issues, where)
-        _read_counters(folder / "hw_counters", "hw_counters", counters, issues, where)
+        _read_counters(folder / "counters", "counters", counters, issues, where, notes)
+        _read_counters(folder / "hw_counters", "hw_counters", counters, issues, where, notes)
         if ethtool and p.netdev and p.link_layer == "Ethernet" and not ethtool_missing:
             if p.netdev not in read_netdevs:
                 try:
@@ -150,8 +181,10 @@ def snapshot(root: str | os.PathLike | None = None, ethtool: bool = True,
             for name, value in (read_netdevs[p.netdev] or {}).items():
                 if not PER_QUEUE.match(name):
                     _put(counters, name, value, "ethtool")
+        gbps, lanes = link_rate(p.rate)
         snap["ports"].append({"device": p.device, "port": p.port, "link_layer": p.link_layer,
-                              "netdev": p.netdev, "state": p.state, "rate": p.rate, "counters": counters})
+                              "netdev": p.netdev, "state": p.state, "rate": p.rate, "rate_gbps": gbps,
+                              "lanes": lanes, "counters": counters})
     return snap
 
 
@@ -193,16 +226,17 @@ class Delta:
     saturated: str | None      # None | "during" (rose to its cap) | "before" (already at its cap)
     seconds: float
     rate: float | None         # delta / seconds
-    note: str | None = None    # "reset or wrapped"
+    note: str | None = None    # "reset or wrapped"; pre_fec kind: how its bits were had, or why they are unknown
     packets: int | None = None  # retransmit kind: the port's packets sent + received in the window
     ppm: float | None = None    # retransmit kind: delta per million of those packets (None: unknown)
     bits: int | None = None     # pre_fec kind: the bits this counter's lane (or port) received in the window
     ber: float | None = None    # pre_fec kind: delta / bits, the pre-FEC bit error rate (None: unknown)
+    bits_from: str | None = None  # pre_fec kind: "rx_bits_phy", or "rate" (the port's rate x the window)
 
 
 class DiffResult(list):
     """diff()'s answer: a list of Delta, plus `notes` (ports and counters present in one snapshot only,
-    and the snapshots' own problems), `node` and `seconds` (the window)."""
+    and the snapshots' own problems and notes), `node` and `seconds` (the window)."""
 
     def __init__(self, deltas: Iterable[Delta] = (), notes: list[str] | None = None, node: str = "",
                  seconds: float = 0.0):
@@ -235,6 +269,7 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
     A PMA counter narrower than 64 bits that reads its maximum 2**w-1 afterwards is saturated:
     "during" if it was below before, "before" if it already was; delta is None (the rise is unknown).
     A counter that went down was reset or wrapped: delta None, note "reset or wrapped".
+    Snapshots written before ports carried rate_gbps and lanes are read too (their rate text is parsed).
     """
     for label, snap in (("before", before), ("after", after)):
         why = check_snapshot(snap)
@@ -245,10 +280,11 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
                          f"after from {after['node']}; diff two snapshots of the same node")
     seconds = float(after["epoch"]) - float(before["epoch"])
     notes: list[str] = []
-    said_before, said_after = list(before.get("problems") or []), list(after.get("problems") or [])
-    for line in said_before:
-        notes.append(f"{'both snapshots' if line in said_after else 'before snapshot'}: {line}")
-    notes += [f"after snapshot: {line}" for line in said_after if line not in said_before]
+    for key in ("problems", "notes"):  # "notes": absent from snapshots of older versions
+        said_before, said_after = list(before.get(key) or []), list(after.get(key) or [])
+        for line in said_before:
+            notes.append(f"{'both snapshots' if line in said_after else 'before snapshot'}: {line}")
+        notes += [f"after snapshot: {line}" for line in said_after if line not in said_before]
     old = {(p["device"], p["port"]): p for p in before["ports"]}
     new = {(p["device"], p["port"]): p for p in after["ports"]}
     for key in old.keys() - new.keys():
@@ -257,8 +293,10 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
     for key in new.keys() - old.keys():
         notes.append(f"{key[0]} port {key[1]}: only in the after snapshot (port appeared during the window)")
     deltas = []
+    links: dict[tuple, tuple[float | None, int | None, str | None]] = {}
     for key in sorted(new.keys() & old.keys(), key=lambda k: (natural_key(k[0]), k[1])):
         a, b = new[key], old[key]
+        links[key] = _link(b, a)
         was, now = b.get("counters") or {}, a.get("counters") or {}
         for side, names in (("before", sorted(was.keys() - now.keys())), ("after", sorted(now.keys() - was.keys()))):
             if names:
@@ -269,17 +307,42 @@ def diff(before: Mapping[str, Any], after: Mapping[str, Any]) -> DiffResult:
             if name not in was:
                 continue
             deltas.append(_delta(key, a.get("netdev"), name, was[name], c, seconds))
-    return DiffResult(_per_packet(deltas), notes, str(after["node"]), seconds)
+    return DiffResult(_per_packet(deltas, links), notes, str(after["node"]), seconds)
 
 
-def _per_packet(deltas: list[Delta]) -> list[Delta]:
+def _link(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[float | None, int | None, str | None]:
+    """(Gbit/s, lanes, None) of a port that was ACTIVE at one rate in both snapshots, so that it carried
+    bits at that rate all through the window; else (None, lanes or None, why not)."""
+    gbps, lanes = _rate_of(after)
+    was, _ = _rate_of(before)
+    if gbps is None or was is None:
+        return None, lanes, "the port's rate is unknown"
+    if was != gbps:
+        return None, lanes, f"the port's rate changed during the window ({was:g} -> {gbps:g} Gb/sec)"
+    states = {str(p.get("state")) for p in (before, after)}
+    if not all("ACTIVE" in state for state in states):
+        return None, lanes, f"the port was not ACTIVE throughout the window ({' -> '.join(sorted(states))})"
+    return gbps, lanes, None
+
+
+def _rate_of(port: Mapping[str, Any]) -> tuple[float | None, int | None]:
+    if "rate_gbps" in port:
+        return port["rate_gbps"], port.get("lanes")
+    return link_rate(port.get("rate"))  # a snapshot written before ports carried rate_gbps
+
+
+def _per_packet(deltas: list[Delta], links: Mapping[tuple, tuple[float | None, int | None, str | None]]
+                ) -> list[Delta]:
     """Counters related to their port's traffic. Retransmit: packets (the first PACKET_COUNTERS pair
     the port has, both deltas known) and ppm; no retransmission is 0 ppm even without a packet count.
-    Pre-FEC errors: the bits received (rx_bits_phy; for rx_err_lane_<l>_phy a lane's share, the port's
-    bits over its active lanes, as traffic is striped across them) and the bit error rate; no error is
-    a rate of 0 even without rx_bits_phy. mlx5 lists a fixed number of lane counters whatever the port
-    uses (a 2-lane 100G port shows 4, two of them 0 for ever): a lane is active when its counter has
-    ever counted, which every PAM4 lane does (and with no lane counting, no lane has a rate to judge)."""
+    Pre-FEC errors: the bits received and the bit error rate; no error is a rate of 0 even when the bits
+    are unknown. The bits are the port's rx_bits_phy where it rose (the upstream mlx5 driver does not
+    expose it), else the port's rate times the window's length (a link carries bits whenever it is up,
+    which is how the NIC's own tools rate its bit errors), when the port was ACTIVE at one rate in both
+    snapshots (links: _link). A lane counter (rx_err_lane_<l>_phy) gets a lane's share: the port's bits
+    over its width (the "4X" of its rate), or, where the width is unknown, over its active lanes. mlx5
+    lists a fixed number of lane counters whatever the port uses (a 2-lane 100G port shows 4, two of them
+    0 for ever): a lane is active when its counter has ever counted, which every PAM4 lane does."""
     by_port: dict[tuple, dict[str, int | None]] = {}
     active: dict[tuple, int] = {}
     for d in deltas:
@@ -296,13 +359,31 @@ def _per_packet(deltas: list[Delta]) -> list[Delta]:
                    else d.delta / packets * 1e6)
             d = replace(d, packets=packets, ppm=ppm)
         elif d.kind == "pre_fec":
-            port_bits = seen.get(BITS_COUNTER)
-            lanes = max(1, active.get((d.device, d.port), 0)) if RX_ERR_LANE.match(d.name) else 1
-            bits = port_bits // lanes if port_bits else None
-            ber = 0.0 if d.delta == 0 else None if d.delta is None or not bits else d.delta / bits
-            d = replace(d, bits=bits, ber=ber)
+            d = _bit_error_rate(d, seen, links[(d.device, d.port)], active.get((d.device, d.port), 0))
         out.append(d)
     return out
+
+
+def _bit_error_rate(d: Delta, seen: Mapping[str, int | None], link: tuple[float | None, int | None, str | None],
+                    active: int) -> Delta:
+    """A pre_fec Delta with its bits, where they came from (bits_from, and in words: note) and its BER."""
+    gbps, width, why = link
+    lane = bool(RX_ERR_LANE.match(d.name))
+    lanes = (width or max(1, active)) if lane else 1
+    share = f" over {lanes} lanes" if lane else ""
+    port_bits = seen.get(BITS_COUNTER)
+    if port_bits:
+        bits, source, how = port_bits // lanes, "rx_bits_phy", f"bits from rx_bits_phy{share}"
+    elif gbps is not None and d.seconds > 0:
+        bits, source = round(gbps * 1e9 * d.seconds / lanes), "rate"
+        how = f"bits from the port's rate, {gbps:g} Gb/sec{share} for {d.seconds:,.1f} s (no rx_bits_phy)"
+    else:
+        counted = ("no rx_bits_phy" if BITS_COUNTER not in seen
+                   else "rx_bits_phy did not rise" if port_bits == 0 else "rx_bits_phy was reset")
+        bits = source = None
+        how = f"bits received unknown: {counted}, and {why or 'the window has no length'}"
+    ber = 0.0 if d.delta == 0 else None if d.delta is None or not bits else d.delta / bits
+    return replace(d, bits=bits, ber=ber, bits_from=source, note=d.note or how)
 
 
 def _delta(key, netdev, name: str, old: Mapping, new: Mapping, seconds: float) -> Delta:

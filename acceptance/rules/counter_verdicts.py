@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import judge
+from ..host.counter_kinds import CLASS_OF
 from ..host.counters import Delta, DiffResult
 from ..records.results import VERDICTS, worst
 
@@ -53,9 +54,10 @@ def counter_verdict(delta: Delta, limits: Limits) -> str:
     retransmit: as error, per million packets of the port against retransmit_ppm_max; warn when that
     rate is unknown (it rose and the port's packet count is unknown, or it was reset or wrapped).
     pre_fec: fail when its bit error rate is above pre_fec_ber_max, warn above pre_fec_ber_warn or when
-    it rose and the bits received are unknown. discard: warn when it rose by more than discards_max or
-    saturated. pause / cnp: warn when the rate exceeds its bound (info without a bound). Every other
-    kind: info.
+    it rose and the bits received are unknown (no rx_bits_phy, and no rate of a port ACTIVE all through).
+    discard: warn when it rose by more than discards_max or saturated. pause / cnp: warn when the rate
+    exceeds its bound (info without a bound). Every other kind: info; app (an application's own error,
+    such as a receive buffer too small) is information by its class, whatever it rose by.
     """
     name, unit, value = judged_as(delta)
     _, code = judge.counter(np.array([name], dtype=object), np.array([unit], dtype=object),
@@ -135,17 +137,18 @@ def problem(d: Delta, limits: Limits, verdict: str) -> str:
                     f"of the port's {d.packets:,} packets (more than the "
                     f"{_num(limits.retransmit_ppm_max)} allowed: lost or late packets)")
     if d.kind == "pre_fec":
+        if d.delta is None:
+            return f"{d.name} was reset or wrapped during the window: its pre-FEC bit error rate is unknown"
         if d.ber is None:
-            return (f"{d.name} rose by {_num(d.delta) if d.delta is not None else 'an unknown amount'} "
-                    f"during the window, and the bits received (rx_bits_phy) are unknown: its pre-FEC "
-                    f"bit error rate cannot be judged")
-        else:
-            failed = verdict == "fail"
-            bound = limits.pre_fec_ber_max if failed else limits.pre_fec_ber_warn
-            what = ("past what FEC corrects: frames are lost" if failed
-                    else "FEC still corrects it; the link has less margin than a healthy one")
-            return (f"{d.name}: pre-FEC bit error rate {d.ber:.2g} ({d.delta:,} errors in "
-                    f"{d.bits:,} bits) > {bound:.2g} ({what}: check the cable, transceiver and switch port)")
+            return (f"{d.name} rose by {d.delta:,} during the window, and the bits received are unknown "
+                    f"({d.note.removeprefix('bits received unknown: ')}): its pre-FEC bit error rate "
+                    f"cannot be judged")
+        failed = verdict == "fail"
+        bound = limits.pre_fec_ber_max if failed else limits.pre_fec_ber_warn
+        what = ("past what FEC corrects: frames are lost" if failed
+                else "FEC still corrects it; the link has less margin than a healthy one")
+        return (f"{d.name}: pre-FEC bit error rate {d.ber:.2g} ({d.delta:,} errors in {d.bits:,} bits, "
+                f"{d.note}) > {bound:.2g} ({what}: check the cable, transceiver and switch port)")
     if d.kind == "discard":
         return (f"{d.name} rose by {d.delta:,} during the window "
                 f"(more than {limits.discards_max:,}: packets dropped on this port)")
@@ -156,7 +159,8 @@ def problem(d: Delta, limits: Limits, verdict: str) -> str:
 
 
 # ---- records for the suites ---------------------------------------------------
-RECORDED_KINDS = ("error", "retransmit", "pre_fec", "discard", "pause", "pause_duration", "cnp", "wait")
+# Every kind but traffic and the unknown: an application's own errors are recorded too (information).
+RECORDED_KINDS = ("error", "retransmit", "pre_fec", "discard", "pause", "pause_duration", "cnp", "wait", "app")
 
 
 def _detail(d: Delta) -> str:
@@ -172,6 +176,7 @@ def _detail(d: Delta) -> str:
 
 def to_records(deltas: Iterable[Delta], limits: Limits, rail_of: Mapping[str, int | None]) -> list[dict]:
     """Keyword dicts for a suite's `record(**kw)`: one per counter of a recorded kind (not data/other).
+    An application's own error (kind app) is recorded with verdict info and no bound.
 
     The count record carries the count bound and verdict for error and discard counters. Pause and
     CNP counters get a second record, name + "_rate" in 1/s, and retransmit counters one named
@@ -208,7 +213,9 @@ def _shown(d: Delta, verdict: str) -> bool:
 
 
 def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
-    """A table of the counters that moved (or are saturated, or judged fail/warn), then the problems."""
+    """A table of the counters that moved (or are saturated, or judged fail/warn), each with its kind and
+    class (fault, congestion, application, traffic: acceptance.host.counter_kinds.CLASS_OF), then the
+    problems."""
     deltas = list(deltas) if not isinstance(deltas, DiffResult) else deltas
     seconds = getattr(deltas, "seconds", None) or (deltas[0].seconds if deltas else 0.0)
     rows = []
@@ -225,14 +232,14 @@ def format_diff(deltas: Iterable[Delta], limits: Limits, node: str) -> str:
         rate = (f"{_num(d.ppm)} ppm" if d.ppm is not None and d.delta
                 else f"BER {d.ber:.2g}" if d.ber is not None and d.delta
                 else f"{_num(d.rate)}/s" if d.rate is not None and d.delta else "")
-        rows.append((d.device, str(d.port), d.name, d.kind, change, rate, verdict))
+        rows.append((d.device, str(d.port), d.name, d.kind, CLASS_OF[d.kind], change, rate, verdict))
     lines = [f"{node}: port counters over {seconds:,.1f} s"]
     if not rows:
         lines.append("no counter moved")
     else:
-        head = ("device", "port", "counter", "kind", "delta", "rate", "verdict")
+        head = ("device", "port", "counter", "kind", "class", "delta", "rate", "verdict")
         widths = [max(len(r[i]) for r in (head, *rows)) for i in range(len(head))]
-        right = {1, 4, 5}
+        right = {1, 5, 6}
         for r in (head, *rows):
             lines.append("  ".join(c.rjust(w) if i in right else c.ljust(w)
                                    for i, (c, w) in enumerate(zip(r, widths))).rstrip())

@@ -163,3 +163,96 @@ def test_pre_fec_errors_of_a_healthy_400g_port_pass_and_a_crc_or_link_down_fails
     p = cli("diff", "before-node1.json", "down-node1.json", root=root, tmp_path=tmp_path)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "node1 mlx5_1 port 1: link_downed rose by 1 during the window" in p.stdout
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "counters"
+
+
+def tsv_tree(root: Path, name: str) -> Path:
+    """A sysfs tree from a path<TAB>content listing of /sys/class/infiniband (comments left out)."""
+    for line in (DATA / name).read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        path, _, content = line.partition("\t")
+        f = root / "class" / "infiniband" / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(content + "\n")
+    return root
+
+
+def test_an_h100_nodes_sysfs_tree_is_judged_by_what_each_counter_means(tmp_path):
+    """The H100 node's tree (a 400G InfiniBand port, a 200G 2-lane RoCE bond): traffic and back-pressure
+    pass, an application's receive buffer too small is information shown in the diff, a RoCE packet
+    that failed its ICRC or a symbol error fails naming the device and port."""
+    root = tsv_tree(tmp_path / "sys", "sys-class-infiniband-h100.tsv")
+    assert cli("snapshot", "-o", "before.json", root=root, tmp_path=tmp_path).returncode == 0
+    before = json.loads((tmp_path / "before.json").read_text())
+    assert before["problems"] == [] and before["notes"] == []
+    ports = [(p["device"], p["link_layer"], p["rate_gbps"], p["lanes"], len(p["counters"])) for p in before["ports"]]
+    assert ports == [("mlx5_0", "InfiniBand", 400.0, 4, 46), ("mlx5_bond_0", "Ethernet", 200.0, 2, 46)]
+
+    def add(device, name, by, sub="counters"):
+        f = root / "class" / "infiniband" / device / "ports" / "1" / sub / name
+        f.write_text(f"{int(f.read_text()) + by}\n")
+    for device in ("mlx5_0", "mlx5_bond_0"):
+        for name in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets",
+                     "unicast_xmit_packets", "unicast_rcv_packets", "port_xmit_wait"):
+            add(device, name, 10**9)
+        add(device, "rx_write_requests", 10**6, "hw_counters")
+    add("mlx5_0", "resp_local_length_error", 1, "hw_counters")
+    assert cli("snapshot", "-o", "healthy.json", root=root, tmp_path=tmp_path).returncode == 0
+    p = cli("diff", "before.json", "healthy.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "problems:" not in p.stdout and "verdict: PASS" in p.stdout
+    (row,) = [line.split() for line in p.stdout.splitlines() if "resp_local_length_error" in line]
+    assert row == ["mlx5_0", "1", "resp_local_length_error", "app", "application", "+1"] + row[6:7] + ["info"]
+
+    add("mlx5_bond_0", "rx_icrc_encapsulated", 7, "hw_counters")
+    add("mlx5_bond_0", "symbol_error", 2)
+    assert cli("snapshot", "-o", "faulty.json", root=root, tmp_path=tmp_path).returncode == 0
+    p = cli("diff", "before.json", "faulty.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert p.stdout.split("problems:\n")[1].splitlines() == [
+        "  node1 mlx5_bond_0 port 1: symbol_error rose by 2 during the window (error counters must not rise)",
+        "  node1 mlx5_bond_0 port 1: rx_icrc_encapsulated rose by 7 during the window (error counters must not rise)",
+        "verdict: FAIL"]
+
+
+def test_a_healthy_200g_pam4_port_without_rx_bits_phy_passes(tmp_path):
+    """Its lanes count bit errors before FEC and its driver prints no rx_bits_phy: the bits are the port's
+    rate (200 Gb/sec over 4 lanes) times the window, and a few errors are a healthy link's."""
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet", rate="200 Gb/sec (4X HDR)")
+    text = "".join(line + "\n" for line in (DATA / "ethtool-cx7-200g-pam4-lanes.txt").read_text().splitlines()
+                   if not line.startswith("#"))
+    saved = tmp_path / "ethtool.out"
+    saved.write_text("NIC statistics:\n" + text)
+    script = tmp_path / "ethtool"
+    script.write_text(f'#!/bin/sh\ncat "{saved}"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    assert cli("snapshot", "-o", "a.json", root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    saved.write_text("NIC statistics:\n" + text.replace("rx_err_lane_2_phy: 151", "rx_err_lane_2_phy: 154")
+                     .replace("rx_corrected_bits_phy: 164", "rx_corrected_bits_phy: 167"))
+    assert cli("snapshot", "-o", "b.json", root=root, tmp_path=tmp_path, ethtool=script).returncode == 0
+    p = cli("diff", "a.json", "b.json", "--json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert out["verdict"] == "pass" and out["problems"] == []
+    lane = next(d for d in out["deltas"] if d["name"] == "rx_err_lane_2_phy")
+    assert (lane["delta"], lane["bits_from"]) == (3, "rate")
+    assert lane["bits"] == round(50e9 * out["seconds"]) and lane["ber"] == pytest.approx(3 / lane["bits"])
+    assert lane["note"].startswith("bits from the port's rate, 200 Gb/sec over 4 lanes for ")
+
+
+def test_a_device_without_pma_counters_is_a_note(tmp_path):
+    """An iWARP device's PMA counter files read "N/A (no PMA)": the snapshot says so once, as a note; the
+    diff passes."""
+    root = fakesysfs.ib_device(tmp_path / "sys", "i40iw0", link_layer="Ethernet", rate="10 Gb/sec (4X SDR)")
+    for f in (root / "class" / "infiniband" / "i40iw0" / "ports" / "1" / "counters").iterdir():
+        f.write_text("N/A (no PMA)\n")
+    p = cli("snapshot", "-o", "a.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 0 and "0 problems -> a.json" in p.stderr
+    assert "  note: i40iw0 port 1: no PMA counters (21 files in counters/ read 'N/A (no PMA)'" in p.stderr
+    assert cli("snapshot", "-o", "b.json", root=root, tmp_path=tmp_path).returncode == 0
+    p = cli("diff", "a.json", "b.json", root=root, tmp_path=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "both snapshots: i40iw0 port 1: no PMA counters" in p.stdout and "verdict: PASS" in p.stdout

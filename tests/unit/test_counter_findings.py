@@ -137,3 +137,18 @@ def test_a_schema_2_folder_judges_retransmission_counts_as_errors_as_it_did(tmp_
     (run / "run.json").write_text(json.dumps({**meta, "schema": 2}))
     (f,) = [f for f in analyze(run).findings if f["kind"] == "counter"]
     assert (f["node"], f["rail"], f["metric"], f["severity"], f["value"]) == ("node03", 1, "out_of_sequence", "fail", 30.0)
+
+
+def test_an_applications_own_error_is_recorded_and_drains_nothing(tmp_path, node_tree):
+    """A program posted a receive buffer too small (resp_local_length_error) and a wrong rkey
+    (req_remote_access_errors): recorded as information, no finding, no drain line."""
+    def change():
+        fakesysfs.set_counter(node_tree, "mlx5_2", 1, "resp_local_length_error", 1, hw=True)
+        fakesysfs.set_counter(node_tree, "mlx5_2", 1, "req_remote_access_errors", 3, hw=True)
+    recs = window(change)
+    mine = {r["metric"]: r for r in recs if r["device"] == "mlx5_2" and r["metric"].startswith(("resp_", "req_"))}
+    assert (mine["resp_local_length_error"]["value"], mine["resp_local_length_error"]["verdict"]) == (1, "info")
+    assert (mine["req_remote_access_errors"]["value"], mine["req_remote_access_errors"]["verdict"]) == (3, "info")
+    a = analyzed(tmp_path, recs)
+    assert not [f for f in a.findings if f["kind"] == "counter"]
+    assert not [d for d in drain_lines(a.findings) if "node03" in d.line]

@@ -139,25 +139,53 @@ def test_widths():
         c.width_of("x", "perfquery")
 
 
-@pytest.mark.parametrize("name, kind", [
-    ("symbol_error", "error"), ("link_downed", "error"), ("port_rcv_remote_physical_errors", "error"),
-    ("local_link_integrity_errors", "error"), ("out_of_sequence", "retransmit"), ("local_ack_timeout_err", "retransmit"),
-    ("req_remote_access_errors", "error"), ("resp_local_length_error", "error"), ("rx_crc_errors_phy", "error"),
-    ("rx_err_lane_2_phy", "pre_fec"), ("link_down_events_phy", "error"), ("tx_pause_storm_error_events", "error"),
-    ("req_cqe_flush_error", "other"),  # QP teardown with posted work requests: normal
-    ("port_xmit_discards", "discard"), ("rx_discards_phy", "discard"), ("rx_prio3_discards", "discard"),
-    ("out_of_buffer", "discard"), ("rx_out_of_buffer", "discard"),
-    ("rx_prio3_pause", "pause"), ("tx_prio0_pause", "pause"), ("rx_pause_ctrl_phy", "pause"),
-    ("tx_global_pause", "pause"), ("rx_prio3_pause_transition", "pause"),
-    ("tx_prio3_pause_duration", "pause_duration"), ("rx_global_pause_duration", "pause_duration"),
-    ("np_cnp_sent", "cnp"), ("rp_cnp_handled", "cnp"), ("np_ecn_marked_roce_packets", "cnp"),
-    ("port_xmit_wait", "wait"), ("rx_corrected_bits_phy", "pre_fec"),
-    ("port_xmit_data", "data"), ("port_rcv_packets", "data"), ("rx_bits_phy", "data"), ("rx_prio3_bytes", "data"),
-    ("rx_vport_rdma_unicast_packets", "data"), ("duplicate_request", "retransmit"), ("completer_retry_err", "retransmit"), ("rcvd_seq_err", "retransmit"), ("sent_pkts", "data"), ("rcvd_rnr_err", "other"), ("module_unplug", "other"),
+@pytest.mark.parametrize("name, kind, meaning", [
+    ("symbol_error", "error", "fault"), ("link_downed", "error", "fault"),
+    ("port_rcv_remote_physical_errors", "error", "fault"), ("local_link_integrity_errors", "error", "fault"),
+    ("rx_crc_errors_phy", "error", "fault"), ("link_down_events_phy", "error", "fault"),
+    ("tx_pause_storm_error_events", "error", "fault"), ("module_high_temp", "error", "fault"),
+    ("rx_pci_signal_integrity", "error", "fault"), ("tx_recover", "error", "fault"),
+    # RoCE packets that failed their ICRC: corrupted on the way (was "other", and a rise passed)
+    ("rx_icrc_encapsulated", "error", "fault"), ("req_transport_retries_exceeded", "error", "fault"),
+    ("retry_exceeded_err", "error", "fault"),
+    ("out_of_sequence", "retransmit", "fault"), ("local_ack_timeout_err", "retransmit", "fault"),
+    ("duplicate_request", "retransmit", "fault"), ("completer_retry_err", "retransmit", "fault"),
+    ("rcvd_seq_err", "retransmit", "fault"), ("roce_adp_retrans", "retransmit", "fault"),
+    ("rx_err_lane_2_phy", "pre_fec", "fault"), ("rx_corrected_bits_phy", "pre_fec", "fault"),
+    # an application's own errors (were "error": a user's bug drained the node)
+    ("resp_local_length_error", "app", "application"), ("req_remote_access_errors", "app", "application"),
+    ("resp_remote_access_errors", "app", "application"), ("req_remote_invalid_request", "app", "application"),
+    ("req_cqe_error", "app", "application"), ("req_cqe_flush_error", "app", "application"),
+    ("rnr_nak_retry_err", "app", "application"), ("req_rnr_retries_exceeded", "app", "application"),
+    ("rcvd_rnr_err", "app", "application"), ("retry_rnr_exceeded_err", "app", "application"),
+    ("vport_resp_local_length_error", "app", "application"),  # a switchdev representor's Q-counter
+    ("port_xmit_discards", "discard", "congestion"), ("rx_discards_phy", "discard", "congestion"),
+    ("rx_prio3_discards", "discard", "congestion"), ("rx_prio2_cong_discard", "discard", "congestion"),
+    ("out_of_buffer", "discard", "congestion"), ("rx_out_of_buffer", "discard", "congestion"),
+    ("rx_prio3_pause", "pause", "congestion"), ("tx_prio0_pause", "pause", "congestion"),
+    ("rx_pause_ctrl_phy", "pause", "congestion"), ("tx_global_pause", "pause", "congestion"),
+    ("rx_prio3_pause_transition", "pause", "congestion"),
+    ("tx_prio3_pause_duration", "pause_duration", "congestion"),
+    ("rx_global_pause_duration", "pause_duration", "congestion"),
+    ("np_cnp_sent", "cnp", "congestion"), ("rp_cnp_handled", "cnp", "congestion"),
+    ("np_ecn_marked_roce_packets", "cnp", "congestion"), ("rx_prio3_marked", "cnp", "congestion"),
+    ("port_xmit_wait", "wait", "congestion"), ("tx_pause_storm_warning_events", "wait", "congestion"),
+    ("roce_slow_restart", "wait", "congestion"),
+    ("port_xmit_data", "data", "traffic"), ("port_rcv_packets", "data", "traffic"), ("rx_bits_phy", "data", "traffic"),
+    ("rx_prio3_bytes", "data", "traffic"), ("rx_vport_rdma_unicast_packets", "data", "traffic"),
+    ("sent_pkts", "data", "traffic"), ("rx_dct_connect", "data", "traffic"),
+    ("module_unplug", "other", "other"), ("ack_deferred", "other", "other"), ("rx_xdp_tx_err", "other", "other"),
+    ("req_bogus_unheard_of_error", "other", "other"),  # a name no source lists never fails a port
 ])
-def test_kind_of(name, kind):
+def test_kind_and_class_of(name, kind, meaning):
     assert counter_kinds.kind_of(name) == kind
-    assert kind in counter_kinds.KINDS
+    assert counter_kinds.CLASS_OF[kind] == meaning
+
+
+def test_every_kind_has_a_class():
+    assert set(counter_kinds.CLASS_OF) == set(counter_kinds.KINDS)
+    assert set(counter_kinds.CLASS_OF.values()) == {"fault", "congestion", "application", "traffic", "other"}
+    assert set(cv.RECORDED_KINDS) == set(counter_kinds.KINDS) - {"data", "other"}
 
 
 # ---- snapshot -----------------------------------------------------------------------
@@ -458,11 +486,13 @@ def test_rxe_ports_and_counters_read_as_the_kernel_lays_them_out(tmp_path):
     before = c.snapshot(root, ethtool=False, node="node1")
     assert before["problems"] == []
     kinds = {name: counter_kinds.kind_of(name) for name in before["ports"][0]["counters"]}
-    assert {n for n, k in kinds.items() if k == "error"} == {
-        "link_downed", "retry_exceeded_err", "retry_rnr_exceeded_err", "send_err"}
+    assert {n for n, k in kinds.items() if k == "error"} == {"link_downed", "retry_exceeded_err", "send_err"}
     assert {n for n, k in kinds.items() if k == "retransmit"} == {
         "completer_retry_err", "duplicate_request", "out_of_seq_request", "rcvd_seq_err"}
+    # Receiver Not Ready: the peer application had no receive posted
+    assert {n for n, k in kinds.items() if k == "app"} == {"rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err"}
     assert {n for n, k in kinds.items() if k == "data"} == {"rcvd_pkts", "sent_pkts", "rdma_recvs", "rdma_sends"}
+    assert {n for n, k in kinds.items() if k == "other"} == {"ack_deferred"}
     fakesysfs.set_counter(root, "rxe_n1r0", 1, "out_of_seq_request", 12, hw=True)
     fakesysfs.set_counter(root, "rxe_n1r0", 1, "sent_pkts", 5000, hw=True)
     deltas = c.diff(before, c.snapshot(root, ethtool=False, node="node1"))
@@ -546,13 +576,123 @@ def test_a_crc_error_after_fec_fails_whatever_the_pre_fec_rate(tmp_path, monkeyp
         "node3 mlx5_0 port 1: rx_crc_errors_phy rose by 3 during the window (error counters must not rise)"]
 
 
-def test_pre_fec_errors_without_rx_bits_phy_warn(tmp_path, monkeypatch):
-    root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet")
-    out = "NIC statistics:\n     rx_err_lane_0_phy: {}\n     rx_corrected_bits_phy: {}\n"
-    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path, out.format(5, 5))))
+LANES_ONLY = "NIC statistics:\n     rx_err_lane_0_phy: {}\n     rx_corrected_bits_phy: {}\n"  # no rx_bits_phy
+
+
+def lanes_window(tmp_path, monkeypatch, rate="200 Gb/sec (4X HDR)", change=None):
+    """Counter changes of one RoCE port whose `ethtool -S` has lane counters but no rx_bits_phy (as the
+    upstream mlx5 driver prints it): 495 more errors on lane 0 and in rx_corrected_bits_phy over 10 s."""
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=1, gpus=0, link_layer="Ethernet", rate=rate)
+    monkeypatch.setenv(ethtool.ENV_ETHTOOL, str(ethtool_script(tmp_path, LANES_ONLY.format(5, 5))))
     before = snap_at(root, 0.0)
-    (tmp_path / "ethtool.out").write_text(out.format(500, 500))
-    deltas = c.diff(before, snap_at(root, 10.0))
-    assert by_name(deltas, "mlx5_0", "rx_err_lane_0_phy").ber is None
+    (tmp_path / "ethtool.out").write_text(LANES_ONLY.format(500, 500))
+    if change:
+        change(root)
+    return before, snap_at(root, 10.0)
+
+
+def test_pre_fec_errors_without_rx_bits_phy_are_rated_against_the_port_rate(tmp_path, monkeypatch):
+    """A 200G port (4 lanes of 50G) up for 10 s received 2e12 bits, 5e11 a lane: 495 errors are a BER of
+    about 1e-9 on the lane and 2.5e-10 on the port, a healthy PAM4 link, not "bits unknown"."""
+    before, after = lanes_window(tmp_path, monkeypatch)
+    assert (after["ports"][0]["rate_gbps"], after["ports"][0]["lanes"]) == (200.0, 4)
+    deltas = c.diff(before, after)
+    lane, port = by_name(deltas, "mlx5_0", "rx_err_lane_0_phy"), by_name(deltas, "mlx5_0", "rx_corrected_bits_phy")
+    assert (lane.bits, lane.bits_from, lane.ber) == (5 * 10**11, "rate", pytest.approx(495 / 5e11))
+    assert (port.bits, port.bits_from, port.ber) == (2 * 10**12, "rate", pytest.approx(495 / 2e12))
+    assert lane.note == "bits from the port's rate, 200 Gb/sec over 4 lanes for 10.0 s (no rx_bits_phy)"
+    assert cv.verdict_of(deltas, cv.Limits()) == "pass" and cv.problems(deltas, cv.Limits(), "node3") == []
+    recs = {r["metric"]: r for r in cv.to_records(deltas, cv.Limits(), {})}
+    assert recs["rx_err_lane_0_phy_ber"]["detail"] == (
+        "mlx5_0 port 1; bits from the port's rate, 200 Gb/sec over 4 lanes for 10.0 s (no rx_bits_phy); "
+        "500,000,000,000 bits")
+    # a lane past what FEC corrects fails, and says where its bits came from
+    (tmp_path / "ethtool.out").write_text(LANES_ONLY.format(5 + 2 * 10**8, 5))
+    failing = c.diff(before, snap_at(Path(before["sysfs_root"]), 10.0))
+    (line,) = cv.problems(failing, cv.Limits(), "node3")
+    assert line.startswith("node3 mlx5_0 port 1: rx_err_lane_0_phy: pre-FEC bit error rate 0.0004 (200,000,000 "
+                           "errors in 500,000,000,000 bits, bits from the port's rate, 200 Gb/sec over 4 lanes")
+
+
+@pytest.mark.parametrize("rate, change, why", [
+    ("", None, "the port's rate is unknown"),
+    ("400 Gb/sec (4X NDR)", lambda root: fakesysfs.set_port(root, "mlx5_0", 1, rate="200 Gb/sec (4X HDR)"),
+     "the port's rate changed during the window (400 -> 200 Gb/sec)"),
+    ("200 Gb/sec (4X HDR)", lambda root: fakesysfs.set_port(root, "mlx5_0", 1, state="1: DOWN"),
+     "the port was not ACTIVE throughout the window (1: DOWN -> 4: ACTIVE)"),
+])
+def test_pre_fec_errors_warn_only_when_neither_rx_bits_phy_nor_the_rate_tells_the_bits(tmp_path, monkeypatch,
+                                                                                        rate, change, why):
+    before, after = lanes_window(tmp_path, monkeypatch, rate, change)
+    deltas = c.diff(before, after)
+    lane = by_name(deltas, "mlx5_0", "rx_err_lane_0_phy")
+    assert (lane.bits, lane.ber, lane.bits_from) == (None, None, None)
     assert cv.verdict_of(deltas, cv.Limits()) == "warn"
-    assert "the bits received (rx_bits_phy) are unknown" in cv.problems(deltas, cv.Limits(), "node3")[0]
+    assert cv.problems(deltas, cv.Limits(), "node3")[0] == (
+        f"node3 mlx5_0 port 1: rx_err_lane_0_phy rose by 495 during the window, and the bits received are "
+        f"unknown (no rx_bits_phy, and {why}): its pre-FEC bit error rate cannot be judged")
+
+
+def test_snapshots_without_the_rate_fields_still_diff(tmp_path, monkeypatch):
+    """Snapshots written before ports carried rate_gbps and lanes (and notes): the rate text is parsed;
+    with no rate at all the lane's bits are unknown, never an exception."""
+    before, after = lanes_window(tmp_path, monkeypatch)
+    for snap in (before, after):
+        del snap["notes"]
+        for port in snap["ports"]:
+            del port["rate_gbps"], port["lanes"]
+    assert c.check_snapshot(before) is None
+    lane = by_name(c.diff(before, after), "mlx5_0", "rx_err_lane_0_phy")
+    assert (lane.bits, lane.bits_from) == (5 * 10**11, "rate")
+    for snap in (before, after):
+        del snap["ports"][0]["rate"]
+    lane = by_name(c.diff(before, after), "mlx5_0", "rx_err_lane_0_phy")
+    assert (lane.bits, lane.note) == (None, "bits received unknown: no rx_bits_phy, and the port's rate is unknown")
+
+
+def test_rx_bits_phy_is_used_where_the_driver_has_it(tmp_path, monkeypatch):
+    deltas = cx7_window(tmp_path, monkeypatch, 1e-7)
+    lane = by_name(deltas, "mlx5_0", "rx_err_lane_0_phy")
+    assert (lane.bits_from, lane.note) == ("rx_bits_phy", "bits from rx_bits_phy over 4 lanes")
+    assert by_name(deltas, "mlx5_0", "rx_corrected_bits_phy").note == "bits from rx_bits_phy"
+
+
+# ---- what a counter means -------------------------------------------------------------------------
+
+def roce_window(tmp_path, **hw):
+    """Counter changes of a 2-NIC RoCE node (no ethtool) over 10 s in which hw_counters rose by `hw`."""
+    root = fakesysfs.dgx_node(tmp_path / "sys", nics=2, gpus=0, link_layer="Ethernet")
+    before = snap_at(root, 0.0, ethtool=False)
+    for name, value in hw.items():
+        fakesysfs.set_counter(root, "mlx5_1", 1, name, value, hw=True)
+    return c.diff(before, snap_at(root, 10.0, ethtool=False))
+
+
+def test_roce_packets_that_failed_their_icrc_fail_the_port(tmp_path):
+    deltas = roce_window(tmp_path, rx_icrc_encapsulated=3)
+    d = by_name(deltas, "mlx5_1", "rx_icrc_encapsulated")
+    assert (d.kind, d.width, d.delta) == ("error", 64, 3)
+    assert cv.verdict_of(deltas, cv.Limits()) == "fail"
+    assert cv.problems(deltas, cv.Limits(), "node3") == [
+        "node3 mlx5_1 port 1: rx_icrc_encapsulated rose by 3 during the window (error counters must not rise)"]
+
+
+def test_an_applications_own_errors_are_information_shown_and_recorded(tmp_path):
+    """A receive buffer too small (resp_local_length_error), a wrong rkey (req_remote_access_errors), the
+    work requests that completed in error for them (the CQE error totals), a peer with no receive posted
+    (rnr_nak_retry_err): the application's, not the node's."""
+    deltas = roce_window(tmp_path, resp_local_length_error=1, req_remote_access_errors=4, resp_cqe_error=1,
+                         req_cqe_error=4, rnr_nak_retry_err=30)
+    limits = cv.Limits()
+    for name in ("resp_local_length_error", "req_remote_access_errors", "resp_cqe_error", "req_cqe_error",
+                 "rnr_nak_retry_err"):
+        d = by_name(deltas, "mlx5_1", name)
+        assert d.kind == "app" and d.delta > 0 and cv.counter_verdict(d, limits) == "info"
+    assert cv.verdict_of(deltas, limits) == "pass" and cv.problems(deltas, limits, "node3") == []
+    recs = {r["metric"]: r for r in cv.to_records(deltas, limits, {"mlx5_1": 1}) if r["device"] == "mlx5_1"}
+    assert recs["resp_local_length_error"] == {
+        "metric": "resp_local_length_error", "value": 1, "unit": "count", "threshold": None, "verdict": "info",
+        "rail": 1, "samples": 1, "detail": "mlx5_1 port 1", "device": "mlx5_1", "port": 1, "saturated": None}
+    rows = [line.split() for line in cv.format_diff(deltas, limits, "node3").splitlines()]
+    assert rows[1] == ["device", "port", "counter", "kind", "class", "delta", "rate", "verdict"]
+    assert ["mlx5_1", "1", "resp_local_length_error", "app", "application", "+1", "0.1/s", "info"] in rows
