@@ -100,9 +100,9 @@ def run_facts(run_dir: Path) -> dict:
     topo = meta.get("topology") or {}
     nodes, rails = len(topo.get("nodes") or {}), len(topo.get("rails") or [])
     pattern = (meta.get("schedule") or {}).get("pattern") or profile.get("rdma_write.pattern")
-    if sched.parse_pattern(pattern)[0] == sched.AUTO:
-        pattern = model.resolve_pattern(profile, nodes, rails, meta.get("rail_mode") or "concurrent",
-                                        profile.get("run.budget"))[0]
+    if sched.parse_pattern(pattern)[0] == sched.AUTO:  # as the ranks resolved it, durations included
+        pattern, profile, _ = model.resolve(profile, nodes, rails, meta.get("rail_mode") or "concurrent",
+                                            profile.get("run.budget"), pattern=pattern)
     engines = {e.get("engine") for e in (meta.get("engines") or {}).values() if isinstance(e, dict)}
     engine = "mpi" if engines == {"mpi"} else (profile.get("run.engine") if not engines else "hardware")
     return {"profile": profile, "nodes": nodes, "rails": rails, "pattern": pattern,

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..records.results import InputError
 from ..switchtree.fabric import Fabric
-from ..rules.switches import fabric_for
+from ..rules.switches import fabric_for, kept_fabric
 from ..rules.profile import SCHEMA, Profile, load_profile
 from .base import SCOPE_ORDER
 from .confirmed import supersede
@@ -20,6 +20,7 @@ from .detectors import DETECTORS, Context
 from .load import load_records
 from .output import drain_lines
 from .outliers import node_names
+from .switchports import switch_port_findings
 from .trends import compare
 from .validate import check_record_nodes, topology_nodes
 
@@ -71,7 +72,7 @@ def resolve_fabric(run: dict, profile: Profile, topology=None, run_json: Path | 
     kept = run.get("fabric")
     if isinstance(kept, dict):
         try:
-            return Fabric.from_json(kept)
+            return kept_fabric(kept)  # with the routes it followed, read again where their files are unchanged
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"{run_json or 'run.json'}: fabric: not a switch tree ({e})") from None
     named = profile.get("topology.switches")
@@ -170,6 +171,7 @@ def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None, to
         deltas = compare(records, _checked(load_records(baseline_dir), base_known, baseline_dir), prof)
     fabric = resolve_fabric(run, prof, topology, run_dir / "run.json")
     findings = _find(records, prof, deltas, fabric)
+    findings = _sort(findings + switch_port_findings(run_dir, prof, fabric))  # the switches' own counters
     extra = {"seconds": {"load": round(t1 - t0, 3), "analyze": round(time.perf_counter() - t1, 3)},
              "skipped_lines": records.attrs.get("skipped_lines", 0)}
     if fabric is not None:

@@ -226,9 +226,16 @@ def probe_perftest() -> Availability:
     return Availability("perftest", True, f"{bw} ({version}, {json_note})")
 
 
+@_never_raises("routes")
+def probe_routes() -> Availability:
+    """Whether $ACCEPTANCE_PROFILE's topology.routes can be followed (the cables each pair crosses)."""
+    from ..rules.switches import routes_known
+    return Availability("routes", *routes_known(os.environ["ACCEPTANCE_PROFILE"]))
+
+
 def probe_all() -> list[Availability]:
     return [probe() for probe in (probe_mpi, probe_launcher, probe_slurm, probe_verbs, probe_perftest, probe_gpu,
-                                  probe_nccl)]
+                                  probe_nccl, *([probe_routes] if os.environ.get("ACCEPTANCE_PROFILE") else []))]
 
 
 def format_report(items: Iterable[Availability]) -> str:

@@ -19,10 +19,11 @@ from .common import EXIT_OK, UsageError
 from ..records.naming import natural_key
 from ..records.results import InputError, read_json
 from ..switchtree.fabric import Fabric
-from ..rules.switches import fabric_for
+from ..rules.switches import fabric_for, kept_fabric
+from ..measure.sweep import sweep_from_profile
 from ..rules.profile import Profile, format_size, load_profile
 from ..runtime import estimate as model
-from ..runtime.schedule import pair_count, parse_pattern, schedule
+from ..runtime.schedule import coverage, pair_count, parse_pattern, schedule
 
 ENV_RAIL_MODE = "ACCEPTANCE_RAIL_MODE"  # as the pytest plugin reads it
 ENV_BUDGET = model.ENV_BUDGET           # the limit `acceptance run` hands the ranks, in seconds (auto's K)
@@ -49,7 +50,8 @@ def longest_step(profile: Profile, est: model.Estimate) -> tuple[float, str]:
     after each pair, a collective sweep after each size."""
     gbits, sizes, c = est.rate_gbits, est.sizes, est.costs
     largest = max(sizes) if sizes else 0
-    size_step = (model.sweep_direction_seconds(profile, [largest], gbits, c.iter_s, c.verify_bytes_per_s, c.check_s)
+    size_step = (model.sweep_direction_seconds(profile, [largest], gbits, c.iter_s, c.verify_bytes_per_s, c.check_s,
+                                               est.transfer.iterations if est.transfer else None)
                  if largest else 0.0)
     lat = 2 * model.latency_direction_seconds(est.latency_iters, profile.get("latency.warmup"), kinds=2,
                                               sample_s=c.latency_sample_s)
@@ -76,12 +78,14 @@ def step_problem(profile: Profile, est: model.Estimate) -> str | None:
 
 def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, pattern: str | None = None,
               rail_mode: str | None = None, budget: str | None = None, rate: str | None = None,
-              env=None, slurm_left: float | None | bool = False) -> dict:
+              env=None, slurm_left: float | None | bool = False, fabric: Fabric | None = None,
+              names: list[str] | None = None) -> dict:
     """The whole plan as one JSON-able dict; ValueError (naming the flag) for bad input.
 
     pattern None: the profile's rdma_write.pattern; rail_mode None: $ACCEPTANCE_RAIL_MODE, else
     run.rail_mode; budget None: run.budget. The limit is the smaller of the budget and the Slurm job's
-    time left (slurm_left; False: ask Slurm, as `acceptance run` would)."""
+    time left (slurm_left; False: ask Slurm, as `acceptance run` would). fabric and names (the nodes in
+    rail order, at least `nodes` of them): the switch tree, for the leaf pairs the pattern covers."""
     if not isinstance(profile, Profile):
         profile = load_profile(profile)
     env = os.environ if env is None else env
@@ -114,6 +118,7 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
     total = est.total
     fits = limit is None or total <= limit
     step, step_what = longest_step(profile, est)
+    engine = "mpi" if profile.get("run.engine") == "mpi" else None
     plan = {
         "nodes": nodes, "rails": rails, "profile": profile.name,
         "estimated_seconds": round(total, 1),
@@ -122,8 +127,11 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         "tests": {s: {t: round(v, 2) for t, v in tests.items()} for s, tests in est.tests.items()},
         "pattern": chosen, "pattern_asked": asked, "rounds": est.rounds,
         "pairs_per_rail": pair_count(nodes, chosen),
+        "coverage": plan_coverage(nodes, rails, chosen, fabric, names),
         "screening": parse_pattern(chosen)[0] == "screen",
         "sizes": est.sizes, "latency_iters": est.latency_iters,
+        "screening_transfer": transfer_json(profile, est.transfer) if est.transfer else None,
+        "records": est.records,
         "durations": {key: profile.get(key) for key in model.SHORTEST},
         "rail_mode": rail_mode, f"estimated_seconds_{other}": round(other_total, 1),
         "rate_gbits": est.rate_gbits, "rate_from": est.rate_from,
@@ -131,7 +139,7 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         "limit_seconds": limit, "limit_from": limit_from, "fits": fits, "gave_up": gave_up,
         "longest_step": {"seconds": round(step, 2), "what": step_what,
                          "hang_timeout": profile.get("run.hang_timeout")},
-        "assumptions": {name: getattr(model, name) for name in ASSUMPTIONS},
+        "costs": model.cost_sources(engine, profile),
         "profile_costs": {f"plan.{key}": profile.get(f"plan.{key}") for key in (*model.PLAN_KEYS, "rate")
                           if profile.get(f"plan.{key}") is not None},
     }
@@ -139,10 +147,39 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
     return plan
 
 
-ASSUMPTIONS = ("ITER_OVERHEAD_S", "LATENCY_SAMPLE_S", "PAIR_SETUP_S", "CHECK_OVERHEAD_S", "VERIFY_BYTES_PER_S",
-               "CONFIRM_ROUNDS", "PERFTEST_START_S", "COLLECTIVE_STEP_S", "ALLTOALL_PEER_S", "NVLINK_GBYTES_S",
-               "PCIE_GBYTES_S", "INCAST_ROUND_S", "REG_CALL_S", "REG_BYTES_PER_S", "LAUNCH_S", "PREFLIGHT_S",
-               "COUNTER_SNAPSHOT_S", "OUTCOME_PER_RANK_S", "ANALYSIS_PER_PAIR_DIRECTION_S", "AUTO_MAX_ROUNDS")
+def plan_coverage(nodes: int, rails: int, pattern: str, fabric: Fabric | None, names: list[str] | None) -> dict:
+    """plan["coverage"]: per rail the fraction of node pairs measured and, where the switch tree is known,
+    of leaf pairs (two leaves with a measured node pair between them); cables only once routes are known."""
+    out: dict = {"pairs": {}, "notes": {"cables": "routes unknown"}}
+    if fabric is None:
+        out["notes"]["leaf_pairs"] = "no switch tree (--topology)"
+    elif names is None or len(names) < nodes:
+        out["notes"]["leaf_pairs"] = f"the switch tree names {len(names or [])} nodes, fewer than {nodes}"
+        fabric = None
+    else:
+        out["leaf_pairs"] = {}
+    seen: dict[int, dict] = {}  # a tree shared by rails is scheduled once (seed 0: the shape a run draws)
+    for rail in range(rails):
+        tree = fabric.tree(rail) if fabric is not None else None
+        if tree is not None and id(tree) not in seen:
+            leaf_of = {node: leaf for leaf, members in tree.leaves.items() for node in members}
+            seen[id(tree)] = coverage(nodes, pattern, leaves=[leaf_of.get(n, "(not in the tree)")
+                                                              for n in names[:nodes]])
+        got = seen[id(tree)] if tree is not None else coverage(nodes, pattern)
+        out["pairs"][str(rail)] = round(got["pairs"], 6)
+        if fabric is not None:
+            out["leaf_pairs"][str(rail)] = None if got["leaf_pairs"] is None else round(got["leaf_pairs"], 6)
+    return out
+
+
+def transfer_json(profile: Profile, t) -> dict:
+    """plan["screening_transfer"]: per bounded size the iterations and bytes per pair-direction, and the
+    precision that asked for them (acceptance.runtime.screening.screening_transfer)."""
+    sweep = sweep_from_profile(profile)
+    return {"sizes": {str(size): {"iterations": n, "warmup": sweep.warmup(n), "bytes": t.bytes(size)}
+                      for size, n in t.iterations.items()},
+            "window": t.window, "needed": t.needed, "drop": t.drop, "drop_from": t.drop_from,
+            "noise": t.noise, "noise_from": t.noise_from, "z": round(t.z, 3), "compared": t.compared}
 
 
 def what_to_change(plan: dict, profile: Profile, rate: str | None) -> list[str]:
@@ -179,6 +216,9 @@ def plan_text(plan: dict) -> str:
     kind, k = parse_pattern(chosen)
     if kind == "all-pairs":
         partners = f"every node meets every other node ({nodes - 1} partners)"
+    elif kind == "screen" and plan["coverage"]["pairs"]["0"] == 1.0:
+        partners = (f"every node meets every other node ({nodes - 1} partners) at screening's sizes; then "
+                    f"confirmation of the suspects")
     elif kind == "screen":
         partners = (f"{plan['rounds']} rounds of disjoint pairs, every node in each"
                     f"{' but one' if nodes % 2 else ''}; then confirmation of the suspects")
@@ -195,8 +235,14 @@ def plan_text(plan: dict) -> str:
         ("rounds per rail", f"{plan['rounds']}   (a round: {nodes // 2} disjoint pairs measured at once, "
                             f"{'one node idle' if nodes % 2 else 'no node idle'})"),
         ("node pairs per rail", f"{plan['pairs_per_rail']}"),
+        ("coverage", coverage_text(plan["coverage"])),
         ("sizes", f"{sizes}" + ("   (screening: the smallest and those with bounds)" if plan["screening"] else "")),
+    ]
+    if plan["screening_transfer"]:
+        rows.append(("screening", transfer_text(plan["screening_transfer"], plan["sizes"][0])))
+    rows += [
         ("latency samples", f"{plan['latency_iters']} per pair-direction"),
+        ("records", f"{plan['records']:,} (each through rank 0, then the analysis)"),
         ("rate", f"{plan['rate_gbits']:g} Gbit/s   ({plan['rate_from']})"),
     ]
     for name, seconds in plan["suites"].items():
@@ -217,8 +263,45 @@ def plan_text(plan: dict) -> str:
     rows.append(("longest step", f"{format_seconds(step['seconds'])}   ({step['what']}); run.hang_timeout "
                                  f"{format_seconds(step['hang_timeout'])}: {fits} (the deadline bounds a step, "
                                  f"not a test)"))
+    rows += costs_rows(plan["costs"])
     width = max(len(label) for label, _ in rows) + 1
     return "\n".join(f"{label + ':':<{width}} {value}" for label, value in rows)
+
+
+def coverage_text(cov: dict) -> str:
+    """"8.0% of node pairs per rail; leaf pairs 100% (rails 0-7); cables: routes unknown"."""
+    def per_rail(values: dict) -> str:
+        shown = {v for v in values.values()}
+        if len(shown) == 1:
+            v = shown.pop()
+            return "n/a (one leaf)" if v is None else f"{100 * v:.3g}% on every rail"
+        return ", ".join(f"rail {r}: " + ("n/a" if v is None else f"{100 * v:.3g}%") for r, v in values.items())
+    parts = [f"node pairs {per_rail(cov['pairs'])}"]
+    parts.append(f"leaf pairs {per_rail(cov['leaf_pairs'])}" if "leaf_pairs" in cov
+                 else f"leaf pairs: {cov['notes']['leaf_pairs']}")
+    parts.append(f"cables: {cov['notes']['cables']}")
+    return "; ".join(parts)
+
+
+def transfer_text(t: dict, smallest: int) -> str:
+    """"1 x 512MiB (64 writes of 8MiB) per pair-direction (+1 warmup): enough to see a 10% drop at 1% noise ..."."""
+    sizes = ", ".join(f"{v['iterations']} x {format_size(v['bytes'] // v['iterations'])} ({t['window']} writes of "
+                      f"{format_size(int(size))}) per pair-direction (+{v['warmup']} warmup)"
+                      for size, v in t["sizes"].items())
+    unbounded = "" if str(smallest) in t["sizes"] else f"; {format_size(smallest)} as the sweep has it (no bound)"
+    return (f"{sizes or 'no bounded size'}: enough to see a {100 * t['drop']:.3g}% drop ({t['drop_from']}) at "
+            f"{100 * t['noise']:.3g}% noise per iteration ({t['noise_from']}), {t['z']:.3g} sigma clear for "
+            f"{t['compared']:,} pair-directions compared{unbounded}")
+
+
+def costs_rows(costs: dict) -> list[tuple[str, str]]:
+    """One row for the assumed costs (no source), one naming the rest (--json has each source)."""
+    assumed = [f"{name}={v['value']:g}" for name, v in costs.items() if v["from"] == "assumed"]
+    sourced = [name for name, v in costs.items() if v["from"] != "assumed"]
+    rows = [("costs assumed", ", ".join(assumed) + "   (no source: acceptance/runtime/estimate.py)")] if assumed else []
+    if sourced:
+        rows.append(("costs sourced", ", ".join(sourced) + "   (measured or the profile's: --json says where)"))
+    return rows
 
 
 def over_limit_message(plan: dict) -> str:
@@ -258,8 +341,8 @@ def add_parser(sub) -> None:
                "             tree; only the sizes with bounds and the latency samples the gated percentile\n"
                "             needs; then the suspects are measured again (confirmation)\n"
                "  auto       all-pairs when it fits the budget, else screen:K with the largest K that fits\n"
-               "             (2 <= K <= 16), with perftest and incast shortened to 1 s and 0.5 s when that\n"
-               "             buys rounds; the hardware profiles use it\n\n"
+               "             (2 <= K <= N-1, where screening meets every pair), with perftest and incast\n"
+               "             shortened to 1 s and 0.5 s when that buys rounds; the hardware profiles use it\n\n"
                "The limit is the budget (--budget, else run.budget) or, inside a Slurm job, its time left,\n"
                "whichever is smaller. Exit 2 when the estimate exceeds it, saying what to change, or when\n"
                "the longest step cannot fit run.hang_timeout; `acceptance run` checks the same first.\n\n"
@@ -285,7 +368,8 @@ def add_parser(sub) -> None:
                            "profile's run.rail_mode, concurrent)")
     plan.add_argument("--json", action="store_true",
                       help="print the whole plan as one JSON object (estimated_seconds, suites, pattern, rounds, "
-                           "rail_mode, durations, budget_seconds, fits, gave_up, change, assumptions, ...)")
+                           "coverage, screening_transfer, rail_mode, durations, budget_seconds, fits, gave_up, "
+                           "change, costs with where each comes from, ...)")
     plan.add_argument("--rate", metavar="RATE",
                       help='link rate for the estimate, e.g. "400Gbit/s" (default: the profile\'s '
                            "rdma_write.bandwidth_min at its largest size, else 100Gbit/s)")
@@ -316,7 +400,8 @@ def cmd_plan(args) -> int:
     if args.rails is None:
         raise UsageError("--rails is required")
     try:
-        plan = make_plan(nodes, args.rails, profile, args.pattern, args.rail_mode, args.budget, args.rate)
+        plan = make_plan(nodes, args.rails, profile, args.pattern, args.rail_mode, args.budget, args.rate,
+                         fabric=fabric, names=tree_nodes)
     except ValueError as e:
         raise UsageError(str(e)) from None
     problem = step_problem(profile, model.estimate(profile, nodes, args.rails, plan["pattern"], plan["rail_mode"],
@@ -354,7 +439,7 @@ def _fabric(profile: Profile, topology: str | None, run_dir: str | None):
         kept = read_json(Path(run_dir) / "run.json").get("fabric")
         if not isinstance(kept, dict):
             raise UsageError(f"{run_dir}/run.json keeps no switch tree: give --topology PATH")
-        return Fabric.from_json(kept)
+        return kept_fabric(kept)
     except (InputError, ValueError) as e:
         raise UsageError(f"--topology: {e}" if topology else str(e)) from None
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from . import launch, plan
 from . import lost as lost_reports
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
+from ..host import switchports
 from ..records.results import ENV_ITERATION, InputError, RunFolder
 from ..records.naming import compress_ints
 from ..runtime.watchdog import END_GRACE_S
@@ -130,7 +131,12 @@ def cmd_run(args) -> int:
     # Once the ranks agreed on the exit code, each bounds its own end by the hang timeout plus
     # END_GRACE_S; the launcher gets that and a little more to exit.
     end_bound = (args.hang_timeout or profile.get("run.hang_timeout")) + END_GRACE_S + LAUNCHER_GRACE_S
+    # The switch ports' own counters, around the run, walked from this host's InfiniBand ports (a RoCE or
+    # emulated fabric has no subnet management to walk it with: nothing is read, nothing said).
+    walk_from = switchports.fabric_ports()
+    _switch_ports(folder, "before", walk_from)
     code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound, watch_here=launcher.here)
+    _switch_ports(folder, "after", walk_from)
     if code in (EXIT_OK, EXIT_FAILED):
         # The verdict decides: a pass needs measurements in bounds.
         code = post_run(folder, args.drain, report=not args.no_report)
@@ -139,6 +145,14 @@ def cmd_run(args) -> int:
     print(f"acceptance: exit {code} ({_WORDS[code]})")
     print(f"run folder: {folder.path}")
     return code
+
+
+def _switch_ports(folder: RunFolder, when: str, walk_from: list) -> None:
+    """Snapshot the switch ports' counters into the run folder (docs/rdma.md §5, "Switch ports"); the
+    analysis diffs before and after. Never fails the run: what cannot be read is said."""
+    if walk_from:
+        for line in switchports.summary(switchports.take(folder.path, when, walk_from)):
+            print(f"acceptance: {when} the run: {line}", flush=True)
 
 
 def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | None,
@@ -239,17 +253,20 @@ def _switch_tree(profile, topology: str | None) -> Path | None:
     """The switch tree's path for the ranks, read here first so a bad file stops the run before it
     starts (exit 2: file, line, why)."""
     path = switches.switches_path(profile, topology)
-    if path is None:
+    if path is None and switches.routes_path(profile) is None:
         return None
-    try:
+    try:  # routes without a tree to follow them on are refused here, before any rank starts
         fabric = switches.fabric_for(profile, path)
     except InputError as e:
         raise UsageError(f"--topology: {e}") from None
     leaves = {leaf for t in fabric.trees.values() for leaf in t.leaves}
     print(f"acceptance: switch tree {path} ({fabric.format}: {len(fabric.nodes)} nodes on {len(leaves)} leaves)",
           flush=True)
-    for note in fabric.notes:  # what the reader set aside or named by GUID: the operator's to fix
-        print(f"acceptance: switch tree: {note}", flush=True)
+    if fabric.routes is not None:
+        print(f"acceptance: routes {fabric.routes.source} ({fabric.routes.format}: forwarding tables of "
+              f"{len(fabric.routes.rails)} rail(s))", flush=True)
+    for note in fabric.notes + (fabric.routes.notes if fabric.routes is not None else []):
+        print(f"acceptance: switch tree: {note}", flush=True)  # what the readers set aside: the operator's to fix
     return path.resolve()
 
 

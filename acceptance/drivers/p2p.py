@@ -22,7 +22,7 @@ from mpi4py import MPI
 from ..rules import catalog, judge
 from ..runtime import pulse
 from ..rules.profile import Profile
-from ..runtime.screening import screening_latency_iters, screening_sizes
+from ..runtime.screening import screening_iters, screening_latency_iters, screening_sizes
 from . import confirm
 from ..runtime.topology import Topology
 from ..measure.stats import iteration_time, percentiles
@@ -228,7 +228,15 @@ class Bandwidth(PairwiseDriver):
         if self.screening:  # the smallest size and the sizes with bounds
             self.sweep = dataclasses.replace(self.sweep, sizes=tuple(screening_sizes(self.profile)))
         self.window = self.profile.get("sweep.window")
+        self.screening_iters: dict[int, int] = {}
+        if self.screening and self.rp.active:  # each moved as long as seeing its bound through the noise needs
+            self.screening_iters = screening_iters(self.profile, len(self.rp.nodes), len(self.topology.rails),
+                                                   self.rp.pairing.pattern)
         self.load_check_sizes = tuple(screening_sizes(self.profile))
+
+    def iters(self, size: int) -> int:
+        """Timed iterations at `size`: screening's (runtime.screening) where it screens, else the sweep's."""
+        return self.screening_iters.get(size) or self.sweep.iters(size, size * self.window)
 
     def link_size(self) -> int:
         return max(self.sweep.sizes)
@@ -249,7 +257,7 @@ class Bandwidth(PairwiseDriver):
             for origin in (0, 1):
                 _, ranks, _ = self.direction(low, high, origin)
                 for i, size in enumerate(sweep.sizes):
-                    iters = sweep.iters(size, size * window)
+                    iters = self.iters(size)
                     t = run(size, iters, sweep.warmup(iters), window, origin,
                             seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget, policy=self.policy)
                     self.rp.progress()  # one size is a step: the hang timeout bounds it, not the whole sweep
@@ -330,7 +338,7 @@ class Bandwidth(PairwiseDriver):
         self.measure(link, low, high)
         busy["done"] = done = self.topology.world.Ibarrier()
         size, run = max(self.sweep.sizes), getattr(link, self.method)
-        iters = self.sweep.iters(size, size * self.window)
+        iters = self.iters(size)
         _, ranks, _ = self.direction(low, high, 0)
         try:
             turn = 0

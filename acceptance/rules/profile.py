@@ -502,6 +502,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "switches": Str(None, help="the cluster's switch tree, for switch and uplink findings: Slurm's topology.conf "
                                    "or topology.yaml, an ibnetdiscover output, or a folder of rail<N> ibnetdiscover "
                                    "outputs (relative to the profile's folder); --topology overrides it"),
+        "routes": Str(None, help="the fabric's forwarding tables, for the cables each pair crosses: ibroute or "
+                                 "dump_lfts.sh output, OpenSM's opensm-lfts.dump or ibdiagnet2.fdbs, a file or a "
+                                 "folder of rail<N> files (relative to the profile's folder), taken with the "
+                                 "ibnetdiscover output of topology.switches, which they are followed over"),
     },
     "detect": {
         "gpu_model": Str(None, help='what nvidia-smi calls this profile\'s GPUs (a part of the name, e.g. "H100"); '
@@ -584,6 +588,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "confirm": Bool(True, help="after the scheduled rounds, measure every suspect pair again alone on its "
                                    "rail, and each of its ends against a partner that measured clean: only "
                                    "what reproduces fails; the rest is reported as transient (congestion)"),
+        "screening_noise": Float(None, help="relative noise (sigma) of one timed bandwidth iteration at a bound's "
+                                            "size on this fabric: how many iterations screening times there "
+                                            "(docs/plan.md, \"Screening\"); unset: 0.01, an assumption"),
     },
     "gpudirect": {
     },

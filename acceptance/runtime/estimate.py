@@ -14,10 +14,12 @@ The assumptions, named once (each a constant below):
   registration); each data check costs CHECK_OVERHEAD_S plus poisoning and comparing its bytes at
   VERIFY_BYTES_PER_S (acceptance.measure.verify: every iteration up to verify.every_max, else
   verify.samples and the last).
-- Screening (screen:K) measures screening_sizes and screening_latency_iters (acceptance.runtime.screening),
-  then CONFIRM_ROUNDS rounds of confirmation per pairwise test (the suspects of a healthy fleet are
-  few, and their pairs pack into a few rounds of disjoint pairs).
-- perftest: each tool run costs PERFTEST_START_S to start (server, TCP handshake) besides its own time.
+- Screening (screen:K) measures screening_sizes, timing screening_iters at each (the transfer the bound's
+  precision needs), and screening_latency_iters (acceptance.runtime.screening), then CONFIRM_ROUNDS rounds
+  of confirmation per pairwise test (the suspects of a healthy fleet are few, and their pairs pack into a
+  few rounds of disjoint pairs).
+- perftest: each tool run costs PERFTEST_START_S to start (server, TCP handshake) besides its own time;
+  ib_write_lat takes latency.iters samples, screening or not (acceptance.drivers.perftest).
 - Collectives: all-reduce moves 2(N-1)/N of the buffer per rank (ring), all-to-all (N-1)/N, at the
   per-NIC link rate (busbw = the rate of one NIC: each GPU reaches the network through its own NIC);
   inside a node at the profile's node busbw bound, else NVLINK_GBYTES_S. Latency terms: all-reduce
@@ -32,7 +34,12 @@ The assumptions, named once (each a constant below):
   the softroce profile; PLAN_KEYS, costs()).
 - Fixed costs: LAUNCH_S to start the ranks, PREFLIGHT_S for the node checks, COUNTER_SNAPSHOT_S per
   port snapshot (before and after each suite file), OUTCOME_PER_RANK_S per test and rank at rank 0
-  (the outcome merge), ANALYSIS_PER_PAIR_DIRECTION_S per measured pair-direction afterwards.
+  (the outcome merge).
+- Records: every pairwise measurement is records (pair_records), each handled by rank 0 at its test's
+  end (RECORD_RANK0_S, one rank 0 for the whole job) and by the analysis after (ANALYSIS_PER_RECORD_S).
+
+Where each figure comes from is SOURCES; a constant not in it is an assumption, and `acceptance plan`
+says so (cost_sources).
 """
 from __future__ import annotations
 
@@ -45,9 +52,9 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..measure.sweep import sweep_from_profile
-from ..rules.profile import format_duration, parse_duration, parse_rate
+from ..rules.profile import format_duration, format_size, parse_duration, parse_rate
 from . import schedule as sched
-from .screening import screening_latency_iters, screening_sizes
+from .screening import Transfer, screening_iters, screening_latency_iters, screening_sizes, screening_transfer
 
 ITER_OVERHEAD_S = 5e-6        # per timed or warmup bandwidth iteration, beyond the wire time
 LATENCY_SAMPLE_S = 5e-6       # one latency sample (round trip and harness)
@@ -71,7 +78,12 @@ LAUNCH_S = 30.0               # starting the ranks (launcher, MPI init, imports)
 PREFLIGHT_S = 20.0            # the node checks (tools run on every node at once)
 COUNTER_SNAPSHOT_S = 0.5      # one snapshot of a node's ports
 OUTCOME_PER_RANK_S = 20e-6    # rank 0's share of one test's outcome merge, per rank
-ANALYSIS_PER_PAIR_DIRECTION_S = 2e-4  # analysis and report, per measured pair-direction (~40 records)
+RECORD_RANK0_S = 10e-6        # rank 0 receiving one record and appending it to results.jsonl
+ANALYSIS_PER_RECORD_S = 6.5e-6  # analysis and report, per record
+# Records of one pair-direction (acceptance.drivers.p2p, acceptance.tools.perftest.records): a bandwidth
+# sweep one value and the receiver's data check per size; a latency test its p50, p99, p99.9, max and
+# the data check (a write's also the ping-pong's four); perftest ib_write_bw's value and ib_write_lat's four.
+LATENCY_RECORDS, PINGPONG_RECORDS, PERFTEST_RECORDS = 5, 4, 5
 DEFAULT_RATE = 100.0          # Gbit/s, when neither --rate nor the profile's bandwidth_min says
 MIN_RATE_GBITS = 10.0         # a bandwidth_min below this is a floor for broken links (emulators), not a rate
 TESTS = 45                    # pytest tests of a run, about (outcome merges)
@@ -95,7 +107,21 @@ MPI_PREFLIGHT_S = 1.0         # the node checks with nothing to probe
 MPI_LAUNCH_S = 10.0           # mpiexec or srun, MPI init, imports, the census, and the analysis after
 
 ENV_BUDGET = "ACCEPTANCE_BUDGET"  # the limit `acceptance run` checked, in seconds, for the ranks' "auto"
-AUTO_MAX_ROUNDS = 16  # auto screens with at most this many rounds: a NIC judged on 16 partners' typical value
+
+_FITTED = ("measured: fitted with benchmarks/plan_accuracy.py to mpi-engine runs on a shared 2-core machine "
+           "(docs/plan.md, \"Measured\")")
+# Where a figure comes from. Every constant of this module not named here is an assumption: no
+# measurement or published figure stands behind it (the hardware's costs: no RDMA device or GPU here).
+SOURCES = {
+    "RECORD_RANK0_S": "measured: benchmarks/rank0_scale.py, rank 0's phase of 1,024 ranks x 48 records in "
+                      "494.55 ms of CPU on the 2-core development machine (benchmarks/README.md)",
+    "ANALYSIS_PER_RECORD_S": "measured: benchmarks/report_scale.py, analysis and report of 4,190,208 records "
+                             "in 27.2 s on the 2-core development machine (benchmarks/README.md)",
+    **{name: _FITTED for name in ("MPI_ITER_S", "MPI_VERIFY_BYTES_PER_S", "MPI_LATENCY_SAMPLE_S",
+                                  "MPI_COLLECTIVE_ITER_S", "MPI_COLLECTIVE_STEP_S", "MPI_ALLTOALL_PEER_S",
+                                  "MPI_PAIR_SETUP_S", "MPI_REG_CALL_S", "MPI_PREFLIGHT_S",
+                                  "MPI_LAUNCH_S")},
+}
 
 SUITES = ("preflight", "counters", "memreg", "rdma_write", "perftest", "gpudirect", "incast", "collectives",
           "intranode")
@@ -168,7 +194,7 @@ def choose_rate(profile, rate: str | None = None) -> tuple[float, str]:
     return DEFAULT_RATE, f"assumed: profile {profile.name} sets no rdma_write.bandwidth_min; give --rate"
 
 
-def _gbytes(profile, key: str, default: float) -> float:
+def _gbytes(profile, key: str, default: float | None) -> float | None:
     """A rate setting (stored Gbit/s; a table by size: its largest entry) in GB/s; default when unset or
     below MIN_RATE_GBITS (a floor for broken hardware, not a rate)."""
     value = profile.get(key)
@@ -189,14 +215,16 @@ def check_seconds(profile, iters: int, bytes_per_iter: int, verify_bytes_per_s: 
 
 
 def sweep_direction_seconds(profile, sizes, rate_gbits: float, iter_s: float = ITER_OVERHEAD_S,
-                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S, check_s: float = CHECK_OVERHEAD_S) -> float:
+                            verify_bytes_per_s: float = VERIFY_BYTES_PER_S, check_s: float = CHECK_OVERHEAD_S,
+                            iters_of: dict[int, int] | None = None) -> float:
     """One pair's bandwidth sweep in one direction over `sizes` (sweep.rounds times; capped per size by
-    sweep.max_time_per_size), data checks included."""
+    sweep.max_time_per_size), data checks included. iters_of: timed iterations per size where they are not
+    the sweep's (screening_iters)."""
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
     cap = profile.get("sweep.max_time_per_size")
     total = 0.0
     for size in sizes:
-        iters = sweep.iters(size, size * window)
+        iters = (iters_of or {}).get(size) or sweep.iters(size, size * window)
         n = iters + sweep.warmup(iters)
         one = n * window * size * 8 / (rate_gbits * 1e9) + n * iter_s
         total += (min(one, cap) if cap else one) + check_seconds(profile, iters, size * window, verify_bytes_per_s, check_s)
@@ -226,6 +254,8 @@ class Estimate:
     sizes: list[int] = field(default_factory=list)
     latency_iters: int = 0
     costs: Costs | None = None  # what one operation was figured to cost
+    transfer: Transfer | None = None  # screening's transfer at the bounded sizes
+    records: int = 0  # of the pairwise tests' scheduled rounds
 
     @property
     def total(self) -> float:
@@ -242,7 +272,7 @@ def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
 
 @dataclass(frozen=True)
 class Costs:
-    """An engine's fixed costs (the constants above), or a profile's own (its [plan] section)."""
+    """An engine's fixed costs (the constants above, COST_CONSTANTS), or a profile's own (its [plan] section)."""
     iter_s: float
     latency_sample_s: float
     collective_iter_s: float
@@ -253,12 +283,12 @@ class Costs:
     reg_call_s: float
     preflight_s: float
     launch_s: float
-    reg_bytes_per_s: float = REG_BYTES_PER_S
-    tool_start_s: float = PERFTEST_START_S
-    incast_round_s: float = INCAST_ROUND_S
-    snapshot_s: float = COUNTER_SNAPSHOT_S
-    check_s: float = CHECK_OVERHEAD_S
-    collective_setup_s: float = 0.0  # the first world collective's connections (not modelled unless a profile says)
+    reg_bytes_per_s: float
+    tool_start_s: float
+    incast_round_s: float
+    snapshot_s: float
+    check_s: float
+    collective_setup_s: float  # the first world collective's connections (not modelled unless a profile says)
 
 
 # profile key under [plan] -> (Costs field, factor from the profile's unit: seconds, or Gbit/s to bytes/s)
@@ -271,22 +301,64 @@ PLAN_KEYS = {"iteration": ("iter_s", 1), "latency_sample": ("latency_sample_s", 
              "check": ("check_s", 1), "collective_setup": ("collective_setup_s", 1)}
 
 
+# Costs field -> (the hardware's constant, the mpi engine's own or None: the hardware's serves both).
+# The hardware's collective iteration has no fixed part of its own (its steps carry it) and no profile
+# but the softroce rig's states the world collective's setup: both 0 unless a [plan] sets them.
+COST_CONSTANTS = {
+    "iter_s": ("ITER_OVERHEAD_S", "MPI_ITER_S"), "latency_sample_s": ("LATENCY_SAMPLE_S", "MPI_LATENCY_SAMPLE_S"),
+    "collective_iter_s": (None, "MPI_COLLECTIVE_ITER_S"),
+    "collective_step_s": ("COLLECTIVE_STEP_S", "MPI_COLLECTIVE_STEP_S"),
+    "alltoall_peer_s": ("ALLTOALL_PEER_S", "MPI_ALLTOALL_PEER_S"), "pair_setup_s": ("PAIR_SETUP_S", "MPI_PAIR_SETUP_S"),
+    "verify_bytes_per_s": ("VERIFY_BYTES_PER_S", "MPI_VERIFY_BYTES_PER_S"),
+    "reg_call_s": ("REG_CALL_S", "MPI_REG_CALL_S"),
+    "preflight_s": ("PREFLIGHT_S", "MPI_PREFLIGHT_S"), "launch_s": ("LAUNCH_S", "MPI_LAUNCH_S"),
+    "reg_bytes_per_s": ("REG_BYTES_PER_S", None), "tool_start_s": ("PERFTEST_START_S", None),
+    "incast_round_s": ("INCAST_ROUND_S", None), "snapshot_s": ("COUNTER_SNAPSHOT_S", None),
+    "check_s": ("CHECK_OVERHEAD_S", None), "collective_setup_s": (None, None),
+}
+# The figures every estimate uses besides an engine's Costs.
+OTHER_CONSTANTS = ("CONFIRM_ROUNDS", "OUTCOME_PER_RANK_S", "RECORD_RANK0_S", "ANALYSIS_PER_RECORD_S")
+# Stand-ins for a profile's rates where it sets none (_gbytes).
+FALLBACKS = {"NVLINK_GBYTES_S": ("intranode.p2p_min", "collectives.node_allreduce_busbw_min",
+                                 "collectives.node_alltoall_busbw_min"),
+             "PCIE_GBYTES_S": ("intranode.h2d_min", "intranode.d2h_min")}
+
+
+def _constant(field_name: str, mpi: bool) -> str | None:
+    hardware, own = COST_CONSTANTS[field_name]
+    return own if mpi and own else hardware
+
+
 def costs(engine: str | None, profile=None) -> Costs:
     """The mpi engine's costs, or (verbs, nccl, anything else) the hardware's, each replaced by the
     profile's [plan] value where it sets one; read when called, so the module's constants are the one
     place the defaults are set."""
-    if engine == "mpi":
-        base = Costs(MPI_ITER_S, MPI_LATENCY_SAMPLE_S, MPI_COLLECTIVE_ITER_S, MPI_COLLECTIVE_STEP_S,
-                     MPI_ALLTOALL_PEER_S, MPI_PAIR_SETUP_S,
-                     MPI_VERIFY_BYTES_PER_S, MPI_REG_CALL_S, MPI_PREFLIGHT_S, MPI_LAUNCH_S)
-    else:
-        base = Costs(ITER_OVERHEAD_S, LATENCY_SAMPLE_S, 0.0, COLLECTIVE_STEP_S, ALLTOALL_PEER_S, PAIR_SETUP_S,
-                     VERIFY_BYTES_PER_S, REG_CALL_S, PREFLIGHT_S, LAUNCH_S)
+    mpi = engine == "mpi"
+    base = Costs(**{f: globals()[name] if (name := _constant(f, mpi)) else 0.0 for f in COST_CONSTANTS})
     if profile is None:
         return base
     given = {name: profile.get(f"plan.{key}") * scale for key, (name, scale) in PLAN_KEYS.items()
              if profile.get(f"plan.{key}") is not None}
     return dataclasses.replace(base, **given)
+
+
+def cost_sources(engine: str | None, profile=None) -> dict[str, dict]:
+    """Every cost figure an estimate with these costs uses: {name: {"value", "from"}}, "from" being a
+    source (SOURCES), the profile's [plan], or "assumed" (no source)."""
+    mpi = engine == "mpi"
+    by_field = {name: key for key, (name, _) in PLAN_KEYS.items()}
+    out = {}
+    for f in COST_CONSTANTS:
+        key = by_field.get(f)
+        if profile is not None and key and profile.get(f"plan.{key}") is not None:
+            out[f"plan.{key}"] = {"value": profile.get(f"plan.{key}"), "from": f"profile {profile.name}'s [plan]"}
+        elif name := _constant(f, mpi):
+            out[name] = {"value": globals()[name], "from": SOURCES.get(name, "assumed")}
+    used = [name for name, keys in FALLBACKS.items()
+            if profile is None or any(_gbytes(profile, key, None) is None for key in keys)]
+    for name in (*used, *OTHER_CONSTANTS):
+        out[name] = {"value": globals()[name], "from": SOURCES.get(name, "assumed")}
+    return out
 
 
 def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "concurrent",
@@ -311,7 +383,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     lat_warm = profile.get("latency.warmup")
     gpus = profile.get("preflight.gpus_per_node") or 0
     est = Estimate(nodes, rails, pattern, rail_mode, gbits, rate_from, rounds, sizes=sizes, latency_iters=lat_iters,
-                   costs=c)
+                   costs=c, transfer=screening_transfer(profile, nodes, rails, pattern) if screening else None)
 
     def per_rounds(per_pair_both_directions: float, walk: int = walked) -> float:
         return rail_times * walk * (c.pair_setup_s + per_pair_both_directions)
@@ -319,7 +391,8 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     def latency(kinds: int = 1) -> float:
         return latency_direction_seconds(lat_iters, lat_warm, kinds, c.latency_sample_s)
 
-    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s, c.check_s)
+    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s, c.check_s,
+                                 screening_iters(profile, nodes, rails, pattern) if screening else None)
     rdma = {
         "test_write_bandwidth": per_rounds(2 * bw),
         "test_read_bandwidth": per_rounds(2 * bw),
@@ -330,7 +403,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     est.tests["rdma_write"] = rdma
 
     # perftest: the largest sweep size (at most perftest.max_size) for perftest.duration, and ib_write_lat.
-    pf_lat = 2 * c.tool_start_s + lat_iters * c.latency_sample_s
+    pf_lat = 2 * c.tool_start_s + profile.get("latency.iters") * c.latency_sample_s
     pf_bw = c.tool_start_s + profile.get("perftest.duration")
     est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=rounds)}
 
@@ -372,10 +445,18 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
 
     est.suites = {name: sum(est.tests[name].values()) for name in SUITES if name in est.tests}
     ranks = nodes * max(1, rails)
-    pair_directions = 2 * sched.pair_count(nodes, pattern) * rails * (2 if gpus else 1)
+    est.records = 2 * sched.pair_count(nodes, pattern) * rails * pair_records(len(sizes), bool(gpus))
     est.overheads = {"launch": c.launch_s, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
-                     "analysis": pair_directions * ANALYSIS_PER_PAIR_DIRECTION_S}
+                     "records at rank 0": est.records * RECORD_RANK0_S,
+                     "analysis": est.records * ANALYSIS_PER_RECORD_S}
     return est
+
+
+def pair_records(sizes: int, gpus: bool) -> int:
+    """Records of one pair-direction on one rail, over every pairwise test: the write and read sweeps and
+    latencies (write, read, atomic), perftest's, and with GPUs GPUDirect's sweep and latency."""
+    host = 2 * (2 * sizes) + 3 * LATENCY_RECORDS + PINGPONG_RECORDS + PERFTEST_RECORDS
+    return host + (2 * sizes + LATENCY_RECORDS if gpus else 0)
 
 
 def _geometric(low: int, high: int, factor: int) -> list[int]:
@@ -424,7 +505,8 @@ def resolve_pattern(profile, nodes: int, rails: int, rail_mode: str = "concurren
                     rate: str | None = None, pattern: str | None = None) -> tuple[str, list[str]]:
     """(the pattern to run, what was given up). `pattern` (default: rdma_write.pattern) other than "auto"
     comes back as it is. "auto": all-pairs when the whole acceptance fits `budget` seconds (None: no
-    budget, so all-pairs), else screen:K with the largest K (2 <= K <= AUTO_MAX_ROUNDS) that fits
+    budget, so all-pairs), else screen:K with the largest K (2 <= K <= all-pairs' rounds: screen:N-1
+    measures every pair, at screening's sizes and transfer) that fits
     (acceptance.runtime.schedule.choose_pattern). Every rank computes the same answer from the same inputs."""
     pattern = pattern or profile.get("rdma_write.pattern")
     if sched.parse_pattern(pattern)[0] != sched.AUTO:
@@ -433,9 +515,6 @@ def resolve_pattern(profile, nodes: int, rails: int, rail_mode: str = "concurren
         return sched.ALL_PAIRS, []
 
     def fits(p: str) -> bool:
-        kind, k = sched.parse_pattern(p)
-        if kind == sched.SCREEN and k > AUTO_MAX_ROUNDS:
-            return False
         return estimate(profile, nodes, rails, p, rail_mode, rate).total <= budget
 
     chosen, gave_up = sched.choose_pattern(nodes, fits)
@@ -446,6 +525,13 @@ def resolve_pattern(profile, nodes: int, rails: int, rail_mode: str = "concurren
         if len(kept) < len(all_sizes):
             gave_up.append(f"the bandwidth sweep's other {len(all_sizes) - len(kept)} sizes in screening: "
                            f"only the smallest and the sizes with bounds ({len(kept)})")
+        sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
+        for size, iters in screening_transfer(profile, nodes, rails, chosen).iterations.items():
+            full = sweep.iters(size, size * window)
+            if iters < full:
+                gave_up.append(f"bandwidth iterations in screening at {format_size(size)}: {iters} per "
+                               f"pair-direction (what seeing a suspect through the noise needs) instead of "
+                               f"the sweep's {full}")
         lat = screening_latency_iters(profile)
         if lat < profile.get("latency.iters"):
             gave_up.append(f"latency samples in screening: {lat} per pair-direction (what the gated percentile "

@@ -17,6 +17,8 @@ SOURCES = {
     "ACCEPTANCE_NVIDIA_SMI": "nvidia-smi is this command",
     "ACCEPTANCE_ETHTOOL": "ethtool is this command",
     "ACCEPTANCE_DCB": "dcb (RoCE PFC and trust) is this command",
+    "ACCEPTANCE_IBQUERYERRORS": "ibqueryerrors (switch port counters) is this command",
+    "ACCEPTANCE_PERFQUERY": "perfquery (switch port counters) is this command",
     "ACCEPTANCE_PERFTEST_DIR": "ib_write_bw / ib_write_lat come from this folder",
     "ACCEPTANCE_DEVICE_MAP": "each virtual node's RDMA devices are named by this map (nodes share one host)",
 }

@@ -12,12 +12,15 @@ Patterns (parse_pattern):
   node sits out each round, a different one each time). With the switch tree known (`leaves`), the
   pairs are chosen so that each leaf's nodes meet many other leaves in every round (every leaf meets
   every other leaf once K >= ceil(leaves / largest leaf)) and every leaf's uplink is crossed, and
-  later rounds add a pair inside each leaf (which tells a leaf from its uplink);
-  otherwise the rounds are drawn at random from the all-pairs schedule under a random relabelling
-  of the nodes, so no pair repeats. `seed` picks the draw; the driver keeps it in run.json
-  ("schedule").
-- "auto": all-pairs when it fits the time budget, else screen:K with the largest K that fits
-  (choose_pattern; acceptance.runtime.estimate decides what fits). schedule() needs it resolved.
+  later rounds add a pair inside each leaf (which tells a leaf from its uplink); once those rounds would
+  repeat pairs (a node meets only its slot of the other leaves: past about as many rounds as leaves),
+  the rest are the random screen's. Without the tree the rounds are drawn at random from the all-pairs
+  schedule under a random relabelling of the nodes, so no pair repeats. `seed` picks the draw; the
+  driver keeps it in run.json ("schedule"). K at least all-pairs' rounds is every pair once, the
+  circle rounds relabelled, tree or not: nothing is left for the tree to choose.
+- "auto": all-pairs when it fits the time budget, else screen:K with the largest K that fits, up to
+  all-pairs' rounds (choose_pattern; acceptance.runtime.estimate decides what fits). schedule() needs
+  it resolved.
 
 The all-pairs rounds come from the circle (Berger) method. With m = n nodes for odd n,
 or m = n - 1 rotating nodes plus the fixed node n - 1 for even n, round r
@@ -183,13 +186,11 @@ def screen_round(n: int, r: int, seed: int = 0, leaves: Sequence[Hashable] | Non
     the nodes (k defaults to r + 1)."""
     if n < 2:
         raise IndexError(f"round {r} out of range: {n} nodes have no rounds")
-    if leaves is not None:
-        slots = _leaf_slots(n, leaves, seed)
-        if len(slots) >= 2:
-            if not 0 <= r < min(r + 1 if k is None else k, _full_rounds(n)):
-                raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has "
-                                 f"{min(k, _full_rounds(n))} rounds")
-            return screen(n, r + 1, seed, leaves)[r]
+    if _follows_tree(n, r + 1 if k is None else k, leaves):
+        if not 0 <= r < min(r + 1 if k is None else k, _full_rounds(n)):
+            raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has "
+                             f"{min(k, _full_rounds(n))} rounds")
+        return screen(n, r + 1, seed, leaves)[r]
     indices = screen_round_indices(n, r + 1 if k is None else k, seed)
     if not 0 <= r < len(indices):
         raise IndexError(f"round {r} out of range: screen:{k} over {n} nodes has {len(indices)} rounds")
@@ -205,17 +206,28 @@ def screen(n: int, k: int, seed: int = 0, leaves: Sequence[Hashable] | None = No
     """screen:k: k rounds of disjoint pairs, every node in each round (odd n: one sits out), O(n) each."""
     if n < 2:
         return []
-    if leaves is not None and len(set(leaves)) >= 2:
-        slots = _leaf_slots(n, leaves, seed)
-        used: set[tuple[int, int]] = set()
-        out = []
-        for r in range(min(k, _full_rounds(n))):
-            out.append(_fresh(_tree_round(slots, r), used))
-            used.update(out[-1])
-        return out
     label = _relabel(n, seed)
-    return [[(min(label[a], label[b]), max(label[a], label[b])) for a, b in round_of(n, i)]
-            for i in screen_round_indices(n, k, seed)]
+
+    def circle(i: int) -> list[tuple[int, int]]:
+        return [(min(label[a], label[b]), max(label[a], label[b])) for a, b in round_of(n, i)]
+    if not _follows_tree(n, k, leaves):
+        return [circle(i) for i in screen_round_indices(n, k, seed)]
+    # The tree's rounds while they give every node a new partner: a node meets only its slot in the
+    # other leaves, so past about as many rounds as leaves they repeat pairs. Then the random screen's
+    # rounds, their pairs measured before traded away as well (_fresh).
+    slots = _leaf_slots(n, leaves, seed)
+    used: set[tuple[int, int]] = set()
+    out: list[list[tuple[int, int]]] = []
+    later = iter(screen_round_indices(n, _full_rounds(n), seed))
+    tree = True
+    for r in range(min(k, _full_rounds(n))):
+        pairs = _fresh(_tree_round(slots, r), used) if tree else []
+        if not tree or any(p in used for p in pairs):
+            tree = False
+            pairs = _fresh(circle(next(later)), used)
+        out.append(pairs)
+        used.update(pairs)
+    return out
 
 
 def _fresh(pairs: list[tuple[int, int]], used: set[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -240,9 +252,17 @@ def _fresh(pairs: list[tuple[int, int]], used: set[tuple[int, int]]) -> list[tup
     return fresh + kept + stale
 
 
+def _follows_tree(n: int, k: int, leaves: Sequence[Hashable] | None) -> bool:
+    """Whether screen:k over n nodes follows the tree: two leaves or more, and fewer rounds than all pairs."""
+    if leaves is not None and len(leaves) != n:
+        raise ValueError(f"leaves: expected the leaf of each of the {n} nodes, got {len(leaves)}")
+    return leaves is not None and k < _full_rounds(n) and len(set(leaves)) >= 2
+
+
 def tree_aware(pattern: str, leaves: Sequence[Hashable] | None) -> bool:
     """Whether schedule(n, pattern, leaves=leaves) follows the switch tree (run.json "schedule")."""
-    return parse_pattern(pattern)[0] == SCREEN and leaves is not None and len(set(leaves)) >= 2
+    kind, k = parse_pattern(pattern)
+    return kind == SCREEN and leaves is not None and _follows_tree(len(leaves), k, leaves)
 
 
 def schedule(n: int, pattern: str, seed: int = 0,
@@ -286,16 +306,42 @@ def pair_count(n: int, pattern: str) -> int:
     return round_count(n, pattern) * (n // 2)
 
 
+def coverage(n: int, pattern: str, seed: int = 0, leaves: Sequence[Hashable] | None = None) -> dict:
+    """What one rail's schedule measures: {"pairs": the fraction of its n(n-1)/2 node pairs, "leaf_pairs":
+    the fraction of the pairs of distinct leaves with at least one node pair between them measured (None
+    without two leaves)}. Closed form where the pattern meets every pair, or no tree is given (the
+    circle's rounds never repeat a pair); else the rounds are enumerated, O(pairs measured): a
+    tree-aware screen may repeat a pair its trades could not avoid."""
+    total = n * (n - 1) // 2
+    count = len(set(leaves)) if leaves is not None else 0
+    if total == 0:
+        return {"pairs": 0.0, "leaf_pairs": None}
+    if round_count(n, pattern) >= _full_rounds(n):
+        return {"pairs": 1.0, "leaf_pairs": 1.0 if count >= 2 else None}
+    if count < 2:
+        return {"pairs": pair_count(n, pattern) / total, "leaf_pairs": None}
+    import numpy as np  # here: the schedule itself needs only the standard library
+    pairs = np.array([p for r in schedule(n, pattern, seed, leaves) for p in r], dtype=np.int64).reshape(-1, 2)
+    code = {leaf: i for i, leaf in enumerate(dict.fromkeys(leaves))}
+    of = np.array([code[leaf] for leaf in leaves], dtype=np.int64)
+    a, b = of[pairs[:, 0]], of[pairs[:, 1]]
+    crossing = a != b
+    met = np.unique(np.minimum(a, b)[crossing] * count + np.maximum(a, b)[crossing])
+    return {"pairs": len(np.unique(pairs[:, 0] * n + pairs[:, 1])) / total,
+            "leaf_pairs": len(met) / (count * (count - 1) // 2)}
+
+
 def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]:
     """What "auto" becomes: (pattern, what was given up). all-pairs when fits("all-pairs"); else
-    screen:K with the largest K (>= SCREEN_MIN) for which fits() holds, found by bisection (the
-    estimate grows with K); else screen:SCREEN_MIN, which does not fit either (the caller says so).
+    screen:K with the largest K (SCREEN_MIN <= K <= all-pairs' rounds, where screening meets every pair)
+    for which fits() holds, found by bisection (the estimate grows with K); else screen:SCREEN_MIN,
+    which does not fit either (the caller says so).
 
     fits() is called O(log n) times."""
     full = _full_rounds(n)
     if n < 2 or fits(ALL_PAIRS):
         return ALL_PAIRS, []
-    low, high = SCREEN_MIN, max(SCREEN_MIN, full - 1)  # screen:full would cost as much as all-pairs
+    low, high = SCREEN_MIN, max(SCREEN_MIN, full)
     if not fits(f"{SCREEN}:{low}"):
         return f"{SCREEN}:{low}", [f"all-pairs ({full} rounds); even screen:{low} does not fit"]
     while low < high:
@@ -304,6 +350,9 @@ def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]
             low = mid
         else:
             high = mid - 1
+    if low >= full:
+        return f"{SCREEN}:{low}", [f"all-pairs' full sweep: screen:{low} instead, every pair once at "
+                                   f"screening's sizes"]
     return f"{SCREEN}:{low}", [f"all-pairs ({full} rounds per rail, every node meets all {n - 1} others): "
                                f"screen:{low} instead, {low} partners per node"]
 
@@ -332,8 +381,9 @@ class Pairing:
 
     def to_json(self, nodes: int, requested: str | None = None, gave_up: Sequence[str] = ()) -> dict:
         """run.json "schedule": {"pattern", "rounds", "seed", "tree_aware"}, and what was asked and given up."""
+        kind, k = parse_pattern(self.pattern)
         out = {"pattern": self.pattern, "rounds": round_count(nodes, self.pattern), "seed": self.seed,
-               "tree_aware": parse_pattern(self.pattern)[0] == SCREEN and bool(self.leaves)}
+               "tree_aware": kind == SCREEN and bool(self.leaves) and k < _full_rounds(nodes)}
         if requested is not None and requested != self.pattern:
             out["requested"] = requested
         if gave_up:

@@ -1,26 +1,47 @@
-"""What a screening round measures: the sizes that have bounds, and as many latency samples as the gated
-percentile needs. The pairwise drivers and `acceptance plan` both read these, so the plan times what runs.
+"""What a screening round measures: the sizes that have bounds, moved as long as the bound's precision needs,
+and as many latency samples as the gated percentile needs. The pairwise drivers and `acceptance plan` both
+read these, so the plan times what runs.
 
 Screening (pattern screen:K, acceptance.runtime.schedule) measures every node K times to find suspects,
-which confirmation then measures again; a full size sweep and 1e5 latency samples per pair would spend
-the time budget on values no bound judges. So a screening sweep keeps:
+which confirmation then measures again; a full size sweep, the full sweep's bytes per size and 1e5 latency
+samples per pair would spend the time budget on values no bound judges. So a screening sweep keeps:
 - the smallest size of the sweep (where a fault in posting or the first packet shows), and
 - each size a bound by size of a pairwise suite starts at (its table's keys, e.g. "8MiB"; fleet.bounds
   tables included), taken at the first sweep size at or above it: the strictest point of that bound;
-and a screening latency test takes samples_needed(p) samples for the highest percentile a profile
-gates (p50: 200, p99: 1e4, p99.9: 1e5; the engine's bounds or ib_write_lat's), never more than
-latency.iters.
+at each such size it times as many iterations as seeing the suspects' drop through the noise needs
+(screening_transfer), and a screening latency test takes samples_needed(p) samples for the highest
+percentile a profile gates (p50: 200, p99: 1e4, p99.9: 1e5; the engine's bounds or ib_write_lat's), never
+more than latency.iters.
+
+The transfer's precision. A screening pair-direction is a suspect when its value is `drop` worse than its
+rail's median (acceptance.drivers.confirm: analysis.outlier_min_deviation, or a nearer fleet.bounds
+factor). Its value is the mean of n timed iterations (window writes of the size each); with a relative
+noise `noise` per iteration the mean's is noise / sqrt(n) (the iterations' noise averages; a stall, the
+heavy tail, does not, and is what confirmation's second measurement tells from a fault). Allowing for
+every pair-direction compared (Bonferroni, as the analysis does), a healthy one is a false suspect with
+probability at most analysis.false_findings / compared when drop >= z noise / sqrt(n) in log terms:
+n = ceil((z noise / ln(1 / (1 - drop)))^2), at least 1, at most what the full sweep times at that size.
+The noise is rdma_write.screening_noise where a profile states its fabric's, else SCREENING_NOISE, an
+assumption (no measured figure for real hardware here).
 """
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
+from statistics import NormalDist
 
 from ..measure.stats import samples_needed
 from ..measure.sweep import sweep_from_profile
 from ..rules import catalog
+from . import schedule as sched
 
 PAIRWISE_SUITES = ("rdma_write", "gpudirect")
 _PERCENTILE = re.compile(r"latency_p(\d+)$")
+# Assumed: the relative noise (sigma) of one timed bandwidth iteration at a bound's size on a healthy
+# fabric. No source measures it on real hardware; a site states its own in rdma_write.screening_noise
+# (a healthy run's run.json "power" noise at that size times sqrt of its records' samples).
+SCREENING_NOISE = 0.01
 
 
 def _bounds(profile, kind: str, suites=PAIRWISE_SUITES):
@@ -33,21 +54,33 @@ def _bounds(profile, kind: str, suites=PAIRWISE_SUITES):
                     yield m.name, value
 
 
-def screening_sizes(profile) -> list[int]:
-    """The sweep sizes a screening round measures, ascending: the smallest, and the first sweep size at or
-    above each size a bandwidth bound (rdma_write, gpudirect) starts at."""
+def _fleet_tables(profile, higher: bool | None = None):
+    """(pattern, factor or [[size, factor], ...]) of each fleet bound on a pairwise suite's metric
+    (of that direction when `higher` is given)."""
+    for pattern, factor in profile.get("fleet.bounds") or []:
+        found = [h for suite, _, h in catalog.fleet_metrics(pattern) if suite in PAIRWISE_SUITES]
+        if found and (higher is None or higher in found):
+            yield pattern, factor
+
+
+def bounded_sizes(profile) -> list[int]:
+    """The first sweep size at or above each size a bandwidth bound (rdma_write, gpudirect; fleet.bounds
+    tables of theirs too) starts at, ascending."""
     sizes = list(sweep_from_profile(profile).sizes)
-    keep = {sizes[0]}
     tables = [table for _, table in _bounds(profile, "sizemap")]
-    # Fleet-relative bounds by size (fleet.bounds = { "rdma_write.bandwidth" = { "4KiB" = 0.5 } }) too.
-    tables += [factor for pattern, factor in profile.get("fleet.bounds") or [] if isinstance(factor, list)
-               and any(suite in PAIRWISE_SUITES for suite, _, _ in catalog.fleet_metrics(pattern))]
+    tables += [factor for _, factor in _fleet_tables(profile) if isinstance(factor, list)]
+    keep = set()
     for table in tables:
         for start, _value in table:
             at = next((s for s in sizes if s >= start), None)
             if at is not None:
                 keep.add(at)
     return sorted(keep)
+
+
+def screening_sizes(profile) -> list[int]:
+    """The sweep sizes a screening round measures, ascending: the smallest, and bounded_sizes."""
+    return sorted({sweep_from_profile(profile).sizes[0], *bounded_sizes(profile)})
 
 
 def gated_percentile(profile) -> float:
@@ -65,3 +98,62 @@ def gated_percentile(profile) -> float:
 def screening_latency_iters(profile) -> int:
     """Latency samples per pair-direction in screening: what the gated percentile needs, at most latency.iters."""
     return min(profile.get("latency.iters"), samples_needed(gated_percentile(profile)))
+
+
+def screening_drop(profile) -> tuple[float, str]:
+    """(the slowdown a bandwidth suspect is called at, where it comes from): the nearer of
+    analysis.outlier_min_deviation and a fleet.bounds factor on a pairwise bandwidth (as
+    acceptance.drivers.confirm.suspects)."""
+    drop, source = profile.get("analysis.outlier_min_deviation"), "analysis.outlier_min_deviation"
+    for pattern, factor in _fleet_tables(profile, higher=True):
+        for f in [v for _, v in factor] if isinstance(factor, list) else [factor]:
+            if 1 - f < drop:
+                drop, source = 1 - f, f"fleet.bounds {pattern}"
+    return drop, source
+
+
+def screening_noise(profile) -> tuple[float, str]:
+    """(relative noise of one timed bandwidth iteration, where it comes from)."""
+    stated = profile.get("rdma_write.screening_noise")
+    if stated is not None:
+        return stated, f"profile {profile.name}'s rdma_write.screening_noise"
+    return SCREENING_NOISE, "assumed: SCREENING_NOISE; state the fabric's in rdma_write.screening_noise"
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """What a screening bandwidth test moves per pair-direction at each bounded size, and why."""
+    iterations: dict[int, int]  # bounded size -> timed iterations (window writes of the size each)
+    window: int
+    needed: int                 # iterations the precision asks for (before the full sweep's cap)
+    drop: float
+    drop_from: str
+    noise: float
+    noise_from: str
+    z: float                    # the healthy mean stays this many of its sigmas above the drop
+    compared: int               # pair-directions compared (the Bonferroni count)
+
+    def bytes(self, size: int) -> int:
+        return self.iterations[size] * self.window * size
+
+
+def screening_transfer(profile, nodes: int, rails: int, pattern: str) -> Transfer:
+    """The screening transfer of `pattern` over `nodes` x `rails` (the module's docstring: the precision)."""
+    drop, drop_from = screening_drop(profile)
+    noise, noise_from = screening_noise(profile)
+    compared = max(1, 2 * sched.pair_count(nodes, pattern) * max(1, rails))
+    z = -NormalDist().inv_cdf(min(0.5, max(1e-300, profile.get("analysis.false_findings") / compared)))
+    sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
+    # No drop to see through (0: every slowdown is a suspect; 1: none is): the full sweep's count.
+    needed = (max(1, math.ceil((z * noise / math.log(1 / (1 - drop))) ** 2)) if 0 < drop < 1
+              else sweep.max_iters)
+    return Transfer({size: min(needed, sweep.iters(size, size * window)) for size in bounded_sizes(profile)},
+                    window, needed, drop, drop_from, noise, noise_from, z, compared)
+
+
+def screening_iters(profile, nodes: int, rails: int, pattern: str) -> dict[int, int]:
+    """Timed iterations of each screening size: the transfer's at bounded sizes, the sweep's at the smallest."""
+    sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
+    smallest = sweep.sizes[0]
+    return {smallest: sweep.iters(smallest, smallest * window),
+            **screening_transfer(profile, nodes, rails, pattern).iterations}

@@ -6,13 +6,21 @@ crosses both leaves' uplinks and a spine. Slurm's topology.conf and topology.yam
 grouping that holds on every rail (``Fabric.trees`` keyed by None); per-rail ibnetdiscover output
 gives each rail its own tree, with the ports of each uplink where known.
 
-The readers of those files live in switchtree.topofiles; this module is only the model, with the JSON
-form that run.json keeps (``Fabric.to_json`` / ``Fabric.from_json``).
+ibnetdiscover output also gives each rail's cabling, and with the fabric's forwarding tables
+(``topology.routes``) the cables each pair crosses: ``Fabric.routes`` (switchtree.routes).
+
+The readers of those files live in switchtree.topofiles and switchtree.lftfiles; this module is only
+the model, with the JSON form that run.json keeps (``Fabric.to_json`` / ``Fabric.from_json``): the
+trees in full, the routes as a summary only (their tables are too large for run.json), which
+rules.switches.kept_fabric reads the tables again by.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .cabling import Cabling
+from .routes import Routes
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,10 @@ class Fabric:
     # what the reader read past or could not name, "PATH:LINE: why" (ibnetdiscover's own warnings, CAs
     # without a host name): the tree holds, but a user should know
     notes: list[str] = field(default_factory=list)
+    # per rail, what its ibnetdiscover output says of ports and LIDs (none from Slurm's files): not in run.json
+    cabling: dict[int, Cabling] = field(default_factory=dict, compare=False, repr=False)
+    # the cables each pair crosses, where the forwarding tables are known (topology.routes)
+    routes: Routes | None = field(default=None, compare=False, repr=False)
 
     def tree(self, rail: int) -> Tree | None:
         """Rail `rail`'s tree: its own, else the one every rail shares, else None."""
@@ -88,7 +100,8 @@ class Fabric:
 
     def to_json(self) -> dict:
         return {"source": self.source, "format": self.format,
-                "trees": [{"rail": rail, **t.to_json()} for rail, t in self.trees.items()], "notes": list(self.notes)}
+                "trees": [{"rail": rail, **t.to_json()} for rail, t in self.trees.items()], "notes": list(self.notes),
+                **({"routes": self.routes.summary()} if self.routes else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> Fabric:

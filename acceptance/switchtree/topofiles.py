@@ -2,7 +2,8 @@
 
 Each gives the model of switchtree.fabric. Slurm's files hold one node grouping that every rail shares
 (``Fabric.trees[None]``); ibnetdiscover output is one rail's subnet, so a folder of ``rail<N>...``
-files gives each rail its own tree, with the ports of every leaf-spine cable.
+files gives each rail its own tree, with the ports of every leaf-spine cable, and its cabling
+(``Fabric.cabling``: every cable and each node's LIDs), which routes are followed over.
 
 Every error is a TopologyFileError "PATH:LINE: why" (just "PATH: why" where no line applies), so a
 user can go straight to the line to fix; what a reader reads past or cannot name, without refusing the
@@ -19,28 +20,15 @@ from pathlib import Path
 import hostlist
 import yaml
 
-from ..records.results import InputError
+from .cabling import Cabling
 from .fabric import Fabric, Tree, Uplink
+from .sources import TOOL_MESSAGE, TopologyFileError, rail_files, rail_of, read_text, where
 
 _FORMATS = ("Slurm topology.conf (SwitchName= lines), Slurm topology.yaml (a list of topologies with a tree), "
            "ibnetdiscover output (a file, or a folder of rail<N> files)")
 
 
-class TopologyFileError(InputError):
-    """A switch-tree file that cannot be used: "PATH:LINE: why"."""
-
-    @classmethod
-    def at(cls, source: str, line: int | None, why: str) -> TopologyFileError:
-        return cls(_where(source, line, why))
-
-
-def _where(source: str, line: int | None, why: str) -> str:
-    return f"{source}:{line}: {why}" if line else f"{source}: {why}"
-
-
 # --- loading: which format, which rail ------------------------------------------------------------------
-
-_RAIL_NAME = re.compile(r"rail(\d+)(?!\d)", re.IGNORECASE)
 
 
 def load_fabric(path) -> Fabric:
@@ -51,35 +39,19 @@ def load_fabric(path) -> Fabric:
         return _load_folder(p)
     if not p.exists():
         raise TopologyFileError.at(str(p), None, "no such file or folder")
-    source, text = str(p), _read(p)
+    source, text = str(p), read_text(p, _FORMATS)
     kind = _detect(text, source, p.name)
     if kind == "topology.conf":
         return parse_topology_conf(text, source)
     if kind == "topology.yaml":
         return parse_topology_yaml(text, source)
-    return parse_ibnetdiscover(text, source, _rail_of(p.name) or 0)
-
-
-def _rail_of(name: str) -> int | None:
-    m = _RAIL_NAME.match(name)
-    return int(m.group(1)) if m else None
+    return parse_ibnetdiscover(text, source, rail_of(p.name) or 0)
 
 
 def _load_folder(folder: Path) -> Fabric:
-    files: dict[int, Path] = {}
-    for f in sorted(folder.iterdir()):
-        rail = _rail_of(f.name)
-        if rail is None or not f.is_file():
-            continue
-        if rail in files:
-            raise TopologyFileError.at(str(folder), None, f"two files for rail {rail}: {files[rail].name} and {f.name}")
-        files[rail] = f
-    if not files:
-        raise TopologyFileError.at(str(folder), None, "no rail<N> files (a folder holds one ibnetdiscover output "
-                                                      "per rail, named rail0.txt, rail1.txt, ...)")
     fabric = Fabric(str(folder), "ibnetdiscover")
-    for rail, f in sorted(files.items()):
-        text = _read(f)
+    for rail, f in sorted(rail_files(folder, "one ibnetdiscover output").items()):
+        text = read_text(f, _FORMATS)
         kind = _detect(text, str(f), f.name)
         if kind != "ibnetdiscover":
             # One Slurm file already covers every rail: a per-rail folder of them is a mix-up.
@@ -87,29 +59,15 @@ def _load_folder(folder: Path) -> Fabric:
                                                      f"this is a {kind}")
         one = parse_ibnetdiscover(text, str(f), rail)
         fabric.trees.update(one.trees)
+        fabric.cabling.update(one.cabling)
         fabric.notes += one.notes
     return fabric
-
-
-def _read(p: Path) -> str:
-    try:
-        return p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyFileError.at(str(p), None, "no such file") from None
-    except UnicodeDecodeError:
-        raise TopologyFileError.at(str(p), None, f"not a text file; understood: {_FORMATS}") from None
-    except OSError as e:
-        raise TopologyFileError.at(str(p), None, f"cannot read: {e.strerror or e}") from None
 
 
 _CONF_FIRST = re.compile(r"(switchname|blockname|blocksizes|ringname)\s*=", re.IGNORECASE)
 _YAML_FIRST = re.compile(r"-\s*topology\s*:")
 _IBNET_FIRST = re.compile(r"((vendid|devid|sysimgguid|switchguid|caguid|rtguid)=|(Switch|Ca|Rt)\s+\d|Non-Chassis Nodes"
                           r"|Chassis \d)")
-# What ibnetdiscover and its libraries print about themselves, in a file captured with 2>&1: libibmad's
-# "ibwarn: [pid] function: ...", the diags' "ibnetdiscover: iberror: failed: ...", libibnetdisc's
-# "query_smp.c:195; ..." and the node-name-map reader's "WARNING failed to parse node name map ...".
-_TOOL_MESSAGE = re.compile(r"(ibwarn|ibpanic|ibdebug): \[\d+\]|\S+: iberror: |\S+\.c:\d+; |WARNING failed ")
 # ibnetdiscover's other outputs: --ports (a line per port) and --list, -H, -S, -R (a line per node).
 _OTHER_IBNET = ((re.compile(r"(CA|SW|RT)\s+\d+\s+\d+\s+0x[0-9a-fA-F]+\s"),
                  "`ibnetdiscover --ports` output (a line per port)"),
@@ -131,7 +89,7 @@ def _detect(text: str, source: str, name: str = "") -> str:
             continue
         if not line or line == "---" or line.startswith("%YAML"):
             continue
-        if _TOOL_MESSAGE.match(line):
+        if TOOL_MESSAGE.match(line):
             message = message or (number, line)
             continue
         if _CONF_FIRST.match(line):
@@ -423,7 +381,8 @@ _IDS = re.compile(r"(vendid|devid|sysimgguid|switchguid|caguid|rtguid)=0x[0-9a-f
 _NODE = re.compile(r'(Switch|Ca|Rt)\s+\d+\s+"([SHR])-' + _GUID + r'"\s*(?:#\s*"(.*)".*)?$')
 _PORT = re.compile(r"\[(\d+)\](?:\[ext \d+\])?(?:\(" + _GUID + r"\))?\s*"
                    r'"([SHR])-' + _GUID + r'"\[(\d+)\](?:\[ext \d+\])?\s*(?:\(' + _GUID + r"\))?\s*(?:#(.*))?$")
-_PEER_DESC = re.compile(r'"(.*)"\s+lid\s+\d+')
+_PEER_DESC = re.compile(r'"(.*)"\s+lid\s+(\d+)')  # a switch's line: the peer's description and its port's LID
+_OWN_LID = re.compile(r"\s*lid\s+(\d+)\s+lmc\s+\d+")   # a CA's line: its own port's base LID first
 _GROUPING = re.compile(r"(Non-Chassis Nodes|Chassis \d+(\s+\(guid 0x[0-9a-fA-F]+\))?|Hostname: .*)$")
 _SWITCH_DESC = re.compile(r"[^;]*;([^:]+):")  # Mellanox/NVIDIA "MF0;leaf01:MQM8700/U1"
 # A CA's NodeDescription that names its host: rdma-ndd's default "%h %d" ("gpu001 mlx5_0", the short host
@@ -449,7 +408,7 @@ def parse_ibnetdiscover(text: str, source: str, rail: int = 0) -> Fabric:
     switches linked only to switches, and every leaf-spine cable an Uplink with both ports. A CA is its
     host's node when its NodeDescription names the host (a host's several CAs are one node), else its
     GUID (a note says so). `rail` is the rail this subnet is: the key of its tree, named in errors."""
-    nodes, links, notes = _ib_scan(text, source)
+    nodes, links, lids, notes = _ib_scan(text, source)
     switches = [g for g, n in nodes.items() if n.kind == "S"]
     if not any(nodes[g].declared for g in switches):
         raise TopologyFileError.at(source, None, f"no Switch in this ibnetdiscover output (rail {rail})")
@@ -462,8 +421,21 @@ def parse_ibnetdiscover(text: str, source: str, rail: int = 0) -> Fabric:
     spines = {g for g in switches if not on_leaf[g] and any(nodes[r].kind == "S" for _, (r, _, _) in ports[g])}
     uplinks = [Uplink(names[g], names[r], str(p), str(rp)) for g in leaves for p, (r, rp, _) in ports[g]
                if r in spines]
-    return Fabric(source, "ibnetdiscover", {rail: Tree(leaves={names[g]: on_leaf[g] for g in leaves},
-                                                       uplinks=uplinks)}, notes)
+    fabric = Fabric(source, "ibnetdiscover", {rail: Tree(leaves={names[g]: on_leaf[g] for g in leaves},
+                                                         uplinks=uplinks)}, notes)
+    fabric.cabling[rail] = _cabling(source, names, links, lids, hosts)
+    return fabric
+
+
+def _cabling(source: str, names: dict[int, str], links: dict, lids: dict[tuple[int, int], int],
+             hosts: dict[int, str]) -> Cabling:
+    """What routes are followed over: the switches' names, the cables, each node's CA ports and LIDs."""
+    on_host: dict[str, list[tuple[int, int, int | None]]] = {}
+    for (g, p) in sorted(links):
+        if g in hosts:
+            on_host.setdefault(hosts[g], []).append((g, p, lids.get((g, p))))
+    return Cabling(source, dict(names), {end: (peer, peer_port) for end, (peer, peer_port, _) in links.items()},
+                   on_host)
 
 
 def _ports_by_switch(links: dict, switches: list[int]) -> dict[int, list[tuple[int, tuple[int, int, int]]]]:
@@ -476,20 +448,22 @@ def _ports_by_switch(links: dict, switches: list[int]) -> dict[int, list[tuple[i
 
 
 def _ib_scan(text: str, source: str) -> tuple[dict[int, _IbNode], dict[tuple[int, int], tuple[int, int, int]],
-                                              list[str]]:
+                                              dict[tuple[int, int], int], list[str]]:
     """The nodes (by GUID, in the order the file names them, blocks first), the cables, each seen from
-    both ends: (guid, port) -> (peer guid, peer port, the line that showed it), and the notes: the
-    messages ibnetdiscover printed about itself (a capture with 2>&1), read past."""
+    both ends: (guid, port) -> (peer guid, peer port, the line that showed it), the CA ports' base LIDs
+    ((guid, port) -> LID, from the CA's own line or its switch's), and the notes: the messages
+    ibnetdiscover printed about itself (a capture with 2>&1), read past."""
     nodes: dict[int, _IbNode] = {}
     links: dict[tuple[int, int], tuple[int, int, int]] = {}
+    lids: dict[tuple[int, int], int] = {}
     notes: list[str] = []
     current: int | None = None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#") or _GROUPING.match(line):
             continue
-        if _TOOL_MESSAGE.match(line):
-            notes.append(_where(source, number, f"ibnetdiscover reported a problem while discovering (read past): "
+        if TOOL_MESSAGE.match(line):
+            notes.append(where(source, number, f"ibnetdiscover reported a problem while discovering (read past): "
                                                 f"{line[:160]!r}; what it could not reach is not in this tree"))
             continue
         if _IDS.match(line):
@@ -511,9 +485,14 @@ def _ib_scan(text: str, source: str) -> tuple[dict[int, _IbNode], dict[tuple[int
         known = nodes.setdefault(peer, _IbNode(m.group(3)))
         if desc:
             known.seen_as.append(desc.group(1))
+            if m.group(3) == "H" and int(desc.group(2)):  # LID 0: the port has none (no subnet manager yet)
+                lids.setdefault((peer, peer_port), int(desc.group(2)))
+        own = _OWN_LID.match(m.group(7) or "")
+        if own and nodes[current].kind == "H" and int(own.group(1)):
+            lids.setdefault((current, int(m.group(1))), int(own.group(1)))
         links.setdefault((current, int(m.group(1))), (peer, peer_port, number))
         links.setdefault((peer, peer_port), (current, int(m.group(1)), number))
-    return _blocks_first(nodes), links, notes
+    return _blocks_first(nodes), links, lids, notes
 
 
 def _blocks_first(nodes: dict[int, _IbNode]) -> dict[int, _IbNode]:
@@ -568,7 +547,7 @@ def _unnamed_notes(nodes: dict[int, _IbNode], hosts: dict[int, str], unnamed: li
         raise TopologyFileError.at(source, None, f"no CA's NodeDescription names its host ({len(hosts)} CAs: "
                                                  f"{listed}{more}), so no Slurm node can be placed on a leaf: "
                                                  f"{_SET_DESCRIPTIONS}")
-    return [_where(source, None, f"{len(unnamed)} of {len(hosts)} CAs name no host in their NodeDescription "
+    return [where(source, None, f"{len(unnamed)} of {len(hosts)} CAs name no host in their NodeDescription "
                                  f"({listed}{more}: a factory default, or a description two CAs share): each is its "
                                  f"own node, named by its GUID, which no Slurm node matches; {_SET_DESCRIPTIONS}")]
 

@@ -7,7 +7,8 @@ import pytest
 from acceptance.cli import main
 from acceptance.cli.plan import format_seconds, make_plan, step_problem
 from acceptance.runtime import estimate as model
-from acceptance.runtime.screening import gated_percentile, screening_latency_iters, screening_sizes
+from acceptance.runtime.screening import (SCREENING_NOISE, gated_percentile, screening_latency_iters,
+                                          screening_sizes, screening_transfer)
 from acceptance.rules.profile import load_profile
 
 H100 = "h100-ndr400"
@@ -46,6 +47,33 @@ def test_screening_samples_latency_as_deeply_as_the_gated_percentile_needs(tmp_p
     assert screening_latency_iters(load_profile(str(path))) == 50_000  # p99.9 needs 1e5, capped by latency.iters
     path.write_text('[latency]\niters = 50000\n')
     assert screening_latency_iters(load_profile(str(path))) == 200  # nothing gated: the p50's 200
+
+
+def test_screening_moves_what_seeing_the_drop_through_the_noise_needs(tmp_path):
+    """n = ceil((z noise / ln(1 / (1 - drop)))^2) iterations at each bounded size, z the normal quantile
+    for the pair-directions compared: one 512 MiB iteration at h100's 10% and the assumed 1%; more
+    for a noisier fabric or a nearer fleet bound, never more than the full sweep moves."""
+    h100 = load_profile(H100)
+    t = screening_transfer(h100, 1024, 8, "screen:90")
+    assert t.compared == 2 * 90 * 512 * 8 and t.z == pytest.approx(5.56, abs=0.01)
+    assert (t.drop, t.noise, t.iterations) == (0.1, SCREENING_NOISE, {8 << 20: 1})
+    assert t.noise_from.startswith("assumed")
+    assert t.bytes(8 << 20) == 512 << 20  # 64 writes of 8 MiB: 11 ms at 400 Gbit/s
+    noisy = tmp_path / "noisy.toml"
+    noisy.write_text('extends = "h100-ndr400"\n[rdma_write]\nscreening_noise = 0.05\n')
+    t5 = screening_transfer(load_profile(str(noisy)), 1024, 8, "screen:90")
+    assert t5.iterations == {8 << 20: 7} and "screening_noise" in t5.noise_from  # (5.56 x 0.05 / 0.105)^2 = 6.96
+    near = tmp_path / "near.toml"
+    near.write_text('extends = "h100-ndr400"\n[rdma_write]\nscreening_noise = 0.05\n'
+                    '[fleet]\nbounds = { "rdma_write.bandwidth" = 0.98 }\n')
+    t2 = screening_transfer(load_profile(str(near)), 1024, 8, "screen:90")
+    assert t2.drop == pytest.approx(0.02) and t2.drop_from.startswith("fleet.bounds")
+    assert t2.needed > 78 and t2.iterations == {8 << 20: 78}  # capped: 40000 MiB / 512 MiB, the full sweep's
+    # The estimate times what the driver moves.
+    loud = model.estimate(load_profile(str(noisy)), 1024, 8, "screen:90").tests["rdma_write"]
+    quiet = model.estimate(h100, 1024, 8, "screen:90").tests["rdma_write"]
+    assert loud["test_write_bandwidth"] > quiet["test_write_bandwidth"]
+    assert loud["test_write_latency"] == quiet["test_write_latency"]
 
 
 # ---- budget parsing ----------------------------------------------------------------------
@@ -116,17 +144,36 @@ def test_auto_without_a_budget_is_all_pairs_and_with_one_the_largest_k_that_fits
     budget = 600.0
     chosen, gave_up = model.resolve_pattern(h100, 1024, 8, budget=budget, pattern="auto")
     k = int(chosen.split(":")[1])
-    assert 2 <= k < model.AUTO_MAX_ROUNDS
+    assert k >= 2
     assert model.estimate(h100, 1024, 8, chosen).total <= budget < model.estimate(h100, 1024, 8, f"screen:{k + 1}").total
     assert any("all-pairs" in g for g in gave_up) and any("sizes" in g for g in gave_up)
     # small enough for all-pairs within the budget
     assert model.resolve_pattern(h100, 4, 8, budget=3600, pattern="auto")[0] == "all-pairs"
 
 
+def test_auto_fills_a_bigger_budget_with_more_rounds():
+    """K is not capped: the largest K whose whole estimate fits, so 45 minutes buy more partners per
+    node than 30, and the plan's coverage of node pairs grows with it."""
+    h100 = load_profile(H100)
+    plans = [make_plan(1024, 8, h100, budget=b, slurm_left=None) for b in ("30m", "45m")]
+    ks = [int(p["pattern"].split(":")[1]) for p in plans]
+    assert 16 < ks[0] < ks[1], ks
+    for plan, k, limit in zip(plans, ks, (1800, 2700)):
+        assert plan["fits"] and plan["estimated_seconds"] <= limit
+        assert plan["coverage"]["pairs"] == {str(r): round(k * 512 / (1024 * 1023 / 2), 6) for r in range(8)}
+        short, _ = model.shortened(h100)
+        assert model.estimate(short, 1024, 8, f"screen:{k + 1}").total > limit  # the next K does not fit
+    # Just short of all-pairs' full sweep: every pair at screening's sizes (screen:N-1).
+    full = model.estimate(h100, 64, 8, "all-pairs").total
+    chosen, gave_up = model.resolve_pattern(h100, 64, 8, budget=full - 1, pattern="auto")
+    assert chosen == "screen:63" and any("every pair once" in g for g in gave_up)
+    assert make_plan(64, 8, h100, pattern="screen:63", slurm_left=None)["coverage"]["pairs"]["7"] == 1.0
+
+
 def test_a_tight_budget_shortens_perftest_and_incast_before_it_gives_up_screening_rounds():
     h100 = load_profile(H100)
-    roomy = model.resolve(h100, 1024, 8, budget=1800.0, pattern="auto")
-    assert roomy[1] is h100 and roomy[0] == f"screen:{model.AUTO_MAX_ROUNDS}"  # nothing to shorten
+    roomy = model.resolve(h100, 4, 8, budget=3600.0, pattern="auto")
+    assert roomy[1] is h100 and roomy[0] == "all-pairs"  # nothing to shorten
     budget = 720.0
     as_is, _ = model.resolve_pattern(h100, 1024, 8, budget=budget, pattern="auto")
     chosen, profile, gave_up = model.resolve(h100, 1024, 8, budget=budget, pattern="auto")
@@ -141,14 +188,26 @@ def test_a_tight_budget_shortens_perftest_and_incast_before_it_gives_up_screenin
     assert model.resolve(h100, 1024, 8, budget=budget, pattern="screen:3")[1] is h100
 
 
-def test_the_hardware_profiles_fit_1024_nodes_in_30_minutes_and_128_in_15():
+def test_the_hardware_profiles_fit_1024_and_128_nodes_in_30_minutes():
     for name in ("h100-ndr400", "h100-roce400", "h200-ndr400", "a100-hdr200"):
         profile = load_profile(name)
         assert profile.get("run.budget") == 1800 and profile.get("rdma_write.pattern") == "auto"
-        big = make_plan(1024, 8, profile, slurm_left=None)
-        assert big["fits"] and big["estimated_seconds"] <= 1800, (name, big)
-        assert big["pattern"].startswith("screen:")
-        assert make_plan(128, 8, profile, slurm_left=None)["estimated_seconds"] <= 900
+        for nodes in (1024, 128):
+            plan = make_plan(nodes, 8, profile, slurm_left=None)
+            assert plan["fits"] and plan["estimated_seconds"] <= 1800, (name, nodes, plan["estimated_seconds"])
+            assert plan["pattern"].startswith("screen:")
+
+
+@pytest.mark.xfail(strict=True, reason="perftest's cross-check walks every scheduled round (~9 s a round at "
+                                       "-D 1) and every value is a JSON record through rank 0 and the analysis "
+                                       "(~5.5 s a round at 1024 x 8): all pairs is ~16,400 s (docs/plan.md)")
+def test_1024_nodes_8_rails_measure_every_pair_of_every_rail_within_30_minutes(capsys):
+    """Issue 41's target: the whole acceptance of 1,024 x 8 under h100-ndr400 within 1,800 s with bandwidth
+    on every pair of every rail."""
+    code, out, _ = cli(capsys, "plan", "--nodes", "1024", "--rails", "8", "--profile", H100, "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["estimated_seconds"] <= 1800
+    assert plan["coverage"]["pairs"] == {str(r): 1.0 for r in range(8)}
 
 
 def test_plan_is_closed_form_at_16000_nodes():
@@ -237,6 +296,48 @@ def test_a_profiles_plan_section_replaces_the_engines_costs(tmp_path):
     assert 300 < make_plan(3, 2, "softroce", pattern="all-pairs", slurm_left=None)["estimated_seconds"] < 600
 
 
+def test_every_cost_the_plan_uses_says_where_it_comes_from(capsys):
+    """A figure with no source is printed as assumed, in the text and in --json; the mpi engine's are
+    fitted to measured runs, the records' measured by the benchmarks, a rig's from its profile's [plan]."""
+    plan = make_plan(1024, 8, H100, slurm_left=None)
+    costs = plan["costs"]
+    assert costs["ITER_OVERHEAD_S"] == {"value": model.ITER_OVERHEAD_S, "from": "assumed"}
+    assert costs["RECORD_RANK0_S"]["from"].startswith("measured: benchmarks/rank0_scale.py")
+    assert costs["ANALYSIS_PER_RECORD_S"]["from"].startswith("measured: benchmarks/report_scale.py")
+    assert "PCIE_GBYTES_S" not in costs  # h100 states its own floors
+    assert plan["screening_transfer"]["noise_from"].startswith("assumed")
+    mpi = make_plan(4, 2, "emulated", slurm_left=None)["costs"]
+    assert mpi["MPI_ITER_S"]["from"].startswith("measured: fitted") and "ITER_OVERHEAD_S" not in mpi
+    rig = make_plan(3, 2, "softroce", pattern="all-pairs", slurm_left=None)["costs"]
+    assert rig["plan.tool_start"]["from"] == "profile softroce's [plan]" and "PERFTEST_START_S" not in rig
+    code, out, _ = cli(capsys, "plan", "--nodes", "1024", "--rails", "8", "--profile", H100)
+    rows = dict(line.split(":", 1) for line in out.splitlines())
+    assert code == 0 and "PAIR_SETUP_S=0.02" in rows["costs assumed"] and "RECORD_RANK0_S" in rows["costs sourced"]
+    assert rows["screening"].strip().startswith("1 x 512MiB (64 writes of 8MiB) per pair-direction (+1 warmup): "
+                                                "enough to see a 10% drop (analysis.outlier_min_deviation) at 1% noise")
+
+
+def test_plan_coverage_per_rail_and_of_leaf_pairs_where_the_tree_is_known(capsys, tmp_path):
+    topology = tmp_path / "topology.conf"
+    topology.write_text("".join(f"SwitchName=leaf{i} Nodes=node[{4 * i + 1}-{4 * i + 4}]\n" for i in range(4))
+                        + "SwitchName=spine Switches=leaf[0-3]\n")
+
+    def coverage(*args):
+        code, out, _ = cli(capsys, "plan", "--rails", "2", "--profile", H100, "--json", *args)
+        assert code == 0
+        return json.loads(out)["coverage"]
+    random = coverage("--nodes", "16", "--pattern", "screen:2")
+    assert random["pairs"] == {"0": round(2 * 8 / 120, 6), "1": round(2 * 8 / 120, 6)}
+    assert "leaf_pairs" not in random and "--topology" in random["notes"]["leaf_pairs"]
+    assert random["notes"]["cables"] == "routes unknown" and "cables" not in random  # no figure until routes
+    # The tree-aware screen crosses to every other leaf in its first round; sample:1 is one circle round.
+    assert coverage("--topology", str(topology), "--pattern", "screen:1")["leaf_pairs"] == {"0": 1.0, "1": 1.0}
+    sample = coverage("--topology", str(topology), "--pattern", "sample:1")["leaf_pairs"]
+    assert 0 < sample["0"] < 1
+    every = coverage("--topology", str(topology), "--pattern", "screen:15")
+    assert every["pairs"] == every["leaf_pairs"] == {"0": 1.0, "1": 1.0}
+
+
 # ---- the command ----------------------------------------------------------------------------------
 
 def test_plan_json_is_one_object_with_the_whole_plan(capsys):
@@ -244,7 +345,8 @@ def test_plan_json_is_one_object_with_the_whole_plan(capsys):
     assert code == 0
     plan = json.loads(out)  # one object, nothing else on stdout
     for key in ("estimated_seconds", "suites", "pattern", "rounds", "rail_mode", "budget_seconds", "fits",
-                "gave_up", "tests", "overheads", "assumptions", "estimated_seconds_serial"):
+                "gave_up", "tests", "overheads", "costs", "estimated_seconds_serial", "coverage",
+                "screening_transfer", "records"):
         assert key in plan, key
     assert plan["estimated_seconds"] <= 1800 and plan["fits"] is True and plan["budget_seconds"] == 1800
     assert plan["rail_mode"] == "concurrent" and plan["rounds"] == int(plan["pattern"].split(":")[1])

@@ -144,7 +144,7 @@ def test_empty_file_gets_defaults(tmp_path):
     assert {k: p.values[k] for k in ("run", "topology", "preflight", "latency")} == {
         "run": {"engine": "auto", "engines": {}, "hang_timeout": 120.0, "nodes": 2, "ranks_per_node": 2,
                 "rail_mode": "concurrent", "budget": None},
-        "topology": {"rails": 0, "nic_rails": {}, "switches": None},
+        "topology": {"rails": 0, "nic_rails": {}, "switches": None, "routes": None},
         "preflight": {"memlock_min": 64 * 2**20, "same_versions": True, "rdma_devices": None, "port_rate": None,
                       "mtu": None, "link_layer": None, "hugepages_min": 0, "gpus_per_node": None,
                       "gpu_nic_max_distance": "PXB", "gpudirect": True, "lossless": False},

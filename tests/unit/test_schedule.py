@@ -9,6 +9,7 @@ import pytest
 from acceptance.runtime.schedule import (
     Pairing,
     choose_pattern,
+    coverage,
     pair_count,
     parse_pattern,
     round_count,
@@ -223,6 +224,42 @@ def test_tree_aware_screen_with_uneven_leaves_and_one_leaf():
         schedule(5, "screen:2", leaves=["a", "b"])
 
 
+@pytest.mark.parametrize("n, per_leaf", [(16, 4), (17, 4), (64, 8)])
+def test_screen_with_all_pairs_rounds_meets_every_pair_once_tree_or_not(n, per_leaf):
+    """screen:N-1 (N odd: N) is what auto grows to: every pair once, the circle relabelled, so the tree
+    has nothing left to choose."""
+    leaves = leaves_of(n, per_leaf)
+    full = n - 1 if n % 2 == 0 else n
+    for tree in (None, leaves):
+        rounds = schedule(n, f"screen:{full}", seed=2, leaves=tree)
+        pairs = [p for r in rounds for p in r]
+        assert len(pairs) == len(set(pairs)) == n * (n - 1) // 2
+        assert [screen_round(n, r, seed=2, leaves=tree, k=full) for r in range(full)] == rounds
+    assert not tree_aware(f"screen:{full}", leaves) and tree_aware(f"screen:{full - 1}", leaves)
+    assert Pairing(f"screen:{full}", leaves={None: dict(enumerate(leaves))}).to_json(n)["tree_aware"] is False
+    assert coverage(n, f"screen:{full}", leaves=leaves) == {"pairs": 1.0, "leaf_pairs": 1.0}
+
+
+def test_tree_aware_screen_past_its_leaves_continues_with_new_pairs():
+    """A node meets only its slot of the other leaves, so past about as many rounds as leaves the tree's
+    rounds would repeat pairs: the random screen's rounds take over, and a long screen keeps measuring
+    new pairs (what auto's larger K is for)."""
+    n, leaves = 256, leaves_of(256, 32)  # 8 leaves
+    rounds = schedule(n, "screen:60", seed=1, leaves=leaves)
+    assert_rounds_cover_every_node(n, rounds)
+    pairs = {p for r in rounds for p in r}
+    assert len(pairs) >= 0.98 * pair_count(n, "screen:60")
+    got = coverage(n, "screen:60", seed=1, leaves=leaves)
+    assert got == {"pairs": len(pairs) / (n * (n - 1) // 2), "leaf_pairs": 1.0}
+    assert rounds[:3] == schedule(n, "screen:3", seed=1, leaves=leaves)  # the tree's first rounds as before
+
+
+def test_coverage_is_closed_form_without_the_tree():
+    assert coverage(1024, "screen:90") == {"pairs": 90 * 512 / (1024 * 1023 / 2), "leaf_pairs": None}
+    assert coverage(16000, "all-pairs")["pairs"] == 1.0 and coverage(1, "all-pairs")["pairs"] == 0.0
+    assert coverage(8, "sample:3", leaves=["a"] * 8) == {"pairs": 12 / 28, "leaf_pairs": None}  # one leaf
+
+
 def test_screen_at_16000_nodes_is_closed_form_and_one_round_is_linear():
     assert round_count(16000, "screen:16") == 16 and pair_count(16000, "screen:16") == 16 * 8000
     one = screen_round(16000, 3, seed=9, leaves=leaves_of(16000, 40), k=16)
@@ -253,6 +290,11 @@ def test_auto_chooses_the_largest_k_that_fits_with_few_tries():
     assert pattern == "screen:11"
     assert gave_up and "all-pairs" in gave_up[0] and "screen:11" in gave_up[0]
     assert len(asked) <= 2 + math.ceil(math.log2(4096))  # bisection, not a walk over K
+
+
+def test_auto_grows_screening_up_to_every_pair():
+    pattern, gave_up = choose_pattern(64, lambda p: p != "all-pairs")
+    assert pattern == "screen:63" and "every pair once" in gave_up[0]
 
 
 def test_auto_falls_back_to_the_minimum_and_says_it_does_not_fit():

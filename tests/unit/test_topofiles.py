@@ -496,6 +496,21 @@ def test_a_folder_of_rail_files_gives_a_tree_per_rail(tmp_path):
     assert (fabric.source, fabric.format, sorted(fabric.trees)) == (str(tmp_path), "ibnetdiscover", [0, 1])
     assert fabric.trees[0] == RAIL_TREE and list(fabric.trees[1].leaves) == ["leaf01"]
     assert fabric.tree(1).leaf_of("gpu003") is None and fabric.unknown(["gpu003", "gpu009"]) == ["gpu009"]
+    assert sorted(fabric.cabling) == [0, 1] and sorted(fabric.cabling[1].hosts) == ["gpu001", "gpu002"]
+
+
+def test_ibnetdiscover_keeps_the_cabling_that_routes_are_followed_over():
+    leaf01, spine01 = 0xfc6a1c0300e6c7c0, 0xfc6a1c0300e6d000
+    cabling = parse_ibnetdiscover(IBNET, "rail0.txt").cabling[0]
+    assert cabling.source == "rail0.txt"
+    assert cabling.switches == {leaf01: "leaf01", spine01: "spine01", 0xfc6a1c0300e6e100: "leaf02"}
+    assert cabling.links[(leaf01, 34)] == (spine01, 2) and cabling.links[(spine01, 2)] == (leaf01, 34)
+    assert cabling.hosts == {"gpu001": [(0xb8cef60300d8a4e2, 1, 5)], "gpu002": [(0xb8cef60300d8a5f0, 1, 6)],
+                             "gpu003": [(0xb8cef60300d8b000, 1, 7)], "gpu004": [(0xb8cef60300d8b010, 1, 8)]}
+    # without the CAs' own blocks each LID is the one their switch's line gives; "lid 0" is none yet
+    no_lid = LEAF02.replace('"gpu003 mlx5_0" lid 7', '"gpu003 mlx5_0" lid 0')
+    switches_only = parse_ibnetdiscover(_ibnet(LEAF01, SPINE, no_lid), "r.txt")
+    assert switches_only.cabling[0].hosts == {**cabling.hosts, "gpu003": [(0xb8cef60300d8b000, 1, None)]}
 
 
 def test_folder_errors_name_the_folder_or_file(tmp_path):
