@@ -32,8 +32,6 @@ import json
 import os
 import re
 import shlex
-import signal
-import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from . import counters
+from .command import ToolError, ToolMissing, run_bounded
 from .counters import node_name
 from .sysfs import ports as sysfs_ports
 from ..records.results import InputError, read_json, utc_now
@@ -420,37 +419,6 @@ def read_files(paths: Iterable[str | os.PathLike]) -> list[Reading]:
 
 # ---- the tools, run here --------------------------------------------------------------------------------
 
-class ToolError(Exception):
-    pass
-
-
-class ToolMissing(ToolError):
-    pass
-
-
-def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of argv. Its own session, so that past `timeout` it is killed with
-    whatever it started (sudo's child): ToolError; ToolMissing when argv[0] is not there."""
-    try:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, errors="replace", start_new_session=True)
-    except FileNotFoundError:
-        raise ToolMissing(f"{argv[0]} not found") from None
-    except OSError as e:
-        raise ToolError(f"`{shlex.join(argv)}` could not start: {e.strerror or e}") from None
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            p.communicate(timeout=1)
-        except subprocess.TimeoutExpired:
-            pass  # something left the group and holds the pipes; give up on it
-        raise ToolError(f"`{shlex.join(argv)}` did not finish within {timeout:g} s") from None
-    return p.returncode, out, err
 
 
 def _first_line(text: str) -> str:
@@ -486,7 +454,7 @@ def _walk_one(ca: tuple[str, int], timeout: float) -> Reading:
     started = time.monotonic()
     failed = Reading(_source(source, "ibqueryerrors", complete=False))
     try:
-        rc, out, err = _run(argv, timeout)
+        rc, out, err = run_bounded(argv, timeout)
     except ToolMissing as e:
         failed.problems.append(f"{e}: install infiniband-diags (rdma-core), or set {ENV_IBQUERYERRORS}; "
                                f"switch ports behind {ca[0]} port {ca[1]} were not read")
@@ -526,7 +494,7 @@ def query_ports(targets: Iterable[tuple[str, int]], ca: tuple[str, int] | None =
         for extended in (True, False):
             argv = [*base, *(["-x"] if extended else []), *(["-G"] if is_guid else []), dest, str(port)]
             try:
-                rc, out, err = _run(argv, timeout)
+                rc, out, err = run_bounded(argv, timeout)
                 if rc != 0:
                     raise ToolError(f"`{shlex.join(argv)}` exited {rc}: {_first_line(err)}")
                 got = _merge(got, parse_perfquery(out, shlex.join(argv), switch).counters.get((switch, port), {}))
