@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/localization.py [--nodes 16,256,1024] [--rails 8] [--partners 8]
                                                 [--cases 4] [--clean 20] [--noise 0.01] [--noise-tail 3]
                                                 [--noise-from RUN_DIR] [--factors 0.5,0.8]
+                                                [--fabric one-spine|two-level] [--spines S] [--inside K]
                                                 [--seed 0] [--quick] [--json] [--keep DIR]
 
 Per node count, one run is written as a screening schedule measures it (tests/synthetic.py
@@ -32,6 +33,25 @@ tails; 0: uniform +-noise instead), scaled to a robust spread (1.4826 MAD) of --
 bandwidth and LATENCY_NOISE times that for the latency percentiles (2x p50, 4x p99, 10x p99.9,
 20x max). --noise-from RUN_DIR measures the spread from a healthy run of the site's own instead:
 the robust spread of log(value / median) of its rdma_write bandwidths at their largest size, per rail.
+
+--fabric two-level (issue 41, "blame the right part") puts the nodes on a two-level tree instead:
+sqrt(nodes) leaves, --spines spines (default: as many as the largest leaf has nodes, so each
+spine-to-leaf cable carries the inbound traffic of one node), every leaf joined to every spine,
+routed by destination (D-mod-K: a flow to node i climbs to spine i mod S, as OpenSM's default
+engines route; synthetic.TwoLevel). Its schedule is --partners rounds (default 16), --inside of them
+(default 2) pairing every node inside its leaf, as tree-aware screening must; its profile is
+h100-ndr400's (rdma_write latency not gated: the hardware profiles' case) with the 8 MiB floor at
+100 Gbit/s, under anything the synthetic noise reaches. Each case is analysed twice, with the fabric's routes and
+with the tree alone. Classes, 20 cases each by default (--cases, --clean):
+
+  clean    no fault
+  cable    one leaf-spine cable on one rail at x0.5: both directions, spine to leaf, leaf to spine in turn
+  oneway   one NIC on one rail at x0.7 sending, then receiving, in turn (the other direction healthy)
+  tail     one NIC on one rail with its latency p99 (p99.9, max) x2 to every partner, its p50 healthy
+
+A cable is hit by an uplink-scope finding naming it in `uplinks` (with routes), or naming the
+leaf at its end (without: the path beyond a node's leaf port is what the tree can say); oneway and
+tail by the NIC's own finding.
 
 Every fail or warn finding is held against the injected faults. It is a hit when its scope and
 component are the fault's: link (scope link, the pair, the rail), nic (node, rail), node (node),
@@ -71,10 +91,26 @@ from acceptance.analysis.validate import topology_nodes  # noqa: E402
 
 CLASSES = ("clean", "link", "nic", "node", "rail", "leaf", "uplink", "spine", "two")
 TWO = ("uplink+nic", "link+nic", "nic+nic", "leaf+link")
+# --fabric two-level: its classes and their fixed strengths (a cable at half rate, a NIC at 0.7x one
+# way, a latency tail at twice its partners')
+ROUTED = ("clean", "cable", "oneway", "tail")
+ROUTED_FACTORS = {"cable": 0.5, "oneway": 0.7, "tail": 2.0}
+CABLE_WAYS = ("both", "down", "up")
 FACTORS = (0.5, 0.8)
 SIZES = (65536, 8388608)
 KWARG = {"link": "slow_link", "nic": "slow_nic", "node": "slow_node", "rail": "slow_rail", "leaf": "slow_leaf",
-         "uplink": "slow_uplink", "spine": "slow_spine"}
+         "uplink": "slow_uplink", "spine": "slow_spine", "cable": "slow_cable", "tx": "slow_tx", "rx": "slow_rx",
+         "tail": "slow_tail"}
+# The hardware profile the two-level runs are judged with: h100-ndr400's rules (rdma_write latency not
+# gated), its 8 MiB floors under what the synthetic noise ever reaches (368 Gbit/s, never below half
+# of it: synthetic.NOISE_MAX), so that the fleet rules, not a floor, find what there is to find.
+HARDWARE = """extends = "h100-ndr400"
+[rdma_write]
+bandwidth_min = { "8MiB" = "100Gbit/s" }
+read_bandwidth_min = { "8MiB" = "100Gbit/s" }
+[perftest]
+required = false
+"""
 
 
 def leaves_for(nodes: int) -> int:
@@ -133,6 +169,21 @@ def fault(kind: str, p: Picker, rail: int | None = None, **where) -> dict:
     raise ValueError(kind)
 
 
+def routed_faults(cls: str, i: int, p: Picker, spines: list[str]) -> tuple[list[dict], str]:
+    """The faults of case i of a --fabric two-level class, and the case's label."""
+    if cls == "clean":
+        return [], "clean"
+    rail, k = p.rail(), ROUTED_FACTORS[cls]
+    if cls == "cable":
+        way = CABLE_WAYS[i % len(CABLE_WAYS)]
+        return [{"kind": "cable", "leaf": p.leaf(), "spine": str(p.rng.choice(spines)), "rail": rail,
+                 "direction": way, "factor": k}], f"cable {way}"
+    if cls == "oneway":
+        way = ("tx", "rx")[i % 2]
+        return [{"kind": way, "node": p.node(), "rail": rail, "factor": k}], f"oneway {way}"
+    return [{"kind": "tail", "node": p.node(), "rail": rail, "factor": k}], "tail"
+
+
 def case_faults(cls: str, i: int, p: Picker) -> tuple[list[dict], str]:
     """The faults of case i of a class, and the case's label."""
     if cls == "clean":
@@ -162,16 +213,27 @@ def make_kwargs(faults: list[dict]) -> dict:
         spec = {"link": lambda: (*f["nodes"], f["rail"]), "nic": lambda: (f["node"], f["rail"]),
                 "node": lambda: (f["node"],), "rail": lambda: (f["rail"],),
                 "leaf": lambda: (f["leaf"], f["rail"]), "uplink": lambda: (f["leaf"], f["rail"]),
-                "spine": lambda: (f["rail"],)}[k]()
+                "spine": lambda: (f["rail"],), "cable": lambda: (f["leaf"], f["spine"], f["rail"], f["direction"]),
+                "tx": lambda: (f["node"], f["rail"]), "rx": lambda: (f["node"], f["rail"]),
+                "tail": lambda: (f["node"], f["rail"])}[k]()
         specs.setdefault(KWARG[k], []).append((*spec, f["factor"]))
     return {key: v[0] if len(v) == 1 else v for key, v in specs.items()}
 
 
 # ---- matching findings to faults ----
 
-def is_component(f: dict, comp: dict) -> bool:
-    """Does a finding (or one of its alternatives: {scope, switch, node, rail}) name this fault?"""
+def is_component(f: dict, comp: dict, routed: bool = True) -> bool:
+    """Does a finding (or one of its alternatives: {scope, switch, node, rail}) name this fault? A
+    cable: with routes, by the cable in its `uplinks`; without, by the leaf at its end."""
     kind, scope = f["kind"], comp.get("scope")
+    if kind == "cable":
+        if scope != "uplink" or comp.get("rail") != f["rail"]:
+            return False
+        if not routed:
+            return comp.get("switch") == f["leaf"]
+        return any(u.get("leaf") == f["leaf"] and u.get("spine") == f["spine"] for u in comp.get("uplinks") or [])
+    if kind in ("tx", "rx", "tail"):
+        return scope == "nic" and comp.get("node") == f["node"] and comp.get("rail") == f["rail"]
     if kind == "link":
         return scope == "link" and comp.get("rail") == f["rail"] and {comp.get("node"), comp.get("peer")} == set(f["nodes"])
     if kind == "nic":
@@ -191,7 +253,11 @@ def is_component(f: dict, comp: dict) -> bool:
 def short(f: dict) -> str:
     """A finding in a few words: severity scope component rail."""
     what = {"link": lambda: f"{f['node']}<->{f['peer']}", "nic": lambda: f["node"], "node": lambda: f["node"],
-            "switch": lambda: f["switch"], "uplink": lambda: f["switch"]}.get(f["scope"], lambda: "")()
+            "switch": lambda: f["switch"],
+            "uplink": lambda: "/".join(u["cable"] for u in f["uplinks"] if u.get("cable")) or (
+                f"{f['switch']} beyond {f['node']}" if f.get("node") else f["switch"])}.get(f["scope"], lambda: "")()
+    if f.get("direction"):
+        what += f" {f['direction']}"
     rail = f" rail {f['rail']}" if f.get("rail") is not None else ""
     alts = f" (alternatives: {len(f['alternatives'])})" if f.get("alternatives") else ""
     return f"{f['severity']} {f['scope']} {what}{rail}{alts}".replace("  ", " ")
@@ -199,18 +265,20 @@ def short(f: dict) -> str:
 
 def describe(f: dict) -> str:
     where = {"link": lambda: "<->".join(f["nodes"]), "nic": lambda: f["node"], "node": lambda: f["node"],
-             "leaf": lambda: f["leaf"], "uplink": lambda: f["leaf"]}.get(f["kind"], lambda: "")()
+             "leaf": lambda: f["leaf"], "uplink": lambda: f["leaf"],
+             "cable": lambda: f"{f['leaf']}-{f['spine']} {f['direction']}", "tx": lambda: f["node"],
+             "rx": lambda: f["node"], "tail": lambda: f"{f['node']} p99"}.get(f["kind"], lambda: "")()
     rail = f" rail {f['rail']}" if "rail" in f else ""
     return f"{f['kind']} {where}{rail} x{f['factor']}".replace("  ", " ")
 
 
-def score(faults: list[dict], findings: list[dict], drains: list) -> dict:
+def score(faults: list[dict], findings: list[dict], drains: list, routed: bool = True) -> dict:
     found = [f for f in findings if f["severity"] in ("fail", "warn")]
-    hits = [any(is_component(t, f) for t in faults) for f in found]
-    alt = [not h and any(is_component(t, a) for t in faults for a in f.get("alternatives") or [])
+    hits = [any(is_component(t, f, routed) for t in faults) for f in found]
+    alt = [not h and any(is_component(t, a, routed) for t in faults for a in f.get("alternatives") or [])
            for f, h in zip(found, hits)]
-    recalled = [any(is_component(t, f) for f in found) for t in faults]
-    drainable = {t["node"] for t in faults if t["kind"] in ("nic", "node")}
+    recalled = [any(is_component(t, f, routed) for f in found) for t in faults]
+    drainable = {t["node"] for t in faults if t["kind"] in ("nic", "node", "tx", "rx", "tail")}
     drained = [d.node for d in drains]
     return {"findings": len(found), "hits": sum(hits), "false_positives": [short(f) for f, h in zip(found, hits) if not h],
             "false_fail": sum(1 for f, h in zip(found, hits) if not h and f["severity"] == "fail"),
@@ -230,20 +298,54 @@ class Base:
         self.names = synthetic.node_names(nodes)
         self.dir = tmp / f"n{nodes}"
         self.partners = args.schedule[nodes]
+        self.two_level = args.fabric == "two-level"
+        extra = {}
+        if self.two_level:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "hardware.toml").write_text(HARDWARE)
+            self.spines = args.spines or max(len(v) for v in synthetic.leaf_nodes(self.names, self.leaves).values())
+            extra = {"profile": str(self.dir / "hardware.toml"), "spines": self.spines, "inside": args.inside}
         synthetic.make_run_sampled(self.dir, nodes=nodes, rails=args.rails, partners=self.partners, sizes=SIZES,
                                    noise=args.noise, tail=args.noise_tail, seed=args.seed * 1_000_003 + nodes,
-                                   leaves=self.leaves)
-        conf = self.dir / "topology.conf"
-        conf.write_text(synthetic.topology_conf(self.names, self.leaves))
+                                   leaves=self.leaves, **extra)
         run = json.loads((self.dir / "run.json").read_text())
         self.records = load_records(self.dir)
         self.profile = run_profile(self.dir)
-        self.fabric = resolve_fabric(run, self.profile, conf)
+        if self.two_level:
+            self.tree = synthetic.TwoLevel(self.names, self.leaves, self.spines)
+            self.fabric, self.fabric_tree = self.tree.fabric(), self.tree.fabric(routes=None)
+        else:
+            conf = self.dir / "topology.conf"
+            conf.write_text(synthetic.topology_conf(self.names, self.leaves))
+            self.fabric = resolve_fabric(run, self.profile, conf)
         self.known = topology_nodes(run, self.dir / "run.json")
         bw = self.records[self.records["metric"].astype(str) == "bandwidth"]
         links = bw[bw["src"].astype(str) < bw["dst"].astype(str)].drop_duplicates(["rail", "src", "dst"])
         self.measured = [list(zip(g["src"].astype(str), g["dst"].astype(str)))
                          for _, g in links.groupby("rail", sort=True)]
+
+
+def run_routed(base: Base, args: argparse.Namespace, cls: str, i: int) -> list[dict]:
+    """A --fabric two-level case, analysed with the routes and with the tree alone: two results."""
+    nodes = base.nodes
+    case_seed = args.seed * 1_000_003 + nodes * 1009 + (len(CLASSES) + ROUTED.index(cls)) * 101 + i
+    rng = np.random.default_rng(case_seed)
+    picker = Picker(rng, base.names, base.leaves, args.rails, args.factors, base.measured)
+    faults, label = routed_faults(cls, i, picker, base.tree.spines)
+    t0 = time.perf_counter()
+    values = synthetic.sampled_values(base.records, nodes, args.rails, rng, args.noise, args.noise_tail,
+                                      base.leaves, base.spines, **make_kwargs(faults))
+    t1 = time.perf_counter()
+    out = []
+    for routed, fabric in ((True, base.fabric), (False, base.fabric_tree)):
+        t2 = time.perf_counter()
+        findings = find(base.records.assign(value=values), base.profile, fabric=fabric)
+        drains = drain_lines(findings, base.known)
+        out.append({"nodes": nodes, "leaves": base.leaves, "spines": base.spines, "class": cls, "routes": routed,
+                    "case": i, "label": label, "seed": case_seed, "faults": faults,
+                    "found": [short(f) for f in findings], **score(faults, findings, drains, routed),
+                    "seconds": {"generate": round(t1 - t0, 2), "analyze": round(time.perf_counter() - t2, 2)}})
+    return out
 
 
 def run_case(base: Base, args: argparse.Namespace, cls: str, i: int) -> dict:
@@ -289,12 +391,23 @@ def summarize(cases: list[dict]) -> dict:
             "wrong_drains": sum(len(c["wrong_drains"]) for c in cases)}
 
 
-HEADER = f"{'class':<8} {'cases':>5} {'faults':>6} {'found':>5} {'findings':>8} {'false+':>6} {'fail':>4} " \
+def rows_of(args: argparse.Namespace) -> list[str]:
+    """The table's rows: the classes; two-level: each with the routes, then with the tree alone."""
+    if args.fabric != "two-level":
+        return list(args.classes)
+    return [f"{cls}{way}" for cls in args.classes for way in ("", "-tree")]
+
+
+def row_of(c: dict) -> str:
+    return c["class"] + ("-tree" if c.get("routes") is False else "")
+
+
+HEADER = f"{'class':<11} {'cases':>5} {'faults':>6} {'found':>5} {'findings':>8} {'false+':>6} {'fail':>4} " \
          f"{'warn':>4} {'alt':>3} {'precision':>9} {'recall':>6} {'wrong drains':>12}"
 
 
 def row(name: str, s: dict) -> str:
-    return (f"{name:<8} {s['cases']:>5} {s['injected']:>6} {s['recalled']:>5} {s['findings']:>8} "
+    return (f"{name:<11} {s['cases']:>5} {s['injected']:>6} {s['recalled']:>5} {s['findings']:>8} "
             f"{s['false_positives']:>6} {s['false_fail']:>4} {s['false_warn']:>4} {s['alt']:>3} "
             f"{s['precision']:>9.2f} {s['recall']:>6.2f} "
             f"{s['wrong_drains']:>12}")
@@ -302,12 +415,26 @@ def row(name: str, s: dict) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--nodes", default="16,256,1024", help="node counts, comma-separated (default 16,256,1024)")
+    ap.add_argument("--nodes", default=None,
+                    help="node counts, comma-separated (default 16,256,1024; --fabric two-level: 1024)")
     ap.add_argument("--rails", type=int, default=8, help="rails (default 8)")
-    ap.add_argument("--partners", type=int, default=8,
-                    help="K: rounds of random disjoint pairs per rail, each node meeting K partners (default 8; "
-                         "0: every pair; where K rounds would meet half a node's partners or more, every pair)")
-    ap.add_argument("--cases", type=int, default=4, help="cases per fault class and node count (default 4: each pair of faults of `two` once)")
+    ap.add_argument("--partners", type=int, default=None,
+                    help="K: rounds of random disjoint pairs per rail, each node meeting K partners (default 8, "
+                         "two-level 16; 0: every pair; where K rounds would meet half a node's partners or more, "
+                         "every pair)")
+    ap.add_argument("--cases", type=int, default=None,
+                    help="cases per fault class and node count (default 4: each pair of faults of `two` once; "
+                         "two-level 20)")
+    ap.add_argument("--fabric", choices=("one-spine", "two-level"), default="one-spine",
+                    help="one-spine: leaves under one spine, the classes above (default); two-level: leaves "
+                         "joined to every spine, routed by destination, the classes clean, cable, oneway, tail")
+    ap.add_argument("--spines", type=int, default=None,
+                    help="two-level: spines (default: the largest leaf's nodes, a cable per node's inbound)")
+    ap.add_argument("--classes", default=None,
+                    help="only these classes, comma-separated (default: every class of the --fabric)")
+    ap.add_argument("--inside", type=int, default=None,
+                    help="of the K rounds, those that pair every node inside its leaf (tree-aware screening; "
+                         "default 0, two-level 2)")
     ap.add_argument("--clean", type=int, default=20, help="clean (healthy) runs per node count (default 20)")
     ap.add_argument("--noise", type=float, default=0.01,
                     help="robust relative spread (1.4826 MAD) of the bandwidth noise (default 0.01)")
@@ -324,6 +451,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the tables")
     ap.add_argument("--keep", metavar="DIR", help="write the runs here and keep them")
     args = ap.parse_args(argv)
+    two = args.fabric == "two-level"
+    args.nodes = args.nodes or ("1024" if two else "16,256,1024")
+    args.partners = args.partners if args.partners is not None else (16 if two else 8)
+    args.cases = args.cases if args.cases is not None else (20 if two else 4)
+    args.inside = args.inside if args.inside is not None else (2 if two else 0)
+    every = ROUTED if two else CLASSES
+    args.classes = tuple(c for c in every if c in args.classes.split(",")) if args.classes else every
+    if not args.classes:
+        ap.error(f"--classes: none of {', '.join(every)}")
     args.sizes = [16] if args.quick else [int(x) for x in args.nodes.split(",") if x.strip()]
     args.cases = 1 if args.quick else args.cases
     args.clean = 1 if args.quick else args.clean
@@ -355,21 +491,24 @@ def main(argv=None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="localization-") as tmp:
             root = Path(args.keep) if args.keep else Path(tmp)
-            total = len(args.sizes) * (args.clean + (len(CLASSES) - 1) * args.cases)
+            per = 2 if args.fabric == "two-level" else 1   # two-level: with the routes and with the tree alone
+            total = per * len(args.sizes) * sum(args.clean if c == "clean" else args.cases for c in args.classes)
             for nodes in args.sizes:
                 t0 = time.perf_counter()
                 base = Base(root, nodes, args)
                 print(f"localization: {nodes} nodes: {len(base.records):,} records written and loaded "
                       f"({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
-                for cls in CLASSES:
+                for cls in args.classes:
                     for i in range(args.clean if cls == "clean" else args.cases):
-                        c = run_case(base, args, cls, i)
-                        results.append(c)
-                        bad = " MISLOCALIZED" if c["false_positives"] or c["missed"] or c["wrong_drains"] else ""
-                        print(f"localization: {len(results)}/{total} {nodes} nodes {c['label']} case {i}: "
-                              f"{c['hits']}/{c['findings']} findings hit, {c['recalled']}/{c['injected']} faults "
-                              f"found ({c['seconds']['generate'] + c['seconds']['analyze']:.1f} s){bad}",
-                              file=sys.stderr, flush=True)
+                        got = run_routed(base, args, cls, i) if per == 2 else [run_case(base, args, cls, i)]
+                        for c in got:
+                            results.append(c)
+                            bad = " MISLOCALIZED" if c["false_positives"] or c["missed"] or c["wrong_drains"] else ""
+                            how = ("" if "routes" not in c else " (routes)" if c["routes"] else " (tree alone)")
+                            print(f"localization: {len(results)}/{total} {nodes} nodes {c['label']}{how} case {i}: "
+                                  f"{c['hits']}/{c['findings']} findings hit, {c['recalled']}/{c['injected']} "
+                                  f"faults found ({c['seconds']['generate'] + c['seconds']['analyze']:.1f} s){bad}",
+                                  file=sys.stderr, flush=True)
                 if not args.keep:
                     for f in base.dir.iterdir():
                         f.unlink()
@@ -383,15 +522,18 @@ def main(argv=None) -> int:
         mine = [c for c in results if c["nodes"] == nodes]
         clean = [c for c in mine if c["class"] == "clean"]
         by_size[str(nodes)] = {"leaves": leaves_for(nodes), "partners": args.schedule[nodes],
-                               "classes": {cls: summarize([c for c in mine if c["class"] == cls]) for cls in CLASSES},
+                               "classes": {label: summarize([c for c in mine if row_of(c) == label])
+                                           for label in rows_of(args)},
                                "total": summarize(mine),
                                "faulty": summarize([c for c in mine if c["class"] != "clean"]),
-                               "clean_false_fail_per_run": sum(c["false_fail"] for c in clean) / len(clean),
-                               "clean_false_warn_per_run": sum(c["false_warn"] for c in clean) / len(clean)}
+                               "clean_false_fail_per_run": sum(c["false_fail"] for c in clean) / max(len(clean), 1),
+                               "clean_false_warn_per_run": sum(c["false_warn"] for c in clean) / max(len(clean), 1)}
+        if args.fabric == "two-level":
+            by_size[str(nodes)]["spines"] = mine[0]["spines"] if mine else None
     config = {"nodes": args.sizes, "rails": args.rails, "partners": args.partners, "cases": args.cases,
               "clean": args.clean, "noise": args.noise, "noise_tail": args.noise_tail, "seed": args.seed,
               "noise_from": str(args.noise_from) if args.noise_from else None, "noise_values": args.noise_values,
-              "factors": list(args.factors), "sizes": list(SIZES)}
+              "factors": list(args.factors), "sizes": list(SIZES), "fabric": args.fabric, "inside": args.inside}
     if args.json:
         print(json.dumps({"config": config, "sizes": by_size, "total": summarize(results),
                           "cases": results, "seconds": round(seconds, 1)}))
@@ -402,19 +544,29 @@ def main(argv=None) -> int:
         k = args.schedule[nodes]
         schedule = f"{k} random partners per node and rail" if k else "all pairs"
         source = f" (measured: {args.noise_values} values of {args.noise_from})" if args.noise_from else ""
-        print(f"{nodes} nodes, {s['leaves']} leaves, {args.rails} rails, {schedule}, noise {args.noise:.1%} "
-              f"({tail}){source}, faults x{args.factors[0]}-{args.factors[1]}, {args.clean} clean run(s), "
-              f"{args.cases} case(s) per fault class")
+        if args.fabric == "two-level":
+            schedule = (f"{k} partners per node and rail ({args.inside} of them on its own leaf)" if k
+                        else "all pairs")
+            print(f"{nodes} nodes, {s['leaves']} leaves, {s['spines']} spines (every leaf to every spine, routed by "
+                  f"destination), {args.rails} rails, {schedule}, noise {args.noise:.1%} ({tail}){source}, "
+                  f"cable x{ROUTED_FACTORS['cable']}, one-way NIC x{ROUTED_FACTORS['oneway']}, latency p99 "
+                  f"x{ROUTED_FACTORS['tail']}, {args.clean} clean run(s), {args.cases} case(s) per class, each "
+                  f"analysed with the routes and with the tree alone")
+        else:
+            print(f"{nodes} nodes, {s['leaves']} leaves, {args.rails} rails, {schedule}, noise {args.noise:.1%} "
+                  f"({tail}){source}, faults x{args.factors[0]}-{args.factors[1]}, {args.clean} clean run(s), "
+                  f"{args.cases} case(s) per fault class")
         print(HEADER)
-        for cls in CLASSES:
-            print(row(cls, s["classes"][cls]))
+        for label in rows_of(args):
+            print(row(label, s["classes"][label]))
         print(row("faults", s["faulty"]))
         print(f"false findings per clean run: {s['clean_false_fail_per_run']:.2f} fail, "
               f"{s['clean_false_warn_per_run']:.2f} warn")
         print()
     wrong = [c for c in results if c["false_positives"] or c["missed"] or c["wrong_drains"]]
     for c in wrong:
-        print(f"{c['nodes']} nodes {c['label']} case {c['case']} (seed {c['seed']}): injected "
+        how = "" if "routes" not in c else " with routes" if c["routes"] else " without routes"
+        print(f"{c['nodes']} nodes {c['label']} case {c['case']}{how} (seed {c['seed']}): injected "
               f"{'; '.join(describe(t) for t in c['faults']) or 'nothing'}; found {'; '.join(c['found']) or 'nothing'}"
               + (f"; missed {'; '.join(c['missed'])}" if c["missed"] else "")
               + (f"; wrong drains {', '.join(c['wrong_drains'])}" if c["wrong_drains"] else ""))

@@ -29,6 +29,20 @@ uplinked to one spine; topology_conf writes it as Slurm's topology.conf) adds:
   slow_leaf=("leaf2", 1[, 0.6])             every pair with an end on leaf2 on rail 1 (inside pairs too)
   slow_uplink=("leaf3", 2[, 0.6])           the pairs with exactly one end on leaf3, on rail 2
   slow_spine=3 or (3, 0.6)                  every pair across two leaves on rail 3
+A two-level tree (make_run_sampled's spines=S beside leaves=K: every leaf joined to each of S
+spines by one cable each way; two_level builds it, with its Fabric and its Routes) routes by
+destination, D-mod-K as OpenSM's default engines do: a packet to node i (its index in node_names)
+climbs to spine (i mod S) and comes down the cable from that spine to the destination's leaf. So the
+cable spine_k -> leaf carries every cross-leaf flow into the leaf's nodes i = k (mod S), and the
+cable leaf -> spine_k the leaf's flows out to every remote node i = k (mod S). Faults of it, on
+bandwidth only (a lane or a direction lost limits throughput; an 8-byte write's latency is the path's):
+  slow_cable=("leaf3", "spine2", 1, "down"[, 0.5])  that cable direction on rail 1 ("up": leaf -> spine,
+                                            "down": spine -> leaf, "both")
+  slow_tx=("node05", 4[, 0.7])              node05's NIC on rail 4 sending (every pair-direction from it)
+  slow_rx=("node05", 4[, 0.7])              ... receiving (every pair-direction into it)
+and on latency (need no tree):
+  slow_tail=("node05", 4[, 2.0])            latency p99, p99.9 and max of every pair of node05 on rail 4,
+                                            both directions, x 2.0 (its p50 healthy)
 Any fault may be given several times as a list of specs, e.g.
 slow_nic=[("node05", 4), ("node12", 1, 0.7)] (a list whose items are all tuples or lists;
 one spec is a tuple, or a bare value). Faults that meet on a pair multiply.
@@ -40,6 +54,7 @@ Burn-in (iterations > 1):
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -109,6 +124,118 @@ def topology_conf(names: list[str], leaves: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+try:  # the fabric's own route model (acceptance.switchtree.routes), where it exists
+    from acceptance.switchtree.routes import Cable, PortRef, Routes
+except ImportError:  # pragma: no cover - a stand-in with the same API until it does
+    Routes = None
+
+    @dataclass(frozen=True)
+    class PortRef:
+        switch: str
+        port: int
+
+    @dataclass(frozen=True)
+    class Cable:
+        src: PortRef
+        dst: PortRef
+
+        def name(self) -> str:
+            return f"{self.src.switch} port {self.src.port} -> {self.dst.switch} port {self.dst.port}"
+
+        def undirected(self) -> frozenset:
+            return frozenset((self.src, self.dst))
+
+
+def spine_names(spines: int) -> list[str]:
+    return [f"spine{k + 1}" for k in range(spines)]
+
+
+class TwoLevel:
+    """A two-level tree on every rail: leaves (leaf_nodes' blocks), `spines` spines, every leaf joined to
+    each spine by one cable each way, routed by destination (D-mod-K: a flow to node i climbs to spine
+    i mod S). Ports: a leaf's nodes on ports 1..m in leaf order, its cable to spine k on port
+    largest leaf + k + 1; a spine's cable to leaf j on port j + 1.
+
+    path(src, dst, rail) and cables(rail) are acceptance.switchtree.routes.Routes' (the same routes on
+    every rail): () inside a leaf, the up and the down cable across leaves, None for a node it does not
+    place. fabric() is the Fabric (one tree for every rail) with these routes; routes() the real Routes
+    of chosen pairs (Routes.from_paths), where that class exists."""
+
+    def __init__(self, names: list[str], leaves: int, spines: int):
+        self.names, self.spines = list(names), spine_names(spines)
+        self.tree = leaf_nodes(self.names, leaves)
+        self.leaf_names = list(self.tree)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.leaf = np.zeros(len(self.names), dtype=np.int64)
+        self.slot = np.zeros(len(self.names), dtype=np.int64)
+        for j, nodes in enumerate(self.tree.values()):
+            for k, n in enumerate(nodes):
+                self.leaf[self.index[n]], self.slot[self.index[n]] = j, k
+        width = max(len(v) for v in self.tree.values())
+        s = len(self.spines)
+        self.up = [[Cable(PortRef(leaf, width + k + 1), PortRef(self.spines[k], j + 1)) for k in range(s)]
+                   for j, leaf in enumerate(self.leaf_names)]
+        self.down = [[Cable(PortRef(self.spines[k], j + 1), PortRef(leaf, width + k + 1)) for k in range(s)]
+                     for j, leaf in enumerate(self.leaf_names)]
+
+    def spine_of(self, dst: int) -> int:
+        return dst % len(self.spines)
+
+    def path(self, src: str, dst: str, rail: int):
+        a, b = self.index.get(src), self.index.get(dst)
+        if a is None or b is None:
+            return None
+        la, lb = int(self.leaf[a]), int(self.leaf[b])
+        if la == lb:
+            return ()
+        k = self.spine_of(b)
+        return (self.up[la][k], self.down[lb][k])
+
+    def cables(self, rail: int) -> list:
+        return [c for row in self.up for c in row] + [c for row in self.down for c in row]
+
+    def cable(self, leaf: str, spine: str, direction: str):
+        """The cable between a leaf and a spine, "up" (leaf -> spine) or "down"."""
+        j, k = self.leaf_names.index(leaf), self.spines.index(spine)
+        return (self.up if direction == "up" else self.down)[j][k]
+
+    def crossing(self, leaf: str, spine: str, direction: str) -> np.ndarray:
+        """[src, dst] True where a flow src -> dst crosses that cable."""
+        j, k = self.leaf_names.index(leaf), self.spines.index(spine)
+        to_k = np.arange(len(self.names)) % len(self.spines) == k
+        on = self.leaf == j
+        if direction == "up":
+            return on[:, None] & (~on & to_k)[None, :]
+        return (~on)[:, None] & (on & to_k)[None, :]
+
+    # Routes' own reporting (Fabric.to_json keeps routes.summary() in run.json)
+    rails = [None]
+    notes: list = []
+
+    def summary(self) -> dict:
+        return {"source": "synthetic two-level tree, D-mod-K", "format": "synthetic", "digest": "",
+                "rails": [{"rail": None, "pairs": len(self.names) * (len(self.names) - 1)}], "notes": []}
+
+    def routes(self, keys=None):
+        """acceptance.switchtree.routes.Routes of these (src, dst, rail) keys (Routes.from_paths; None:
+        every ordered pair of nodes, rail None for every rail: for a small tree)."""
+        if Routes is None:
+            raise RuntimeError("acceptance.switchtree.routes is not there: use the TwoLevel itself")
+        if keys is None:
+            keys = [(a, b, None) for a in self.names for b in self.names if a != b]
+        return Routes.from_paths({(a, b, r): self.path(a, b, r) for a, b, r in keys})
+
+    def fabric(self, routes=True):
+        """The Fabric of this tree (every rail alike), with `routes` (True: this TwoLevel, which answers
+        Routes' path and cables itself at any size; or a Routes; None: the tree alone)."""
+        from acceptance.switchtree.fabric import Fabric, Tree, Uplink
+        up = [Uplink(c.src.switch, c.dst.switch, str(c.src.port), str(c.dst.port)) for row in self.up for c in row]
+        f = Fabric(source="synthetic two-level tree", format="synthetic",
+                   trees={None: Tree({k: list(v) for k, v in self.tree.items()}, up)})
+        f.routes = self if routes is True else routes
+        return f
+
+
 def _time(iteration: int, seconds: float = 0.0) -> str:
     t = BASE_TIME + timedelta(hours=iteration, seconds=seconds)
     return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -171,6 +298,40 @@ def _factors(names, rails, iterations, slow_link, slow_nic, slow_node, slow_rail
         jumps = 1 + rng.uniform(-amp, amp, size=iterations)
         f[:, rail, index[a], index[b]] *= jumps
         f[:, rail, index[b], index[a]] *= jumps
+    return f
+
+
+PATH_FAULTS = ("slow_cable", "slow_tx", "slow_rx")   # bandwidth only
+TAIL_FAULTS = ("slow_tail",)                         # latency p99, p99.9, max
+TAIL_METRICS = ("latency_p99", "latency_p999", "latency_max")
+
+
+def _path_factors(names, rails, tree: TwoLevel | None, slow_cable=None, slow_tx=None, slow_rx=None) -> np.ndarray:
+    """factor[rail, src, dst] of the bandwidth-only faults: a cable direction, a NIC sending or receiving."""
+    n = len(names)
+    index = {name: i for i, name in enumerate(names)}
+    f = np.ones((rails, n, n))
+    for leaf, spine, rail, direction, k in _faults(slow_cable, 4, 0.5):
+        if tree is None:
+            raise ValueError("slow_cable needs the two-level tree (spines=S and leaves=K)")
+        for way in (("up", "down") if direction == "both" else (direction,)):
+            f[rail][tree.crossing(leaf, spine, way)] *= k
+    for node, rail, k in _faults(slow_tx, 2, 0.7):
+        f[rail, index[node], :] *= k
+    for node, rail, k in _faults(slow_rx, 2, 0.7):
+        f[rail, :, index[node]] *= k
+    return f
+
+
+def _tail_factors(names, rails, slow_tail=None) -> np.ndarray:
+    """factor[rail, src, dst] multiplying latency p99, p99.9 and max (both directions of every pair of the node)."""
+    n = len(names)
+    index = {name: i for i, name in enumerate(names)}
+    f = np.ones((rails, n, n))
+    for node, rail, k in _faults(slow_tail, 2, 2.0):
+        on = np.zeros(n, bool)
+        on[index[node]] = True
+        f[rail][on[:, None] | on[None, :]] *= k
     return f
 
 
@@ -388,19 +549,29 @@ def make_run_fast(directory, nodes: int = 1024, rails: int = 8, size: int = 8388
     return directory
 
 
-def sampled_pairs(nodes: int, rails: int, partners: int, rng: np.random.Generator) -> list[np.ndarray]:
+def sampled_pairs(nodes: int, rails: int, partners: int, rng: np.random.Generator, leaf: np.ndarray | None = None,
+                  inside: int = 0) -> list[np.ndarray]:
     """Per rail, the undirected node pairs (an (m, 2) array, i < j) of `partners` rounds of random
     disjoint pairs (each round a random perfect matching; an odd node out sits a round out), a pair
-    met twice measured once; partners 0: every pair."""
+    met twice measured once; partners 0: every pair. With `leaf` (each node's leaf code) and `inside`
+    = k, k of the rounds pair every node with another on its own leaf (a random matching inside each
+    leaf; a leaf's odd node out sits the round out), as tree-aware screening must for a node's own-leaf
+    paths to tell its NIC from the path beyond its leaf port."""
     if partners <= 0:
         iu, ju = np.triu_indices(nodes, k=1)
         return [np.stack([iu, ju], axis=1)] * rails
+    inside = min(inside, partners) if leaf is not None else 0
     out = []
     for _ in range(rails):
         rounds = []
-        for _ in range(partners):
+        for _ in range(partners - inside):
             perm = rng.permutation(nodes)[: nodes - nodes % 2]
             rounds.append(np.stack([perm[0::2], perm[1::2]], axis=1))
+        for _ in range(inside):
+            for code in np.unique(leaf):
+                members = rng.permutation(np.flatnonzero(leaf == code))
+                members = members[: len(members) - len(members) % 2]
+                rounds.append(np.stack([members[0::2], members[1::2]], axis=1))
         p = np.sort(np.concatenate(rounds), axis=1)
         out.append(np.unique(p, axis=0))
     return out
@@ -429,7 +600,8 @@ LATENCY_NOISE = {"latency_p50": 2.0, "latency_p99": 4.0, "latency_p999": 10.0, "
 
 def make_run_sampled(directory, nodes: int = 1024, rails: int = 8, partners: int = 8, sizes=DEFAULT_SIZES,
                      noise: float = BW_NOISE, tail: float = 0.0, latency: bool = True, seed: int = 0,
-                     leaves: int | None = None, profile: str = SYNTHETIC_PROFILE, **faults) -> Path:
+                     leaves: int | None = None, profile: str = SYNTHETIC_PROFILE, spines: int | None = None,
+                     inside: int = 0, **faults) -> Path:
     """A large run as a screening schedule measures it, built with numpy: per rail, `partners` rounds
     of random disjoint pairs (sampled_pairs), each pair both ways, with rdma_write bandwidth at
     `sizes` and (latency) write latency p50, p99, p99.9 and max at 8 B.
@@ -437,20 +609,30 @@ def make_run_sampled(directory, nodes: int = 1024, rails: int = 8, partners: int
     noise: the bandwidth's robust relative spread; tail: Student-t degrees of freedom of the noise
     (heavy_noise; 0: uniform +-noise); latency percentiles are LATENCY_NOISE times noisier. The
     faults are make_run's (slow_link, slow_nic, slow_node, slow_rail; with leaves=K slow_leaf,
-    slow_uplink, slow_spine). 1024 x 8 with 8 partners: 65,536 pair-directions, 393,216 records.
+    slow_uplink, slow_spine), slow_tx, slow_rx and slow_tail, and with spines=S beside leaves=K (the
+    two-level tree, TwoLevel) slow_cable. inside=k: k of the `partners` rounds pair every node inside
+    its leaf (needs leaves=K; sampled_pairs). 1024 x 8 with 8 partners: 65,536 pair-directions,
+    393,216 records.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     names = np.array(node_names(nodes))
     prof = load_profile(profile)
-    known = {"slow_link", "slow_nic", "slow_node", "slow_rail", "slow_leaf", "slow_uplink", "slow_spine"}
+    known = {"slow_link", "slow_nic", "slow_node", "slow_rail", "slow_leaf", "slow_uplink", "slow_spine",
+             *PATH_FAULTS, *TAIL_FAULTS}
     if set(faults) - known:
         raise TypeError(f"unknown faults {sorted(set(faults) - known)}")
     f = _factors(list(names), rails, 1, faults.get("slow_link"), faults.get("slow_nic"), faults.get("slow_node"),
                  faults.get("slow_rail"), None, None, rng, leaves, faults.get("slow_leaf"), faults.get("slow_uplink"),
                  faults.get("slow_spine"))[0]
-    schedule = sampled_pairs(nodes, rails, partners, rng)
+    two = TwoLevel(list(names), leaves, spines) if spines and leaves else None
+    bw_only = _path_factors(list(names), rails, two, *(faults.get(k) for k in PATH_FAULTS)) \
+        if any(faults.get(k) for k in PATH_FAULTS) else None
+    tails = _tail_factors(list(names), rails, faults.get("slow_tail")) if faults.get("slow_tail") else None
+    leaf = np.repeat(np.arange(leaves), [len(b) for b in np.array_split(np.arange(nodes), leaves)]) \
+        if leaves and inside else None
+    schedule = sampled_pairs(nodes, rails, partners, rng, leaf, inside)
     head = ('{"test": "%s", "suite": "rdma_write", "metric": "%s", "value": %.6g, "unit": "%s", "size": %d, '
             '"rail": %d, "nodes": ["%s", "%s"], "ranks": [%d, %d], "engine": "verbs", "memory": "host", '
             '"iteration": 0, "time": "%s", "samples": %d, "threshold": null, "verdict": "info"}\n')
@@ -459,14 +641,18 @@ def make_run_sampled(directory, nodes: int = 1024, rails: int = 8, partners: int
             src = np.concatenate([pairs[:, 0], pairs[:, 1]])
             dst = np.concatenate([pairs[:, 1], pairs[:, 0]])
             factor = f[rail, src, dst]
+            bw_factor = factor * (bw_only[rail, src, dst] if bw_only is not None else 1.0)
+            tail_factor = tails[rail, src, dst] if tails is not None else 1.0
             s_names, d_names = names[src].tolist(), names[dst].tolist()
             s_ranks, d_ranks = (src * rails + rail).tolist(), (dst * rails + rail).tolist()
             time = _time(0, rail * 60)
             series = [(BW_TEST.format(rail), "bandwidth", "Gbit/s", size, 1000,
-                       healthy_bandwidth(size) * heavy_noise(rng, noise, tail, src.size) * factor) for size in sizes]
+                       healthy_bandwidth(size) * heavy_noise(rng, noise, tail, src.size) * bw_factor)
+                      for size in sizes]
             if latency:
                 series += [(LAT_TEST.format(rail), metric, "us", LATENCY_SIZE, 10000,
-                            nominal * heavy_noise(rng, noise * LATENCY_NOISE[metric], tail, src.size) / factor)
+                            nominal * heavy_noise(rng, noise * LATENCY_NOISE[metric], tail, src.size) / factor
+                            * (tail_factor if metric in TAIL_METRICS else 1.0))
                            for metric, nominal in LATENCY.items()]
             for test, metric, unit, size, samples, values in series:
                 vals = values.tolist()
@@ -477,17 +663,18 @@ def make_run_sampled(directory, nodes: int = 1024, rails: int = 8, partners: int
            "topology": {"nodes": names.tolist(), "rails": list(range(rails)), "ranks": nodes * rails,
                         "ranks_per_node": rails},
            "schedule": {"pattern": f"screen:{partners}" if partners > 0 else "all-pairs",
-                        "rounds": partners, "seed": seed, "tree_aware": False},
+                        "rounds": partners, "seed": seed, "tree_aware": bool(leaf is not None and partners > 0)},
            "complete": True, "exit_code": 0, "missing_ranks": [], "iterations": 1}
     (directory / "run.json").write_text(json.dumps(run) + "\n")
     return directory
 
 
 def sampled_values(records, nodes: int, rails: int, rng: np.random.Generator, noise: float = BW_NOISE,
-                   tail: float = 0.0, leaves: int | None = None, **faults) -> np.ndarray:
+                   tail: float = 0.0, leaves: int | None = None, spines: int | None = None, **faults) -> np.ndarray:
     """New values for the records of a make_run_sampled run (as load_records reads them): the same
-    healthy figures, fresh noise from `rng` and these faults, so that one schedule, written and
-    loaded once, serves many cases (benchmarks/localization.py)."""
+    healthy figures, fresh noise from `rng` and these faults (make_run_sampled's; slow_cable needs
+    spines=S), so that one schedule, written and loaded once, serves many cases
+    (benchmarks/localization.py)."""
     import pandas as pd
     names = node_names(nodes)
     src = pd.Categorical(records["src"].astype(str), categories=names).codes
@@ -503,4 +690,11 @@ def sampled_values(records, nodes: int, rails: int, rng: np.random.Generator, no
     nominal = np.where(is_bw, BW_PEAK * size / (size + BW_HALF), pd.Series(metric).map(LATENCY).to_numpy(np.float64))
     scale = noise * pd.Series(metric).map(LATENCY_NOISE).fillna(1.0).to_numpy(np.float64)
     values = nominal * heavy_noise(rng, scale, tail, len(metric))
+    if any(faults.get(k) for k in PATH_FAULTS):
+        two = TwoLevel(names, leaves, spines) if spines and leaves else None
+        factor = np.where(is_bw, factor * _path_factors(names, rails, two, *(faults.get(k) for k in PATH_FAULTS))[
+            rail, src, dst], factor)
+    if faults.get("slow_tail"):
+        values = np.where(np.isin(metric, TAIL_METRICS),
+                          values * _tail_factors(names, rails, faults.get("slow_tail"))[rail, src, dst], values)
     return np.where(is_bw, values * factor, values / factor)

@@ -19,12 +19,14 @@ from ..switchtree.fabric import Fabric
 from ..rules.profile import Profile
 from .failures import counter_findings, failed_tests, other_failures
 from .fleet import too_few_findings
+from . import cables
 from .localize import localize
 from .outliers import (
     against_rails,
     against_switches,
     bad_pairs,
     fleet_outliers,
+    fleet_tail,
     gated,
     measured_pairs,
     nic_outliers,
@@ -35,6 +37,7 @@ from .outliers import (
     power,
     rail_planes,
     with_nics,
+    with_paths,
 )
 from .trends import burnin_findings, regression_findings
 
@@ -93,17 +96,25 @@ def pairwise(ctx: Context) -> list[dict]:
     for view in ctx.views:
         name = view.suite.name
         pairs = gated(pair_values(view.pairs, name), ctx.profile, name)
-        nics = nic_outliers(pairs, ctx.profile, name)
-        on_nics = nic_rows(pairs, nics)
+        # the latency tail is held to the fleet on each NIC (outliers.fleet_tail), gated or not
+        tail = fleet_tail(view.pairs, pairs, name)
+        judged = pd.concat([pairs, tail], ignore_index=True) if len(tail) else pairs
+        nics = nic_outliers(judged, ctx.profile, name)
+        # a slow cable or path beyond a leaf port before a NIC is blamed for it (analysis.cables)
+        paths = cables.locate(pairs, nics, ctx.names, ctx.fabric, ctx.profile)
+        nics = paths.nics
+        on_nics = nic_rows(pairs, nics) | paths.rows
         outliers = fleet_outliers(pairs, ctx.profile, on_nics)
         planes = rail_planes(pairs, ctx.profile) if pairs["rail"].nunique() >= 3 else None
         bad = bad_pairs(view.pairs, outliers, ctx.profile, name)
-        bad = with_nics(bad, pairs, nics, ctx.profile, name)
+        bad = with_nics(bad, judged, nics, ctx.profile, name)
+        bad = with_paths(bad, pairs, paths.faults, ctx.profile, name)
         if planes is not None and len(planes):
             bad = against_rails(bad, pairs, planes, ctx.profile, name)
         bad = against_switches(bad, pairs, ctx.names, ctx.fabric, ctx.profile, name)
         for f in localize(bad, view.measured, ctx.names, ctx.profile, "fleet", planes, ctx.fabric,
-                          nics=nics[["rail", "node"]].drop_duplicates() if len(nics) else None):
+                          nics=nics[["rail", "node", "direction"]].drop_duplicates() if len(nics) else None,
+                          paths=paths.faults):
             f["suite"] = name
             f["message"] = view.suite.finding + f["message"]
             out.append(f)

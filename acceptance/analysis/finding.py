@@ -26,9 +26,12 @@ class Finding(TypedDict):
     bound: str | None        # how `expected` was derived when it is a bound (absolute, line_rate, fleet, ...)
     basis: str | None        # a fleet bound's population, in words
     switch: str | None       # scope switch: the leaf or spine; scope uplink: the leaf whose uplink it is
-    uplinks: list[dict]      # scope uplink: the cables named (leaf, spine, leaf_port, spine_port; ports where known)
+    uplinks: list[dict]      # scope uplink: the cables named (leaf, spine, leaf_port, spine_port; ports where known;
+                             # a slow cable named by the routes: its direction "up" or "down" and its name "cable")
     alternatives: list[dict]  # explanations the measured pairs cannot tell from this one: {scope, switch, node, rail}
     transient: bool          # a screening suspect that did not reproduce when measured again: a warning, never drained
+    direction: str | None    # scope nic: "tx" (slow sending only) or "rx" (receiving only); scope uplink naming a
+                             # node: its traffic "rx" (into it) or "tx" (from it) with other leaves; else null
 
 
 def clean_value(x):
@@ -52,7 +55,7 @@ def _text(x) -> str | None:
 def make_finding(*, severity: str, scope: str, metric: str | None, message: str, kind: str,
                  evidence=(), node: str | None = None, rail=None, peer: str | None = None, value=None,
                  expected=None, unit=None, size=None, bound=None, basis=None, suite=None, switch=None,
-                 uplinks=(), alternatives=(), transient: bool = False) -> Finding:
+                 uplinks=(), alternatives=(), transient: bool = False, direction: str | None = None) -> Finding:
     """One finding, every field named."""
     size = clean_value(size)
     return Finding(severity=severity, scope=scope, node=node, rail=None if rail is None else int(rail), peer=peer,
@@ -60,4 +63,4 @@ def make_finding(*, severity: str, scope: str, metric: str | None, message: str,
                    evidence=list(evidence), message=message, kind=kind, unit=_text(unit),
                    size=None if size is None else int(size), bound=_text(bound), basis=_text(basis),
                    switch=switch, uplinks=[dict(u) for u in uplinks], alternatives=[dict(a) for a in alternatives],
-                   transient=bool(transient))
+                   transient=bool(transient), direction=direction)

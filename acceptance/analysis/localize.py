@@ -65,15 +65,25 @@ class _Owner:
 
 def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile, kind: str,
               planes: pd.DataFrame | None = None, fabric: Fabric | None = None,
-              nics: pd.DataFrame | None = None) -> list[dict]:
+              nics: pd.DataFrame | None = None, paths: list | None = None) -> list[dict]:
     """Bad pair evidence on the rails' graphs -> switch, uplink (given the tree), rail, node, NIC,
-    link (or cluster) findings. `nics` (rail, node): NICs already judged bad on their typical
-    partner (outliers.nic_outliers), beside those most of whose links are bad."""
+    link (or cluster) findings. `nics` (rail, node[, direction]): NICs already judged bad on their
+    typical partner (outliers.nic_outliers), beside those most of whose links are bad. `paths`: slow
+    cables and paths beyond a leaf port (analysis.cables.PathFault), which claim their pair-directions
+    first."""
     planes = planes if planes is not None else pd.DataFrame(columns=["rail"])
     if bad.empty and planes.empty:
         return []
     n_nodes = max(len(names), 1)
-    network, claimed, explained, nic_alts = _tree_step(bad, measured, names, profile, fabric, n_nodes)
+    ahead, pre = _path_owners(bad, paths or [], n_nodes)
+    free = np.flatnonzero(~pre)
+    network, claimed_free, explained, nic_alts = _tree_step(bad.iloc[free].reset_index(drop=True), measured, names,
+                                                            profile, fabric, n_nodes)
+    for c in network:
+        c.rows = free[c.rows]
+    network = ahead + network
+    claimed = pre.copy()
+    claimed[free[claimed_free]] = True
     rest = np.flatnonzero(~claimed)
     owners, owner = _endpoint_owners(bad.iloc[rest].reset_index(drop=True), measured[~explained], names,
                                      profile, planes, n_nodes, nic_alts, offset=len(network), nics=nics)
@@ -89,6 +99,27 @@ def localize(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profil
 class _Network:
     owner: _Owner
     rows: np.ndarray        # the bad rows it explains
+
+
+def _path_owners(bad: pd.DataFrame, paths: list, n_nodes: int) -> tuple[list[_Network], np.ndarray]:
+    """The path faults (analysis.cables) as uplink-scope owners of the bad rows of their pair-directions
+    (any metric), and the rows they claim."""
+    claimed = np.zeros(len(bad), bool)
+    out: list[_Network] = []
+    if not paths or bad.empty:
+        return out, claimed
+    key = (bad["rail"].to_numpy(np.int64) * n_nodes + bad["s"].to_numpy(np.int64)) * n_nodes \
+        + bad["d"].to_numpy(np.int64)
+    for f in paths:
+        rows = np.flatnonzero(np.isin(key, f.claims) & ~claimed)
+        if not len(rows):
+            continue
+        claimed[rows] = True
+        out.append(_Network(_Owner("switch" if f.kind == "switch" else "uplink", node=f.node, rail=f.rail, info={
+            "kind": f.kind, "name": f.leaf, "direction": f.direction, "uplinks": list(f.cables),
+            "alternatives": list(f.alternatives), "lines": list(f.lines), "across": f.across,
+            "within": f.within}), rows))
+    return out, claimed
 
 
 def _tree_step(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile,
@@ -168,6 +199,14 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
                                      profile.get("analysis.nic_fraction")):
             nic[rail, node] = True
             nic_info[(int(rail), node)] = (badc, deg)
+    nic_way: dict[tuple[int, int], str | None] = {}
+    if nics is not None and len(nics) and "direction" in nics.columns:
+        ways: dict[tuple[int, int], set] = {}
+        for rail, node, way in zip(nics["rail"].to_numpy(np.int64), nics["node"].to_numpy(np.int64),
+                                   nics["direction"].astype(str)):
+            ways.setdefault((int(rail), int(node)), set()).add(way)
+        # slow one way only: said so; both ways (or each way apart): the NIC
+        nic_way = {k: next(iter(v)) if len(v) == 1 and "both" not in v else None for k, v in ways.items()}
     if nics is not None and len(nics) and len(m_rail):
         # judged on their typical partner: counted as the peel counts (partners with a bad link)
         deg = np.zeros((n_rails, n_nodes), np.int64)
@@ -242,7 +281,8 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
                 continue  # explained by its rail plane or its node
             nic_id[rail, node] = len(owners)
             owners.append(_Owner("nic", node=node, rail=rail, info={"k": badc, "tot": deg,
-                                                                    "alternatives": nic_alts.get((rail, node), [])}))
+                                                                    "alternatives": nic_alts.get((rail, node), []),
+                                                                    "direction": nic_way.get((rail, node))}))
         if len(bad):
             o = np.where(nic_id[r, s] >= 0, nic_id[r, s], nic_id[r, d])
             owner = np.where(owner < 0, o, owner)
@@ -333,7 +373,8 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
         peer = names[who.peer] if who.peer is not None else None
         severity = "fail" if is_fail else "warn"
         if who.scope == "nic":
-            msg = (f"{node}'s NIC on rail {who.rail} {phrase} (bad links with {who.info['k']} of "
+            way = {"tx": " sending, not receiving", "rx": " receiving, not sending"}.get(who.info.get("direction"), "")
+            msg = (f"{node}'s NIC on rail {who.rail} {phrase}{way} (bad links with {who.info['k']} of "
                    f"{who.info['tot']} partners; {detail})")
         elif who.scope == "node":
             msg = f"{node} {phrase} on {who.info['k']} of {who.info['tot']} rails ({detail})"
@@ -357,6 +398,9 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
             if who.info.get("tiny"):
                 lines.insert(0, f"only 2 nodes on rail {who.rail}: a bad link cannot be told from a bad NIC "
                                 f"on either end")
+        elif who.info.get("kind") in ("cable", "beyond", "switch"):
+            msg = _path_message(who, names, phrase, detail)
+            lines = who.info["lines"] + lines
         elif who.scope in ("switch", "uplink"):
             msg = _network_message(who, phrase, detail)
             lines = _network_evidence(who, names) + lines
@@ -372,8 +416,37 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
                                 value=value, expected=expected, evidence=lines, message=msg,
                                 kind=kind if kind != "fleet" else ("bound" if not median_known else "outlier"),
                                 unit=unit, size=size, bound=how, basis=basis, switch=who.info.get("name"),
-                                uplinks=who.info.get("uplinks") or (), alternatives=alternatives))
+                                uplinks=who.info.get("uplinks") or (), alternatives=alternatives,
+                                direction=who.info.get("direction")))
     return out
+
+
+def _path_message(who: _Owner, names: list[str], phrase: str, detail: str) -> str:
+    """A slow cable's, a spine's or a path's beyond a leaf port (analysis.cables): a ticket for the
+    network team."""
+    info, rail = who.info, who.rail
+    alts = info.get("alternatives") or []
+    if info["kind"] == "switch":
+        msg = (f"switch {info['name']} on rail {rail} {phrase} ({detail}): most of its cables carry slow flows, "
+               f"its others' paths are normal: check switch {info['name']} and its ports")
+    elif info["kind"] == "cable":
+        cables = info["uplinks"]
+        ends = f"{cables[0]['leaf']} port {cables[0]['leaf_port']} and {cables[0]['spine']} port {cables[0]['spine_port']}"
+        what = (f"cable {cables[0]['cable']}" if len(cables) == 1
+                else f"cable {cables[0]['leaf']} port {cables[0]['leaf_port']} <-> {cables[0]['spine']} port "
+                     f"{cables[0]['spine_port']} (both directions)")
+        msg = f"{what} on rail {rail} {phrase} ({detail}): check the cable and its ports, {ends}"
+    else:
+        node, leaf = names[who.node], info["name"]
+        across, within = info["across"], info["within"]
+        what = (f"inbound to {node} from other leaves" if info["direction"] == "rx"
+                else f"outbound from {node} to other leaves")
+        inside = f"within {leaf} {within[0]:.2f}x" if within[1] else f"within {leaf} not measured"
+        msg = (f"{what} {across[0]:.2f}x on rail {rail}, {inside} ({detail}): the path beyond {node}'s port on "
+               f"{leaf} (its uplinks, a spine, the cable between them): check {leaf}'s uplink cables and ports")
+    if alts:
+        msg += ", or " + ", ".join(_component(a) for a in alts) + " (no measured pair tells which)"
+    return msg + " (a network ticket: no node is at fault)"
 
 
 def _alt_text(alternatives: list[dict]) -> str:

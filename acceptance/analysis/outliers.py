@@ -75,10 +75,10 @@ def _fleet_columns(ev: pd.DataFrame, idx: np.ndarray) -> dict:
     return cols
 
 
-def pair_values(p: pd.DataFrame, suite: str = PRIMARY) -> pd.DataFrame:
-    """One value per (metric, size, rail, s, d) of the suite's outlier metrics: the median over
-    burn-in iterations."""
-    om = p[p["metric"].isin(list(OUTLIERS_BY_SUITE.get(suite, {})))]
+def pair_values(p: pd.DataFrame, suite: str = PRIMARY, metrics=None) -> pd.DataFrame:
+    """One value per (metric, size, rail, s, d) of the suite's outlier metrics (or of `metrics`): the
+    median over burn-in iterations."""
+    om = p[p["metric"].isin(list(OUTLIERS_BY_SUITE.get(suite, {})) if metrics is None else list(metrics))]
     # A percentile from fewer samples than it needs (100/(1-p)) is close to the maximum: one
     # scheduler hiccup. It is still held to its bound, but it is no basis for calling a link an outlier.
     need = om["metric"].astype(str).map(PERCENTILE_SAMPLES).fillna(0).to_numpy(np.float64)
@@ -107,8 +107,32 @@ def _robust(values: np.ndarray, groups: np.ndarray, higher: np.ndarray, profile:
     return med, n, worse, outlier
 
 
-def _higher(metrics) -> np.ndarray:
-    return np.array([OUTLIER_METRICS.get(m, True) for m in metrics], dtype=bool)
+def higher_is_better(metrics) -> np.ndarray:
+    """Per row, whether higher is better (its metric's direction; one look-up per distinct name)."""
+    uniq, inv = np.unique(np.asarray(metrics, dtype=object).astype(str), return_inverse=True)
+    way = np.array([OUTLIER_METRICS.get(m, DIRECTIONS_BY_NAME.get(m, True)) for m in uniq], dtype=bool)
+    return way[inv.ravel()] if len(uniq) else np.zeros(0, dtype=bool)
+
+
+# The latency tail every NIC is held to its fleet on, whatever the profile gates: each pairwise suite's
+# one-way write latency p99 (catalog: Metric.percentile 99, timing "one-way", a bound key), rdma_write's
+# and perftest's (ib_write_lat). A NIC whose p99 is twice its partners' is a fault where no profile
+# states a number for it (the hardware profiles leave rdma_write's unset: its loop is Python's).
+FLEET_TAILS = {s.name: tuple(n for m in s.metrics if m.percentile == 99.0 and m.timing == "one-way" and m.key
+                             for n in m.names) for s in catalog.pairwise()}
+DIRECTIONS_BY_NAME = {n: m.higher for s in catalog.pairwise() for m in s.metrics for n in m.names
+                      if m.higher is not None}
+
+
+def fleet_tail(p: pd.DataFrame, pairs: pd.DataFrame, suite: str = PRIMARY) -> pd.DataFrame:
+    """The latency tail's pair values (FLEET_TAILS; pair_values' shape) where the gated values `pairs`
+    do not hold them already: judged on each NIC's typical partner only (nic_outliers), its links no
+    outliers by it (the profile gates no bound of it)."""
+    have = set(pairs["metric"].astype(str)) if len(pairs) else set()
+    names = [n for n in FLEET_TAILS.get(suite, ()) if n not in have]
+    if not names or p.empty:
+        return pairs.iloc[0:0]
+    return pair_values(p, suite, names)
 
 
 def gated(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> pd.DataFrame:
@@ -149,7 +173,7 @@ def _alpha(profile: Profile, fail: bool = False) -> float:
     return float(profile.get("analysis.false_failures" if fail else "analysis.false_findings"))
 
 
-def _family_stats(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | None = None):
+def family_stats(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | None = None):
     """Per row: family code (metric, size, rail), the family's median and size, g (the log ratio
     to the median, negative on the bad side), the family's robust sigma of g; per metric the tails'
     degrees of freedom (analysis.noise). Rows in `exclude` (the links of NICs already judged bad)
@@ -157,7 +181,7 @@ def _family_stats(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | N
     key = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
     v = pairs["value"].to_numpy(np.float64)
     keep = np.ones(len(v), bool) if exclude is None else ~exclude
-    higher = _higher(pairs["metric"].astype(str))
+    higher = higher_is_better(pairs["metric"].astype(str))
     med = pd.Series(np.where(keep, v, np.nan)).groupby(key).transform("median").to_numpy()
     med = np.where(np.isnan(med), pd.Series(v).groupby(key).transform("median").to_numpy(), med)
     n = pd.Series(keep).groupby(key).transform("sum").to_numpy()
@@ -212,7 +236,7 @@ def fleet_outliers(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | 
     same rules at analysis.false_failures and twice the deviation (bad_pairs grades by it)."""
     if pairs.empty:
         return pairs.assign(median=[], worse=[], failing=[])
-    key, med, n, lg, sigma, higher, dof = _family_stats(pairs, profile, exclude)
+    key, med, n, lg, sigma, higher, dof = family_stats(pairs, profile, exclude)
     outlier, failing, worse = _outliers(pairs, key, med, n >= MIN_GROUP, sigma, dof, higher, profile)
     out = pairs.loc[outlier].copy()
     out["median"] = med[outlier]
@@ -270,27 +294,44 @@ def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) ->
     and always where the typical ratio is analysis.nic_fail_ratio or worse with at least 2 partners
     (most partners see it at half the rate).
 
-    Returns one row per flagged (metric, size, rail, node): typical (ratio), partners, reference,
-    value (the typical value), worse, fail."""
-    cols = ["metric", "size", "rail", "node", "typical", "partners", "reference", "value", "worse", "fail", "unit"]
+    A bandwidth is one direction's, so each NIC's sending (its pair-directions as the source) and
+    its receiving (as the destination) are judged apart too, each on its typical partner, by the
+    same rule with its own allowance for the (NIC, direction) comparisons made: a NIC slow one way
+    only has a healthy better direction on every link, which the link rule cannot see. A latency here
+    is half a round trip, the same both ways: it is judged on its links only.
+
+    Returns one row per flagged (metric, size, rail, node, direction): direction "both" (the link
+    rule: slow both ways), "tx" (sending) or "rx" (receiving), the last two only where the link rule
+    did not flag the NIC; typical (ratio), partners, reference, value (the typical value), worse, fail."""
+    cols = ["metric", "size", "rail", "node", "direction", "typical", "partners", "reference", "value", "worse",
+            "fail", "unit"]
     if pairs.empty:
         return pd.DataFrame(columns=cols)
     t = _typical(pairs, profile)
     flag = (t["warn"] | t["half"]).to_numpy()
     x = t.loc[flag].copy()
+    # a NIC the link rule flagged is slow both ways: its directions say nothing more
+    key = ["metric", "size", "rail", "node"]
+    both = x.loc[x["direction"] == "both", key].assign(_both=True)
+    x = x.merge(both, on=key, how="left")
+    x = x[(x["direction"] == "both") | x["_both"].isna()]
     statistical = _statistical(x["metric"], profile, suite)
     x["fail"] = x["half"].to_numpy() | (x["strong"].to_numpy() & statistical)
     return x[cols].reset_index(drop=True)
 
 
+DIRECTIONS = ("tx", "rx")   # a NIC sending (its pair-directions as the source), receiving (as the destination)
+
+
 def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
-    """Every NIC's typical ratio per (metric, size, rail) with its threshold (nic_outliers)."""
+    """Every NIC's typical ratio per (metric, size, rail) with its threshold (nic_outliers): on its
+    links (direction "both"), and for a bandwidth on its sending and its receiving ("tx", "rx")."""
     population = ["metric", "size"] + (["rail"] if profile.get("fleet.pairs") == "rail" else [])
     pop = pairs.groupby(population, observed=True, sort=False).ngroup().to_numpy()
     fam = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
     v = pairs["value"].to_numpy(np.float64)
     names = pairs["metric"].astype(str).to_numpy()
-    higher = _higher(names)
+    higher = higher_is_better(names)
     sign = np.where(higher, 1.0, -1.0)
     s, d = pairs["s"].to_numpy(np.int64), pairs["d"].to_numpy(np.int64)
     n_nodes = int(max(s.max(), d.max())) + 1
@@ -300,6 +341,12 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     nic_id, nic_uniq = pd.factorize(np.concatenate([l_fam * n_nodes + (luniq // n_nodes) % n_nodes,
                                                     l_fam * n_nodes + luniq % n_nodes]))
     nf = nic_uniq // n_nodes                      # each NIC's family
+    # each pair-direction of a bandwidth counts once at its source (tx) and once at its destination (rx):
+    # (family, node, direction) groups, direction 0 tx, 1 rx
+    one_way = np.flatnonzero(higher)
+    f1 = fam[one_way].astype(np.int64) * n_nodes
+    dir_id, dir_uniq = pd.factorize(np.concatenate([(f1 + s[one_way]) * 2, (f1 + d[one_way]) * 2 + 1]))
+    df_ = dir_uniq // 2 // n_nodes                # each (NIC, direction)'s family
     first = pd.Series(np.arange(len(fam))).groupby(fam).first().to_numpy()
     n_higher = higher[first][nf]
     rule = judge.Outlier(profile)
@@ -316,55 +363,72 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
         suspect = (partners >= 2) & rule.suspect(worse, np.exp(typ))
         if not suspect.any():
             break
+        # (only the NICs slow both ways are left out: in a small noisy fleet most NICs look slow one way
+        # at first sight, and a reference without them all is the fastest links')
         exclude = np.isin(fam * n_nodes + s, nic_uniq[suspect]) | np.isin(fam * n_nodes + d, nic_uniq[suspect])
+    # each way: the favourable median of its pair-directions' ratios to the same reference
+    g1 = np.nan_to_num(lg[one_way], nan=0.0)
+    dtyp, dpartners = favourable_median(np.concatenate([g1, g1]), dir_id)
+    dworse = 1 - np.exp(dtyp)
     ok = ~exclude & np.isfinite(lg)
     sigma_pop = ROBUST_SIGMA * pd.Series(np.where(ok, np.abs(lg), np.nan)).groupby(pop).median().to_numpy()
     default = float(profile.get("analysis.noise_dof"))
     with np.errstate(divide="ignore", invalid="ignore"):
         z_all = lg / sigma_pop[pop]
     dof_of = {nm: min(tail_dof(z_all[ok & (names == nm)], default), default) for nm in pd.unique(names)}
-    sigma = np.nan_to_num(sigma_pop[pop[first]][nf], nan=0.0)
-    fam_name = names[first][nf]
-    dof = np.array([dof_of[x] for x in fam_name], dtype=np.float64)
-    tested = partners >= 2
-    m3 = max(int(tested.sum()), 1)
-    # one threshold per distinct (partners, dof): a few, whatever the number of NICs
-    combos, inv = np.unique(np.stack([partners.astype(np.float64), dof]), axis=1, return_inverse=True)
-    inv = inv.ravel()
 
-    def thresholds(level: judge.Level) -> np.ndarray:
-        return np.array([z_of(typical_tail(level.each(m3), int(k)), float(df)) if k >= 2 else np.inf
-                         for k, df in combos.T])[inv]
-    z3, zf = thresholds(rule.warn), thresholds(rule.fail)
-    warn = tested & rule.beyond(worse, typ, z3, sigma, rule.warn)
-    strong = tested & rule.beyond(worse, typ, zf, sigma, rule.fail)
-    fref = ref[first][nf]
-    return pd.DataFrame({"metric": fam_name, "size": pairs["size"].to_numpy()[first][nf],
-                         "rail": pairs["rail"].to_numpy()[first][nf], "node": nic_uniq % n_nodes,
-                         "typical": np.exp(typ), "partners": partners, "reference": fref,
-                         "value": np.where(n_higher, fref * np.exp(typ), fref / np.exp(typ)), "worse": worse,
-                         "warn": warn, "strong": strong, "half": tested & rule.halved(np.exp(typ)), "sigma": sigma,
-                         "dof": dof, "z": z3, "z_fail": zf,
-                         "unit": pairs["unit"].to_numpy()[first][nf]})
+    def judged(groups_fam: np.ndarray, typical: np.ndarray, count: np.ndarray, bad: np.ndarray, is_higher) -> dict:
+        """One rule's NICs: thresholds allowing for the comparisons it made (one per distinct
+        (partners, dof): a few, whatever the number of NICs)."""
+        sigma = np.nan_to_num(sigma_pop[pop[first]][groups_fam], nan=0.0)
+        fam_name = names[first][groups_fam]
+        dof = np.array([dof_of[x] for x in fam_name], dtype=np.float64)
+        tested = count >= 2
+        m = max(int(tested.sum()), 1)
+        if not len(count):
+            combos, inv = np.zeros((2, 0)), np.zeros(0, dtype=np.int64)
+        else:
+            combos, inv = np.unique(np.stack([count.astype(np.float64), dof]), axis=1, return_inverse=True)
+        inv = inv.ravel()
+
+        def thresholds(level: judge.Level) -> np.ndarray:
+            return np.array([z_of(typical_tail(level.each(m), int(k)), float(df)) if k >= 2 else np.inf
+                             for k, df in combos.T])[inv]
+        z3, zf = thresholds(rule.warn), thresholds(rule.fail)
+        fref = ref[first][groups_fam]
+        return {"metric": fam_name, "size": pairs["size"].to_numpy()[first][groups_fam],
+                "rail": pairs["rail"].to_numpy()[first][groups_fam], "typical": np.exp(typical), "partners": count,
+                "reference": fref, "value": np.where(is_higher, fref * np.exp(typical), fref / np.exp(typical)),
+                "worse": bad, "warn": tested & rule.beyond(bad, typical, z3, sigma, rule.warn),
+                "strong": tested & rule.beyond(bad, typical, zf, sigma, rule.fail),
+                "half": tested & rule.halved(np.exp(typical)), "sigma": sigma, "dof": dof, "z": z3, "z_fail": zf,
+                "unit": pairs["unit"].to_numpy()[first][groups_fam]}
+    links = pd.DataFrame({**judged(nf, typ, partners, worse, n_higher), "node": nic_uniq % n_nodes,
+                          "direction": "both"})
+    ways = pd.DataFrame({**judged(df_, dtyp, dpartners, dworse, True), "node": (dir_uniq // 2) % n_nodes,
+                         "direction": np.array(DIRECTIONS)[dir_uniq % 2]})
+    return pd.concat([links, ways], ignore_index=True) if len(ways) else links
 
 
 def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profile: Profile,
               suite: str = PRIMARY) -> pd.DataFrame:
     """bad, plus the rows of each flagged NIC's slow links (against the reference its typical ratio
-    was taken against), graded as the NIC is; evidence of the NIC (or a switch) only, never a link
-    finding by itself (`group`)."""
+    was taken against; a NIC slow one way: its pair-directions that way), graded as the NIC is;
+    evidence of the NIC (or a switch) only, never a link finding by itself (`group`)."""
     if nics.empty or pairs.empty:
         return bad
     key = ["metric", "size", "rail"]
     x = pairs.astype({"metric": str})
-    flagged = nics.astype({"metric": str})[[*key, "node", "reference", "fail", "worse"]].rename(
-        columns={"worse": "typical_worse"})
+    direction = nics["direction"] if "direction" in nics.columns else pd.Series("both", index=nics.index)
+    flagged = nics.astype({"metric": str}).assign(direction=direction.to_numpy())[
+        [*key, "node", "reference", "fail", "worse", "direction"]].rename(columns={"worse": "typical_worse"})
     parts = []
-    for end in ("s", "d"):
-        parts.append(x.merge(flagged.rename(columns={"node": end}), on=[*key, end], how="inner"))
+    for end, way in (("s", "tx"), ("d", "rx")):
+        mine = flagged[flagged["direction"].isin(("both", way))].drop(columns="direction")
+        parts.append(x.merge(mine.rename(columns={"node": end}), on=[*key, end], how="inner"))
     x = pd.concat(parts, ignore_index=True)
     x = x.sort_values("fail", ascending=False, kind="stable").drop_duplicates(["rail", "s", "d", "metric", "size"])
-    higher = _higher(x["metric"])
+    higher = higher_is_better(x["metric"])
     worse = _worse(x["value"].to_numpy(np.float64), x["reference"].to_numpy(np.float64), higher)
     # a link is evidence when it is itself as slow as a NIC must typically be to be flagged
     # (outlier_min_deviation, or the half rate that fails a NIC), and at least half as slow as this
@@ -376,6 +440,23 @@ def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profil
     return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool), group=True, promote=True)
 
 
+def with_paths(bad: pd.DataFrame, pairs: pd.DataFrame, faults: list, profile: Profile,
+               suite: str = PRIMARY) -> pd.DataFrame:
+    """bad, plus the slow pair-directions of each slow cable or path beyond a leaf port
+    (analysis.cables: PathFault.rows, against their family's median), graded as the fault is;
+    evidence of that fault only (`group`): localize gives them to it."""
+    if not faults or pairs.empty:
+        return bad
+    rows = np.concatenate([f.rows for f in faults])
+    grade = np.concatenate([np.full(len(f.rows), bool(f.fail)) for f in faults])
+    exclude = np.zeros(len(pairs), bool)
+    exclude[rows] = True
+    _key, med, _n, _lg, _sigma, higher, _dof = family_stats(pairs, profile, exclude)
+    x = pairs.iloc[rows].astype({"metric": str}).assign(median=med[rows])
+    x["worse"] = _worse(x["value"].to_numpy(np.float64), med[rows], higher[rows])
+    return _with_evidence(bad, x, profile, suite, grade=grade, group=True, promote=True)
+
+
 def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[dict]:
     """What each rule detects at this run's size and noise: per gated (metric, size), the smallest
     slowdown (a fraction: 0.12 = 12% slower) a link and a NIC of typical partners are found at
@@ -385,7 +466,7 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[d
     out = []
     t = _typical(pairs, profile)
     flagged = t[(t["warn"] | t["half"]).to_numpy()]
-    key, med, n, lg, sigma, higher, dof = _family_stats(pairs, profile, nic_rows(pairs, flagged))
+    key, med, n, lg, sigma, higher, dof = family_stats(pairs, profile, nic_rows(pairs, flagged))
     min_dev, alpha, alpha_f = profile.get("analysis.outlier_min_deviation"), _alpha(profile), _alpha(profile, True)
     tested = (n >= MIN_GROUP) & (med > 0) & np.isfinite(lg)
     m1 = max(int(tested.sum()), 1)
@@ -395,7 +476,8 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[d
     m2 = max(int(len(np.unique(links[tested]))), 1)
     frame = pd.DataFrame({"metric": pairs["metric"].astype(str).to_numpy(), "size": pairs["size"].to_numpy(),
                           "sigma": sigma, "dof": dof, "higher": higher, "tested": tested})
-    tt = t[t["partners"] >= 2]
+    tt = t[(t["partners"] >= 2) & (t["direction"] == "both")]
+    tw = t[(t["partners"] >= 2) & (t["direction"] != "both")]
     for (metric, size), g in frame[frame["tested"]].groupby(["metric", "size"], sort=True):
         noise, df, hi = float(np.median(g["sigma"])), float(g["dof"].iloc[0]), bool(g["higher"].iloc[0])
 
@@ -410,16 +492,17 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[d
         out.append({"rule": "pair-direction", **common, "population": int(len(g)), "comparisons": m1,
                     "detectable": slowdown(z_of(alpha / m1, df) * noise, min_dev),
                     "fails": slowdown(z_of(alpha_f / m1, df) * noise, 2 * min_dev)})
-        mine = tt[(tt["metric"].astype(str) == metric) & (tt["size"] == size)]
-        if len(mine):
-            z = float(np.median(mine["z"]) * np.median(mine["sigma"]))
-            zf = float(np.median(mine["z_fail"]) * np.median(mine["sigma"]))
-            half = 1 - profile.get("analysis.nic_fail_ratio") if hi else 1 / profile.get("analysis.nic_fail_ratio") - 1
-            out.append({"rule": "nic", **common, "noise": round(float(np.median(mine["sigma"])), 5),
-                        "population": int(len(mine)), "comparisons": int(len(tt)),
-                        "partners": int(np.median(mine["partners"])),
-                        "detectable": min(slowdown(z, min_dev), round(half, 4)),
-                        "fails": min(slowdown(zf, 2 * min_dev), round(half, 4))})
+        half = 1 - profile.get("analysis.nic_fail_ratio") if hi else 1 / profile.get("analysis.nic_fail_ratio") - 1
+        for rule, of in (("nic", tt), ("nic-direction", tw)):
+            mine = of[(of["metric"].astype(str) == metric) & (of["size"] == size)]
+            if len(mine):
+                z = float(np.median(mine["z"]) * np.median(mine["sigma"]))
+                zf = float(np.median(mine["z_fail"]) * np.median(mine["sigma"]))
+                out.append({"rule": rule, **common, "noise": round(float(np.median(mine["sigma"])), 5),
+                            "population": int(len(mine)), "comparisons": int(len(of)),
+                            "partners": int(np.median(mine["partners"])),
+                            "detectable": min(slowdown(z, min_dev), round(half, 4)),
+                            "fails": min(slowdown(zf, 2 * min_dev), round(half, 4))})
     return out
 
 
@@ -431,7 +514,7 @@ def rail_planes(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     med = (pairs.groupby(["metric", "size", "rail"], observed=True, sort=False)
            .agg(value=("value", "median"), unit=("unit", "first")).reset_index())
     key = med.groupby(["metric", "size"], observed=True, sort=False).ngroup().to_numpy()
-    center, n, worse, outlier = _robust(med["value"].to_numpy(), key, _higher(med["metric"].astype(str)), profile)
+    center, n, worse, outlier = _robust(med["value"].to_numpy(), key, higher_is_better(med["metric"].astype(str)), profile)
     med["median"], med["worse"], med["n"] = center, worse, n
     return med.loc[outlier, cols].reset_index(drop=True)
 
@@ -467,7 +550,7 @@ def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: 
     bad["median"] = bad["median"].astype(float)
     bad["bound"] = bad["bound"].astype(float)
     is_fail = bad["fvalue"].notna().to_numpy()
-    higher = _higher(bad["metric"])
+    higher = higher_is_better(bad["metric"])
     with np.errstate(divide="ignore", invalid="ignore"):
         vs_bound = np.where(higher, 1.0, -1.0) * (bad["bound"] - bad["value"]) / bad["bound"]
     worse = bad["worse"].astype(float).to_numpy()
@@ -497,7 +580,7 @@ def against_rails(bad: pd.DataFrame, pairs: pd.DataFrame, planes: pd.DataFrame, 
     rail's pairs); localization then decides: the plane, or a few NICs or links on it."""
     ref = planes[["rail", "metric", "size", "median"]].astype({"metric": str}).rename(columns={"median": "ref"})
     # the rail's own spread, every pair of it counted: on a slow plane every NIC may look slow
-    key, _med, n, _lg, sigma, higher, dof = _family_stats(pairs, profile)
+    key, _med, n, _lg, sigma, higher, dof = family_stats(pairs, profile)
     x = pairs.astype({"metric": str}).assign(_k=key, _sigma=sigma, _dof=dof, _n=n, _higher=higher)
     x = x.merge(ref, on=["rail", "metric", "size"], how="inner")
     if x.empty:
@@ -530,7 +613,7 @@ def against_switches(bad: pd.DataFrame, pairs: pd.DataFrame, names: list[str], f
         return bad
     rule = judge.Outlier(profile)
     keys = pairs.groupby(["metric", "size", "rail"], observed=True, sort=False).ngroup().to_numpy()
-    sign = np.where(_higher(pairs["metric"].astype(str)), 1.0, -1.0)
+    sign = np.where(higher_is_better(pairs["metric"].astype(str)), 1.0, -1.0)
     good = pairs["value"].to_numpy(np.float64) * sign          # higher is better, whatever the metric
     s, d, rails = pairs["s"].to_numpy(), pairs["d"].to_numpy(), pairs["rail"].to_numpy()
     take = np.zeros(len(pairs), bool)

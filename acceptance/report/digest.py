@@ -18,7 +18,7 @@ from ..rules.profile import format_size
 SCOPE_ORDER = ("cluster", "rail", "switch", "uplink", "node", "nic", "link")
 # How a power rule (Analysis.power "rule") or a finding's scope reads in a sentence.
 SCOPE_WORDS = {"nic": "NIC", "link": "link", "node": "node", "rail": "rail plane", "switch": "switch",
-               "uplink": "uplink", "cluster": "cluster"}
+               "uplink": "uplink", "cluster": "cluster", "nic-direction": "NIC in one direction"}
 NO_RAIL = None
 
 

@@ -473,6 +473,8 @@ def test_write_outputs(tmp_path):
     write_outputs(run, a)
     findings = json.loads((run / "findings.json").read_text())
     assert findings == a.findings and findings[0]["scope"] == "nic"
+    # slow both ways: no direction (docs/records.md, "A finding")
+    assert findings[0]["direction"] is None
     assert (run / "findings.json").read_text().startswith("[\n  {")
     assert (run / "drain.txt").read_text().splitlines() == [d.line for d in a.drains]
     clean = synthetic.make_run(tmp_path / "clean", nodes=4, rails=2)
