@@ -54,7 +54,6 @@ Burn-in (iterations > 1):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -63,6 +62,7 @@ import numpy as np
 
 from acceptance.rules.profile import load_profile
 from acceptance.records.results import SCHEMA_VERSION
+from acceptance.switchtree.routes import Cable, PortRef, Routes
 
 # Local's bounds with the real-cluster outlier settings (tests/profiles/synthetic.toml).
 SYNTHETIC_PROFILE = str(Path(__file__).resolve().parent / "profiles" / "synthetic.toml")
@@ -122,28 +122,6 @@ def topology_conf(names: list[str], leaves: int) -> str:
              for leaf, nodes in leaf_nodes(names, leaves).items()]
     lines.append(f"SwitchName=spine Switches={hostlist.collect_hostlist(list(leaf_nodes(names, leaves)))}")
     return "\n".join(lines) + "\n"
-
-
-try:  # the fabric's own route model (acceptance.switchtree.routes), where it exists
-    from acceptance.switchtree.routes import Cable, PortRef, Routes
-except ImportError:  # pragma: no cover - a stand-in with the same API until it does
-    Routes = None
-
-    @dataclass(frozen=True)
-    class PortRef:
-        switch: str
-        port: int
-
-    @dataclass(frozen=True)
-    class Cable:
-        src: PortRef
-        dst: PortRef
-
-        def name(self) -> str:
-            return f"{self.src.switch} port {self.src.port} -> {self.dst.switch} port {self.dst.port}"
-
-        def undirected(self) -> frozenset:
-            return frozenset((self.src, self.dst))
 
 
 def spine_names(spines: int) -> list[str]:
@@ -219,8 +197,6 @@ class TwoLevel:
     def routes(self, keys=None):
         """acceptance.switchtree.routes.Routes of these (src, dst, rail) keys (Routes.from_paths; None:
         every ordered pair of nodes, rail None for every rail: for a small tree)."""
-        if Routes is None:
-            raise RuntimeError("acceptance.switchtree.routes is not there: use the TwoLevel itself")
         if keys is None:
             keys = [(a, b, None) for a in self.names for b in self.names if a != b]
         return Routes.from_paths({(a, b, r): self.path(a, b, r) for a, b, r in keys})
