@@ -109,6 +109,8 @@ class DeathWatch:
 
     def __init__(self):
         self.first: tuple[int, str] | None = None   # (rank, host)
+        self.announced: set[int] = set()   # the ranks whose connection said who they are
+        self.ended = threading.Event()     # set once a connection closed (first is then known, or never)
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.address = f"@acceptance-{os.getpid()}-{os.urandom(6).hex()}"  # abstract: no file to leave
         self.server.bind("\0" + self.address[1:])
@@ -135,7 +137,9 @@ class DeathWatch:
                         continue
                     data = key.fileobj.recv(64)
                     if data:
-                        ranks[key.fileobj] = int(data.split(b"\n")[0]) if ranks[key.fileobj] is None else ranks[key.fileobj]
+                        if ranks[key.fileobj] is None:
+                            ranks[key.fileobj] = int(data.split(b"\n")[0])
+                            self.announced.add(ranks[key.fileobj])
                     else:
                         closed.append(ranks[key.fileobj])
                         sel.unregister(key.fileobj)
@@ -144,6 +148,7 @@ class DeathWatch:
                     # Two at one wake-up: which rank led is not known.
                     if len(closed) == 1 and closed[0] is not None:
                         self.first = (closed[0], socket.gethostname())
+                    self.ended.set()
                     break
         for conn in ranks:
             conn.close()

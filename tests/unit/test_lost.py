@@ -37,10 +37,14 @@ def test_this_machine_sees_which_rank_ended_first():
     code = "import sys, time; from acceptance.runtime import liveness; liveness.announce(int(sys.argv[1])); time.sleep(60)"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(r)], env={**os.environ, **watch.env()}) for r in range(3)]
     try:
-        time.sleep(1.5)  # every one connected
+        # Events, not the clock: every rank announced, then rank 1's end noted, then the rest stopped.
+        end = time.monotonic() + 60
+        while watch.announced != {0, 1, 2} and time.monotonic() < end:
+            time.sleep(0.01)
+        assert watch.announced == {0, 1, 2}
         procs[1].send_signal(signal.SIGKILL)
         procs[1].wait()
-        time.sleep(0.3)
+        assert watch.ended.wait(60)
         for p in procs:
             p.kill()
         first = watch.lost()

@@ -380,6 +380,8 @@ def free_port() -> int:
 
 def calls(log: Path) -> list[tuple[str, int, list[str]]]:
     out = []
+    if not log.exists():  # killed (as it should be) before it wrote its line: a loaded machine
+        return out
     for line in log.read_text().splitlines():
         role, pid, *args = line.split()
         out.append((role, int(pid), args))
@@ -438,7 +440,7 @@ def test_client_failure_raises_with_its_stderr_and_stops_the_server(fakes):
     start = time.monotonic()
     with pytest.raises(PerftestError) as e:
         perftest.run_local_pair(BW, BW, tcp_port=free_port())
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 60  # bounded: not waiting on a process that never ends
     assert str(e.value).startswith("ib_write_bw client exited 1: ")
     assert "Couldn't get context for the device" in str(e.value)
     assert_all_gone(log)
@@ -464,7 +466,7 @@ def test_a_hanging_client_is_killed_at_its_timeout(fakes, monkeypatch):
     start = time.monotonic()
     with pytest.raises(PerftestError, match=r"ib_write_lat client timed out after [\d.]+ s \(killed\)"):
         perftest.run_local_pair(LAT, LAT, tcp_port=free_port())
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 60  # bounded: not waiting on a process that never ends
     assert_all_gone(log)
 
 
@@ -498,6 +500,15 @@ def test_missing_tool_is_an_error_naming_where_it_looked(tmp_path, monkeypatch):
 def assert_all_gone(log: Path) -> None:
     for _, pid, _ in calls(log):
         assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(), pid
+    # Also any fake that was killed before it logged itself: none still runs from this test's bin/.
+    left = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(log.parent).encode() in (proc / "cmdline").read_bytes() and "zombie" not in (proc / "status").read_text():
+                left.append(proc.name)
+        except OSError:
+            pass
+    assert left == [], left
 
 
 # ---- run_pair's messages, with two threads standing in for two ranks ---------------------------

@@ -62,26 +62,45 @@ def test_fires_after_deadline(make_watchdog):
     assert at - phase.deadline < 1.0
 
 
+def _before_its_deadline(make_watchdog, act, tries: int = 5):
+    """Runs act(watchdog, callback) until it returned before the phase it armed was due (a stalled
+    machine can reach the next statement after a short deadline), so the test waits on what the
+    watchdog did, never on how fast this machine ran the lines in between."""
+    for _ in range(tries):
+        calls, fired, cb = recorder()
+        w = make_watchdog([(0.0, cb)])
+        armed = act(w)
+        if time.monotonic() < armed.deadline:
+            return w, calls, fired, armed
+        w.disarm()
+    pytest.fail(f"the machine never reached the next line within the deadline in {tries} tries")
+
+
 def test_disarm_before_deadline_prevents_firing(make_watchdog):
-    calls, fired, cb = recorder()
-    w = make_watchdog([(0.0, cb)])
-    w.arm("t::a", "call", 0.2)
-    time.sleep(0.05)
-    w.disarm()
-    assert not fired.wait(0.5)
+    def arm_then_disarm(w):
+        phase = w.arm("t::a", "call", 0.2)
+        w.disarm()
+        return phase
+    _, calls, fired, phase = _before_its_deadline(make_watchdog, arm_then_disarm)
+    # The deadline passes, and well after it nothing fired.
+    assert not fired.wait(phase.timeout + 0.5)
     assert calls == []
 
 
 def test_rearm_resets_deadline(make_watchdog):
-    calls, fired, cb = recorder()
-    w = make_watchdog([(0.0, cb)])
-    first = w.arm("t::a", "setup", 0.3)
-    time.sleep(0.15)
-    second = w.arm("t::a", "call", 0.3)
+    first = {}
+
+    def arm_twice(w):
+        first["phase"] = w.arm("t::a", "setup", 0.3)
+        time.sleep(0.05)
+        w.arm("t::a", "call", 0.3)
+        return first["phase"]
+    w, calls, fired, _ = _before_its_deadline(make_watchdog, arm_twice)
+    second = w.phase
     assert fired.wait(WAIT)
     w.disarm()
     assert all(p is second for p, _ in calls)
-    assert calls[0][1] >= second.deadline > first.deadline
+    assert calls[0][1] >= second.deadline > first["phase"].deadline
 
 
 def test_stages_fire_in_order(make_watchdog):
@@ -106,16 +125,21 @@ def test_stages_fire_in_order(make_watchdog):
 
 
 def test_disarm_between_stages_stops_later_stages(make_watchdog):
-    order = []
-    early = threading.Event()
+    for _ in range(5):
+        order = []
+        early = threading.Event()
 
-    def first(phase):
-        order.append("early")
-        early.set()
-    w = make_watchdog([(0.0, first), (0.3, lambda p: order.append("late"))])
-    w.arm("t::a", "call", 0.05)
-    assert early.wait(WAIT)
-    w.disarm()
+        def first(phase):
+            order.append("early")
+            early.set()
+        w = make_watchdog([(0.0, first), (0.3, lambda p: order.append("late"))])
+        phase = w.arm("t::a", "call", 0.05)
+        assert early.wait(WAIT)
+        w.disarm()
+        if time.monotonic() < phase.deadline + 0.3:  # disarmed before the late stage was due
+            break
+    else:
+        pytest.fail("the machine never disarmed before the late stage was due in 5 tries")
     time.sleep(0.5)
     assert "late" not in order
 
