@@ -62,14 +62,18 @@ def find(df: pd.DataFrame, profile: Profile, baseline: pd.DataFrame | None = Non
     return _find(ev, profile, deltas, fabric)
 
 
-def resolve_fabric(run: dict, profile: Profile, topology=None, run_json: Path | None = None) -> Fabric | None:
+def resolve_fabric(run: dict, profile: Profile, topology=None, run_json: Path | None = None,
+                   routes=None) -> Fabric | None:
     """The switch trees to localize on: `topology` (a Fabric or a path: --topology), else the one
-    run.json keeps, else the profile's topology.switches."""
+    run.json keeps, else the profile's topology.switches; with `routes` (--routes), followed over
+    that tree's cabling instead of the routes run.json names."""
     if isinstance(topology, Fabric):
         return topology
-    if topology is not None:
-        return fabric_for(profile, topology)
     kept = run.get("fabric")
+    if routes is not None and topology is None and isinstance(kept, dict) and kept.get("source"):
+        topology = kept["source"]  # the tree the run kept, read again for the cabling the routes follow
+    if topology is not None or routes is not None:
+        return fabric_for(profile, topology or "", routes)
     if isinstance(kept, dict):
         try:
             return kept_fabric(kept)  # with the routes it followed, read again where their files are unchanged
@@ -145,10 +149,11 @@ def _checked(df: pd.DataFrame, known, run_dir: Path) -> pd.DataFrame:
     return df
 
 
-def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None, topology=None) -> Analysis:
+def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None, topology=None,
+            routes=None) -> Analysis:
     """Analyze a run folder: records judged against the profile, findings, drain lines,
     and the comparison with a baseline run folder when one is given. `topology` (a Fabric or a
-    path) overrides the switch trees run.json keeps (resolve_fabric).
+    path) and `routes` (a path) override the switch trees run.json keeps (resolve_fabric).
 
     The profile is, in order: the argument; the resolved profile run.json keeps (what the run
     was judged with, missing keys at their defaults); the file or name run.json names.
@@ -169,7 +174,7 @@ def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None, to
         baseline_id = base_run.get("run_id")
         base_known = topology_nodes(base_run, baseline_dir / "run.json")
         deltas = compare(records, _checked(load_records(baseline_dir), base_known, baseline_dir), prof)
-    fabric = resolve_fabric(run, prof, topology, run_dir / "run.json")
+    fabric = resolve_fabric(run, prof, topology, run_dir / "run.json", routes)
     findings = _find(records, prof, deltas, fabric)
     findings = _sort(findings + switch_port_findings(run_dir, prof, fabric))  # the switches' own counters
     extra = {"seconds": {"load": round(t1 - t0, 3), "analyze": round(time.perf_counter() - t1, 3)},

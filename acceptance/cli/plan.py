@@ -149,15 +149,20 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
 
 def plan_coverage(nodes: int, rails: int, pattern: str, fabric: Fabric | None, names: list[str] | None) -> dict:
     """plan["coverage"]: per rail the fraction of node pairs measured and, where the switch tree is known,
-    of leaf pairs (two leaves with a measured node pair between them); cables only once routes are known."""
-    out: dict = {"pairs": {}, "notes": {"cables": "routes unknown"}}
+    of leaf pairs (two leaves with a measured node pair between them) and, where its routes are known
+    too, of the switch-to-switch cable directions that a measured pair-direction crosses."""
+    routes = fabric.routes if fabric is not None else None
+    out: dict = {"pairs": {}, "notes": {} if routes is not None else {"cables": "routes unknown (--routes)"}}
     if fabric is None:
         out["notes"]["leaf_pairs"] = "no switch tree (--topology)"
     elif names is None or len(names) < nodes:
         out["notes"]["leaf_pairs"] = f"the switch tree names {len(names or [])} nodes, fewer than {nodes}"
-        fabric = None
+        out["notes"]["cables"] = out["notes"]["leaf_pairs"]
+        fabric = routes = None
     else:
         out["leaf_pairs"] = {}
+        if routes is not None:
+            out["cables"] = {}
     seen: dict[int, dict] = {}  # a tree shared by rails is scheduled once (seed 0: the shape a run draws)
     for rail in range(rails):
         tree = fabric.tree(rail) if fabric is not None else None
@@ -165,11 +170,32 @@ def plan_coverage(nodes: int, rails: int, pattern: str, fabric: Fabric | None, n
             leaf_of = {node: leaf for leaf, members in tree.leaves.items() for node in members}
             seen[id(tree)] = coverage(nodes, pattern, leaves=[leaf_of.get(n, "(not in the tree)")
                                                               for n in names[:nodes]])
+            seen[id(tree)]["leaves"] = [leaf_of.get(n, "(not in the tree)") for n in names[:nodes]]
         got = seen[id(tree)] if tree is not None else coverage(nodes, pattern)
         out["pairs"][str(rail)] = round(got["pairs"], 6)
         if fabric is not None:
             out["leaf_pairs"][str(rail)] = None if got["leaf_pairs"] is None else round(got["leaf_pairs"], 6)
+        if routes is not None:
+            share = cables_crossed(routes, rail, names[:nodes], pattern, got.get("leaves"))
+            out["cables"][str(rail)] = None if share is None else round(share, 6)
     return out
+
+
+def cables_crossed(routes, rail: int, names: list[str], pattern: str, leaves: list | None) -> float | None:
+    """The fraction of the rail's switch-to-switch cable directions that at least one pair-direction of the
+    pattern's schedule crosses (None: the rail's routes name no cable). The rounds are walked until every
+    cable direction is seen, so a fabric whose cables the first rounds all cross costs little."""
+    every = set(routes.cables(rail))
+    if not every:
+        return None
+    crossed: set = set()
+    for pairs in schedule(len(names), pattern, 0, leaves):
+        for a, b in pairs:
+            for s, d in ((a, b), (b, a)):
+                crossed.update(routes.path(names[s], names[d], rail) or ())
+        if len(crossed & every) == len(every):
+            return 1.0
+    return len(crossed & every) / len(every)
 
 
 def transfer_json(profile: Profile, t) -> dict:
@@ -279,7 +305,7 @@ def coverage_text(cov: dict) -> str:
     parts = [f"node pairs {per_rail(cov['pairs'])}"]
     parts.append(f"leaf pairs {per_rail(cov['leaf_pairs'])}" if "leaf_pairs" in cov
                  else f"leaf pairs: {cov['notes']['leaf_pairs']}")
-    parts.append(f"cables: {cov['notes']['cables']}")
+    parts.append(f"cables {per_rail(cov['cables'])}" if "cables" in cov else f"cables: {cov['notes']['cables']}")
     return "; ".join(parts)
 
 
@@ -377,6 +403,11 @@ def add_parser(sub) -> None:
                       help="the cluster's switch tree (Slurm topology.conf or topology.yaml, ibnetdiscover "
                            "output, or a folder of rail<N>* ibnetdiscover outputs): also say which switch and "
                            "uplink faults the pattern cannot tell apart, and the extra pairs that would decide")
+    plan.add_argument("--routes", metavar="PATH",
+                      help="with --topology (ibnetdiscover output): the fabric's forwarding tables (ibroute or "
+                           "dump_lfts.sh output, ibdiagnet2.fdbs, or a folder of them): the plan then says which "
+                           "share of the switch-to-switch cables its pairs cross (default: $ACCEPTANCE_ROUTES, "
+                           "else the profile's topology.routes)")
     plan.add_argument("--run", metavar="RUN_DIR",
                       help="with --topology (or the tree run.json keeps): for each finding of RUN_DIR whose "
                            "measured pairs cannot tell two explanations apart, the pairs that would decide")
@@ -386,8 +417,8 @@ def add_parser(sub) -> None:
 def cmd_plan(args) -> int:
     profile = load_profile(args.profile)
     fabric = None
-    if args.topology or args.run:
-        fabric = _fabric(profile, args.topology, args.run)
+    if args.topology or args.run or args.routes:
+        fabric = _fabric(profile, args.topology, args.run, args.routes)
     if args.run:
         print(run_deciding_text(args.run, fabric))
         return EXIT_OK
@@ -432,13 +463,15 @@ def check_before_run(profile: Profile, nodes: int, rails: int, budget: str | Non
     return plan
 
 
-def _fabric(profile: Profile, topology: str | None, run_dir: str | None):
+def _fabric(profile: Profile, topology: str | None, run_dir: str | None, routes: str | None = None):
     try:
-        if topology:
-            return fabric_for(profile, topology)
+        if topology or (routes and not run_dir):
+            return fabric_for(profile, topology or "", routes)
         kept = read_json(Path(run_dir) / "run.json").get("fabric")
         if not isinstance(kept, dict):
             raise UsageError(f"{run_dir}/run.json keeps no switch tree: give --topology PATH")
+        if routes:  # the kept tree's cabling, read again, with these routes
+            return fabric_for(profile, kept.get("source") or "", routes)
         return kept_fabric(kept)
     except (InputError, ValueError) as e:
         raise UsageError(f"--topology: {e}" if topology else str(e)) from None

@@ -19,12 +19,12 @@ MAX_RAIL_COLUMNS = 12  # the counts table per rail up to this many rails; beyond
 
 def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
                        out: str | Path | None = None, report: bool = True,
-                       topology=None, history=None) -> tuple[Analysis, Path | None]:
+                       topology=None, history=None, routes=None) -> tuple[Analysis, Path | None]:
     """(Re)write findings.json, drain.txt, report.html, and the run's verdict and exit code in run.json
     (one analysis says all of them, so they always agree). Without `report`, no report.html (and
     None for its path): `acceptance report` writes it later from the same files. history: an open history
     Store, for the report's History section."""
-    analysis = analyze(run_dir, baseline_dir=baseline, topology=topology)
+    analysis = analyze(run_dir, baseline_dir=baseline, topology=topology, routes=routes)
     write_outputs(run_dir, analysis)
     save_links(run_dir, analysis.records)  # what `history ingest` keeps, so it need not parse results.jsonl again
     outcome = dict(verdict=analysis.verdict, exit_code=analysis.exit_code, fleet=analysis.fleet,
@@ -32,7 +32,7 @@ def analyze_and_report(run_dir: str | Path, baseline: str | Path | None = None,
     power = getattr(analysis, "power", None)  # what each rule can detect (analysis.model); what a PASS rules out
     if power is not None:  # JSON numbers: the entries may hold numpy scalars
         outcome.update(power=[{k: clean_value(v) for k, v in e.items()} for e in power])
-    if topology is not None and analysis.fabric is not None:  # the tree the findings name, kept with them
+    if (topology is not None or routes is not None) and analysis.fabric is not None:  # the tree the findings name
         outcome.update(fabric=analysis.fabric.to_json())
     RunFolder(run_dir).update_run(**outcome)
     analysis.run.update(outcome)

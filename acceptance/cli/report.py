@@ -26,6 +26,10 @@ def add_parser(sub) -> None:
                         help="the cluster's switch tree to localize on, instead of the one run.json keeps "
                              "(Slurm topology.conf or topology.yaml, ibnetdiscover output, or a folder of "
                              "rail<N>* ibnetdiscover outputs): findings can then name a leaf switch or uplink")
+    report.add_argument("--routes", metavar="PATH",
+                        help="the fabric's forwarding tables to follow over the tree's cabling (ibroute or "
+                             "dump_lfts.sh output, ibdiagnet2.fdbs, or a folder of them), instead of those run.json "
+                             "names: a slow switch-to-switch cable is then named with both ends")
     report.add_argument("--prometheus", metavar="FILE",
                         help="also write the verdict, findings and per-NIC / per-rail / collective medians in "
                              "node_exporter's textfile format (replaced atomically); point node_exporter's "
@@ -72,7 +76,7 @@ def cmd_report(args) -> int:
     store = _history_store(args.history) if args.history else None  # before the analysis, too
     try:
         analysis, report = analyze_and_report(folder, baseline, args.output, topology=args.topology,
-                                              history=store)
+                                              history=store, routes=args.routes)
     except InputError as e:
         raise UsageError(str(e)) from None
     finally:

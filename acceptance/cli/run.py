@@ -56,6 +56,11 @@ def add_parser(sub) -> None:
                           "topology.conf or topology.yaml, an ibnetdiscover output, or a folder of per-rail "
                           "rail<N>* ibnetdiscover outputs (default: $ACCEPTANCE_TOPOLOGY, else the profile's "
                           "topology.switches); kept in run.json")
+    run.add_argument("--routes", metavar="PATH",
+                     help="the fabric's forwarding tables, so a slow switch-to-switch cable is named with both "
+                          "ends: ibroute or dump_lfts.sh output, ibdiagnet2.fdbs, or a folder of them, followed over "
+                          "the --topology ibnetdiscover cabling (default: $ACCEPTANCE_ROUTES, else the profile's "
+                          "topology.routes); run.json keeps their digest")
     run.add_argument("--hang-timeout", type=seconds, metavar="SECONDS",
                      help="how long the job may go without progress on any rank before the ranks that did not "
                           "reach the sync point are reported as HANG; it bounds one step of a test (a round of "
@@ -104,7 +109,7 @@ def cmd_run(args) -> int:
         raise UsageError(str(e)) from None
     nodes = args.nodes or profile.get("run.nodes")
     per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
-    tree = _switch_tree(profile, args.topology)
+    tree, routes = _switch_tree(profile, args.topology, args.routes)
     limit = _check_budget(profile, launcher.name, nodes, per_node, args.budget, args.iterations, args.duration)
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
@@ -118,6 +123,8 @@ def cmd_run(args) -> int:
         cmd += ["--hang-timeout", str(args.hang_timeout)]
     if tree is not None:
         cmd += ["--topology", str(tree)]
+    if routes is not None:
+        cmd += ["--routes", str(routes)]
     if not any(_is_path(a) for a in pytest_args):
         cmd.append(str(_suites_path(args.suites)))
     cmd += pytest_args
@@ -249,16 +256,17 @@ def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str
     return checked["limit_seconds"]
 
 
-def _switch_tree(profile, topology: str | None) -> Path | None:
-    """The switch tree's path for the ranks, read here first so a bad file stops the run before it
-    starts (exit 2: file, line, why)."""
+def _switch_tree(profile, topology: str | None, routes: str | None) -> tuple[Path | None, Path | None]:
+    """The switch tree's path and the routes' for the ranks, read here first so a bad file stops the run
+    before it starts (exit 2: file, line, why)."""
     path = switches.switches_path(profile, topology)
-    if path is None and switches.routes_path(profile) is None:
-        return None
+    tables = switches.routes_path(profile, routes)
+    if path is None and tables is None:
+        return None, None
     try:  # routes without a tree to follow them on are refused here, before any rank starts
-        fabric = switches.fabric_for(profile, path)
+        fabric = switches.fabric_for(profile, path, tables)
     except InputError as e:
-        raise UsageError(f"--topology: {e}") from None
+        raise UsageError(f"{'--routes' if routes and path is not None else '--topology'}: {e}") from None
     leaves = {leaf for t in fabric.trees.values() for leaf in t.leaves}
     print(f"acceptance: switch tree {path} ({fabric.format}: {len(fabric.nodes)} nodes on {len(leaves)} leaves)",
           flush=True)
@@ -267,7 +275,7 @@ def _switch_tree(profile, topology: str | None) -> Path | None:
               f"{len(fabric.routes.rails)} rail(s))", flush=True)
     for note in fabric.notes + (fabric.routes.notes if fabric.routes is not None else []):
         print(f"acceptance: switch tree: {note}", flush=True)  # what the readers set aside: the operator's to fix
-    return path.resolve()
+    return path.resolve(), (tables if fabric.routes is not None else None)
 
 
 def format_duration(seconds: float) -> str:

@@ -1,6 +1,7 @@
 """Which switch tree a run is localized on: --topology PATH (ACCEPTANCE_TOPOLOGY), else the
-profile's topology.switches, read relative to the profile's own folder; and the routes over it, the
-profile's topology.routes (forwarding tables, followed over the tree's ibnetdiscover cabling)."""
+profile's topology.switches, read relative to the profile's own folder; and the routes over it:
+--routes PATH (ACCEPTANCE_ROUTES), else the profile's topology.routes (forwarding tables, followed
+over the tree's ibnetdiscover cabling)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ..switchtree.topofiles import load_fabric
 from .profile import Profile, ProfileError, load_profile
 
 ENV = "ACCEPTANCE_TOPOLOGY"
+ROUTES_ENV = "ACCEPTANCE_ROUTES"
 
 
 def _in_profile(profile: Profile, key: str) -> Path | None:
@@ -37,21 +39,24 @@ def switches_path(profile: Profile, path=None) -> Path | None:
     return _in_profile(profile, "topology.switches")
 
 
-def routes_path(profile: Profile) -> Path | None:
-    """The forwarding tables' file or folder (topology.routes), made absolute: run.json names it."""
-    p = _in_profile(profile, "topology.routes")
+def routes_path(profile: Profile, path=None) -> Path | None:
+    """The forwarding tables' file or folder, made absolute (run.json names it): `routes` (or
+    $ACCEPTANCE_ROUTES when it is None), else the profile's topology.routes; None when none names one."""
+    if path is None:
+        path = os.environ.get(ROUTES_ENV) or None
+    p = Path(path).expanduser() if path else _in_profile(profile, "topology.routes")
     return p.absolute() if p else None
 
 
-def fabric_for(profile: Profile, path=None) -> Fabric | None:
-    """The switch tree, with its routes where the profile names them (topofiles.TopologyFileError
-    naming file, line and why), or None."""
+def fabric_for(profile: Profile, path=None, routes=None) -> Fabric | None:
+    """The switch tree, with its routes where `routes` or the profile names them
+    (topofiles.TopologyFileError naming file, line and why), or None."""
     p = switches_path(profile, path)
-    tables_at = routes_path(profile)
+    tables_at = routes_path(profile, routes)
     if p is None:
         if tables_at is not None:
-            raise InputError(f"topology.routes ({tables_at}) needs the switch tree's cabling: set topology.switches "
-                             f"to ibnetdiscover output (a file, or a folder of rail<N> files)")
+            raise InputError(f"the routes ({tables_at}) need the switch tree's cabling: give --topology or set "
+                             f"topology.switches to ibnetdiscover output (a file, or a folder of rail<N> files)")
         return None
     fabric = load_fabric(p)
     if tables_at is not None:

@@ -102,6 +102,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "or a folder of rail<N> ibnetdiscover outputs), kept in run.json so findings can name a "
                          "leaf switch or uplink (default: $ACCEPTANCE_TOPOLOGY, else the profile's "
                          "topology.switches)")
+    group.addoption("--routes", metavar="PATH", default=os.environ.get(switches.ROUTES_ENV),
+                    help="the fabric's forwarding tables (ibroute or dump_lfts.sh output, ibdiagnet2.fdbs, or a "
+                         "folder of them), followed over the tree's ibnetdiscover cabling so findings can name a "
+                         "switch-to-switch cable (default: $ACCEPTANCE_ROUTES, else the profile's topology.routes)")
     group.addoption("--rail-mode", choices=RAIL_MODES, default=os.environ.get(ENV_RAIL_MODE) or None,
                     help='"concurrent": every rank drives its own rail, so each round of node pairs runs on all '
                          'rails at once (one test for every rail: test_x[rails]); "serial": one rail after '
@@ -259,7 +263,8 @@ class CollectivePlugin:
         except ProfileError as e:
             self._exit(EXIT_USAGE, f"profile error: {e}")
         try:
-            self.fabric = switches.fabric_for(self.profile, self.config.getoption("topology") or "")
+            self.fabric = switches.fabric_for(self.profile, self.config.getoption("topology") or "",
+                                              self.config.getoption("routes") or "")
         except InputError as e:
             self._exit(EXIT_USAGE, f"topology error: {e}")
         self.default_timeout = self.config.getoption("hang_timeout") or self.profile.get("run.hang_timeout")

@@ -329,7 +329,7 @@ def test_plan_coverage_per_rail_and_of_leaf_pairs_where_the_tree_is_known(capsys
     random = coverage("--nodes", "16", "--pattern", "screen:2")
     assert random["pairs"] == {"0": round(2 * 8 / 120, 6), "1": round(2 * 8 / 120, 6)}
     assert "leaf_pairs" not in random and "--topology" in random["notes"]["leaf_pairs"]
-    assert random["notes"]["cables"] == "routes unknown" and "cables" not in random  # no figure until routes
+    assert random["notes"]["cables"] == "routes unknown (--routes)" and "cables" not in random  # none until routes
     # The tree-aware screen crosses to every other leaf in its first round; sample:1 is one circle round.
     assert coverage("--topology", str(topology), "--pattern", "screen:1")["leaf_pairs"] == {"0": 1.0, "1": 1.0}
     sample = coverage("--topology", str(topology), "--pattern", "sample:1")["leaf_pairs"]

@@ -6,6 +6,7 @@ its port 33 + LID mod 2 (spine01 for even LIDs, spine02 for odd)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -337,8 +338,8 @@ def test_routes_need_the_ibnetdiscover_cabling_of_the_same_fabric(tmp_path, monk
                str(tmp_path / "lfts.txt"), None, r"forwarding tables are followed over the fabric's cabling, which "
                                                  r"only ibnetdiscover output gives; the switch tree .*topology.conf is "
                                                  r"a topology.conf, which names no port or LID")
-    with pytest.raises(InputError, match=r"topology.routes \(.*lfts.txt\) needs the switch tree's cabling: set "
-                                         r"topology.switches to ibnetdiscover output"):
+    with pytest.raises(InputError, match=r"the routes \(.*lfts.txt\) need the switch tree's cabling: give "
+                                         r"--topology or set topology.switches to ibnetdiscover output"):
         fabric_for(_profile(tmp_path, routes="lfts.txt"))
     _assert_at(_error(fabric_for, _profile(tmp_path, switches="dmodk.topo", routes="other.txt")),
                str(tmp_path / "other.txt"), None, r"none of the 4 switches whose tables are here is in the cabling of "
@@ -386,3 +387,36 @@ def test_doctor_says_whether_the_profile_s_routes_are_known(tmp_path, monkeypatc
     _profile(tmp_path, switches="dmodk.topo", routes="nope")
     usable, why = routes_known(str(tmp_path / "site.toml"))
     assert not usable and why.startswith(f"profile {tmp_path / 'site.toml'}: {tmp_path / 'nope'}: no such file")
+
+
+def test_routes_given_on_the_command_line_and_the_plan_s_cable_coverage(tmp_path, monkeypatch, capsys):
+    """--routes (or $ACCEPTANCE_ROUTES) instead of the profile's key: the plan then says which share of
+    the switch-to-switch cable directions its pairs cross; a run refuses routes without the cabling."""
+    from acceptance.cli import main
+    monkeypatch.delenv("ACCEPTANCE_TOPOLOGY", raising=False)
+    monkeypatch.delenv("ACCEPTANCE_ROUTES", raising=False)
+    shutil.copy(TOPO, tmp_path / "dmodk.topo")
+    shutil.copy(IBROUTE, tmp_path / "lfts.txt")
+    profile = _profile(tmp_path)
+    monkeypatch.setenv("ACCEPTANCE_ROUTES", str(tmp_path / "lfts.txt"))
+    fabric = fabric_for(profile, str(tmp_path / "dmodk.topo"))
+    assert fabric.routes is not None and fabric.routes.source == str(tmp_path / "lfts.txt")
+    monkeypatch.delenv("ACCEPTANCE_ROUTES")
+    assert fabric_for(profile, str(tmp_path / "dmodk.topo")).routes is None
+
+    def plan(*args):
+        assert main(["plan", "--rails", "1", "--profile", "local", "--json", *args]) == 0
+        return json.loads(capsys.readouterr().out)["coverage"]
+    tree = ["--topology", str(tmp_path / "dmodk.topo")]
+    # All pairs of the 4 hosts cross each of the 8 cable directions (2 leaves x 2 spines, both ways).
+    every = plan(*tree, "--routes", str(tmp_path / "lfts.txt"), "--pattern", "all-pairs")
+    assert every["cables"] == {"0": 1.0} and "cables" not in every["notes"]
+    # One round of the circle: gpu001-gpu004 and gpu002-gpu003, LIDs 5<->8 and 6<->7: each leaf sends a
+    # destination up port 33 + LID mod 2, so the two pairs take different spines: still every cable.
+    one = plan(*tree, "--routes", str(tmp_path / "lfts.txt"), "--pattern", "sample:1")
+    assert 0 < one["cables"]["0"] <= 1.0
+    assert plan(*tree)["notes"]["cables"] == "routes unknown (--routes)"
+    # `acceptance run` reads them before launching anything: routes with no cabling stop it (exit 2).
+    code = main(["run", "--profile", str(tmp_path / "site.toml"), "--nodes", "2", "--ranks-per-node", "1",
+                 "--routes", str(tmp_path / "lfts.txt")])
+    assert code == 2 and "need the switch tree's cabling" in capsys.readouterr().err
