@@ -80,6 +80,10 @@ COUNTER_SNAPSHOT_S = 0.5      # one snapshot of a node's ports
 OUTCOME_PER_RANK_S = 20e-6    # rank 0's share of one test's outcome merge, per rank
 RECORD_RANK0_S = 10e-6        # rank 0 receiving one record and appending it to results.jsonl
 ANALYSIS_PER_RECORD_S = 6.5e-6  # analysis and report, per record
+# The switch ports' own counters, walked before and after the run from a host's InfiniBand ports, one
+# walk per rail at once (host.switchports): ibqueryerrors queries the ports one after another.
+SWITCH_PORT_QUERY_S = 1e-3    # one switch port's PortCounters query (a MAD round trip and its handling)
+SWITCH_PORTS_PER_NODE = 3     # a non-blocking two-level tree: a leaf port down, one up, a spine port per node
 # Records of one pair-direction (acceptance.drivers.p2p, acceptance.tools.perftest.records): a bandwidth
 # sweep one value and the receiver's data check per size; a latency test its p50, p99, p99.9, max and
 # the data check (a write's also the ping-pong's four); perftest ib_write_bw's value and ib_write_lat's four.
@@ -317,7 +321,8 @@ COST_CONSTANTS = {
     "check_s": ("CHECK_OVERHEAD_S", None), "collective_setup_s": (None, None),
 }
 # The figures every estimate uses besides an engine's Costs.
-OTHER_CONSTANTS = ("CONFIRM_ROUNDS", "OUTCOME_PER_RANK_S", "RECORD_RANK0_S", "ANALYSIS_PER_RECORD_S")
+OTHER_CONSTANTS = ("CONFIRM_ROUNDS", "OUTCOME_PER_RANK_S", "RECORD_RANK0_S", "ANALYSIS_PER_RECORD_S",
+                   "SWITCH_PORT_QUERY_S", "SWITCH_PORTS_PER_NODE")
 # Stand-ins for a profile's rates where it sets none (_gbytes).
 FALLBACKS = {"NVLINK_GBYTES_S": ("intranode.p2p_min", "collectives.node_allreduce_busbw_min",
                                  "collectives.node_alltoall_busbw_min"),
@@ -449,7 +454,16 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     est.overheads = {"launch": c.launch_s, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
                      "records at rank 0": est.records * RECORD_RANK0_S,
                      "analysis": est.records * ANALYSIS_PER_RECORD_S}
+    if profile.get("preflight.link_layer") == "InfiniBand":
+        est.overheads["switch-port walks"] = switch_walk_seconds(nodes)
     return est
+
+
+def switch_walk_seconds(nodes: int) -> float:
+    """The switch ports' counters read before and after the run (acceptance run walks an InfiniBand
+    fabric from its own host: host.switchports), each walk bounded by its timeout."""
+    from ..host.switchports import WALK_TIMEOUT
+    return 2 * min(WALK_TIMEOUT, nodes * SWITCH_PORTS_PER_NODE * SWITCH_PORT_QUERY_S)
 
 
 def pair_records(sizes: int, gpus: bool) -> int:

@@ -423,3 +423,14 @@ def test_run_checks_a_burn_in_against_the_slurm_jobs_time_left(capsys, tmp_path,
     assert code == 2, err
     assert "the burn-in (--duration 2 h 0 min" in err and "Slurm job's time left" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_the_switch_port_walks_are_counted_where_the_fabric_is_infiniband():
+    """acceptance run reads the switch ports' counters before and after, from a host's InfiniBand port:
+    the plan counts both walks (bounded by their timeout), and nothing on a RoCE or emulated fabric."""
+    from acceptance.host.switchports import WALK_TIMEOUT
+    from acceptance.runtime.estimate import estimate
+    ib = estimate(load_profile(H100), 1024, 8, "screen:16")
+    assert ib.overheads["switch-port walks"] == pytest.approx(2 * 1024 * 3 * 1e-3)
+    assert estimate(load_profile(H100), 10 ** 6, 8, "screen:16").overheads["switch-port walks"] == 2 * WALK_TIMEOUT
+    assert "switch-port walks" not in estimate(load_profile("softroce"), 4, 2, "all-pairs").overheads
