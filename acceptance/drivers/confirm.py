@@ -12,7 +12,9 @@ whichever is nearer: what analysis would call an outlier or fail against the fle
 ends against a partner that screened clean (a different one per end where the rail has enough), so a
 slow NIC shows with partners that are known to be good, a slow link only with its own partner, and a
 pair that was merely congested does not reproduce. Confirmation pairs run in rounds of disjoint
-pairs, after the screening, with no screening traffic left on the rail.
+pairs, after the screening, with no screening traffic left on the rail. Each round also measures a few
+reference pairs of nodes that screened clean (with_references), so the suspects' values are compared
+with values measured in the same conditions, not with the screening's (analysis.confirmed).
 """
 
 from __future__ import annotations
@@ -126,6 +128,30 @@ def load_partners(subjects: list[str], nic_suspect: list[tuple[str, int, bool]],
         for rail, mate in mates.items():
             out[rail].append((x, mate))
     return out
+
+
+# Reference pairs per confirmation round: with both directions, six values a round beside the suspects'
+# (a median over the rounds that one slow reference does not move).
+REFERENCE_PAIRS = 3
+
+
+def with_references(rounds: list[list[tuple[int, int]]], suspect_pairs: list[tuple[int, int]], members: int,
+                    seed: int = 0, per_round: int = REFERENCE_PAIRS) -> tuple[list[list[tuple[int, int]]], set]:
+    """The confirmation rounds with up to `per_round` reference pairs added to each: pairs of nodes on no
+    suspect pair and idle in that round (a seeded draw, so every rank draws the same). Returns the rounds
+    and the set of reference pairs (low, high)."""
+    involved = {x for pair in suspect_pairs for x in pair}
+    clean = [x for x in range(members) if x not in involved]
+    rng = random.Random(seed)
+    out, refs = [], set()
+    for pairs in rounds:
+        busy = {x for pair in pairs for x in pair}
+        idle = [x for x in clean if x not in busy]
+        rng.shuffle(idle)
+        added = [(min(a, b), max(a, b)) for a, b in zip(idle[0:2 * per_round:2], idle[1:2 * per_round:2])]
+        refs.update(added)
+        out.append(list(pairs) + added)
+    return out, refs
 
 
 def rounds_of(pairs: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:

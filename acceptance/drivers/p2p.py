@@ -170,10 +170,19 @@ class PairwiseDriver:
         leaves = self.rp.pairing.leaves_of(self.rp.nodes, self.rail)
         rounds = confirm.rounds_of(confirm.confirmation_pairs(suspect, len(self.rp.nodes), seed=self.rail,
                                                               leaves=leaves))
-        self.phase, self.headlines = "confirm", []
+        # Beside the suspects, in the same rounds, pairs that screened clean: what they measure in the
+        # same conditions is what the suspects are compared with (analysis.confirmed).
+        rounds, references = confirm.with_references(rounds, suspect, len(self.rp.nodes), seed=self.rail)
+        self.headlines = []
+
+        def measure(link, low, high):
+            self.phase = "reference" if (low, high) in references else "confirm"
+            self.measure(link, low, high)
+        self.phase = "confirm"
         self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
-                          self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
+                          self.suite, self.metric, self.op, measure, slot_bytes=self.slot_bytes(),
                           rounds=rounds, phase="confirm")
+        self.phase = "confirm"
         return suspect
 
     def headline(self, low: int, high: int, origin: int, metric: str, value: float, failed: bool,
@@ -189,7 +198,7 @@ class PairwiseDriver:
         """A bound failed: a problem, except in the scheduled rounds before confirmation, where it makes
         the pair a suspect (headline) and only its confirmation can fail the test, and in the load check,
         which analysis judges (a subject slow under full load that passes alone)."""
-        if self.phase not in ("screen", "full", "alone"):
+        if self.phase not in ("screen", "reference", "full", "alone"):
             self.problems.append(message)
 
     def direction(self, low: int, high: int, origin: int) -> tuple[list[str], list[int], dict]:

@@ -32,13 +32,15 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
 # start: when the measurement a record summarizes began (UTC ISO, as `time`, which is when it ended),
 # so a run shows which measurements ran at the same time (every rail at once).
 # phase: a pairwise suite's "screen" (the scheduled rounds), "confirm" (a suspect measured again, alone,
-# and against partners that screened clean), "full" and "alone" (the load check of a node slow on most
-# rails: every rail at once, then one rail at a time; analysis.fullload); absent without rdma_write.confirm.
+# and against partners that screened clean), "reference" (pairs that screened clean, measured in the
+# confirmation's rounds: what the suspects are compared with), "full" and "alone" (the load check of a
+# node slow on most rails: every rail at once, then one rail at a time; analysis.fullload); absent
+# without rdma_write.confirm.
 # file: a test_failed record's test file (its module's node id), which a record made for the whole
 # file (port counters, whose test is the file) explains.
 OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
                  "saturated", "start", "phase", "file")
-PHASES = ("screen", "confirm", "full", "alone")
+PHASES = ("screen", "confirm", "reference", "full", "alone")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
 # test id and the detail, for such folders only. 3: retransmission counters judged per million packets

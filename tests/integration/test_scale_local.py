@@ -53,3 +53,8 @@ def test_screening_32_nodes_2_rails_at_once(acceptance_cli, tmp_path):
     assert spans[0][0] < spans[1][1] and spans[1][0] < spans[0][1], spans
     findings = json.loads((folder / "findings.json").read_text())
     assert not [f for f in findings if f["severity"] == "fail"], findings
+    # Each rail's confirmation (where it had suspects) measured pairs that screened clean beside them:
+    # the yardstick its suspects were judged against (analysis.confirmed).
+    for rail in {r["rail"] for r in recs if r.get("phase") == "confirm"}:
+        refs = [r for r in recs if r.get("phase") == "reference" and r["rail"] == rail and r["metric"] == "bandwidth"]
+        assert refs, f"rail {rail}: confirmation without references"

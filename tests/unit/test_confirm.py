@@ -5,7 +5,7 @@ import pandas as pd
 
 from acceptance.analysis.confirmed import supersede
 from acceptance.analysis.pipeline import find
-from acceptance.drivers.confirm import Headline, confirmation_pairs, rounds_of, suspects
+from acceptance.drivers.confirm import Headline, confirmation_pairs, rounds_of, suspects, with_references
 from acceptance.rules.profile import load_profile
 
 
@@ -43,9 +43,9 @@ def test_each_suspect_end_meets_a_clean_partner_and_rounds_are_disjoint():
         assert leaves[a] != leaves[b]
 
 
-def _records(screen: dict, again: dict) -> pd.DataFrame:
+def _records(screen: dict, again: dict, references: dict | None = None) -> pd.DataFrame:
     rows = []
-    for phase, values in (("screen", screen), ("confirm", again)):
+    for phase, values in (("screen", screen), ("confirm", again), ("reference", references or {})):
         for (s, d), v in values.items():
             rows.append({"test": "t", "suite": "rdma_write", "metric": "bandwidth", "value": v, "unit": "Gbit/s",
                          "size": 8388608, "rail": 0, "nodes": (s, d), "src": s, "dst": d, "engine": "mpi",
@@ -79,6 +79,60 @@ def test_a_confirmation_supersedes_its_screening_and_a_suspect_that_did_not_repr
     # The fault reproduced: it fails on its confirmation (201 Gbit/s < the 360 Gbit/s bound).
     assert any(f["severity"] == "fail" and {f["node"], f["peer"]} <= {"node5", "node6"} and f["value"] == 201.0
                for f in findings), findings
+
+
+def test_each_confirmation_round_measures_clean_pairs_beside_the_suspects():
+    suspect = [(2, 3)]
+    rounds = rounds_of(confirmation_pairs(suspect, 12, seed=1))
+    with_refs, refs = with_references(rounds, suspect, 12, seed=1)
+    assert with_references(rounds, suspect, 12, seed=1) == (with_refs, refs)  # every rank draws the same
+    assert refs and all(2 not in p and 3 not in p for p in refs)  # never a suspect's end
+    for before, after in zip(rounds, with_refs):
+        assert after[:len(before)] == before and 0 < len(after) - len(before) <= 3
+        ends = [x for p in after for x in p]
+        assert len(ends) == len(set(ends))  # still disjoint: the references ran in the same round
+    assert set(p for r in with_refs for p in r if p not in [q for b in rounds for q in b]) == refs
+    # Nobody clean and idle: the rounds as they were, no reference.
+    assert with_references([[(0, 1)]], [(0, 1)], 2) == ([[(0, 1)]], set())
+
+
+def _quiet_confirmation(fault: float, congestion: float) -> tuple[dict, dict, dict]:
+    """Eight nodes in a ring of pairs at 500 Gbit/s alone; screening loaded by `congestion` (the median
+    dip); node5 -> node6 at `fault` of its peers, in screening and again; the references beside it."""
+    names = [f"node{i}" for i in range(1, 9)]
+    loaded = 500.0 * (1 - congestion)
+    screen = {(a, b): loaded for i, a in enumerate(names) for b in names[i + 1:i + 2]}
+    screen |= {(b, a): loaded for (a, b) in list(screen)}
+    screen[("node5", "node6")] = fault * loaded
+    again = {("node5", "node6"): fault * 500.0}
+    references = {("node1", "node2"): 500.0, ("node2", "node1"): 498.0, ("node7", "node8"): 501.0,
+                  ("node8", "node7"): 499.0}
+    return screen, again, references
+
+
+def test_a_fault_smaller_than_the_screening_s_congestion_is_confirmed_against_references_beside_it():
+    """Alone, a suspect measures faster than the loaded screening median: against that median a 15%
+    fault under a 10% congestion dip read as transient. Against the pairs that screened clean, measured
+    in the same rounds, it is confirmed, and the detectors judge its screening value among its peers."""
+    profile = load_profile("h100-ndr400")  # outlier_min_deviation 10%
+    screen, again, references = _quiet_confirmation(0.85, 0.10)
+    kept, transient = supersede(_records(screen, again), profile)  # no references: the old comparison
+    assert [(f["node"], f["peer"]) for f in transient] == [("node5", "node6")]
+    df = _records(screen, again, references)
+    kept, transient = supersede(df, profile)
+    assert transient == []
+    assert "reference" not in set(kept["phase"].astype(str))  # the yardstick is never judged itself
+    slow = kept[(kept["src"] == "node5") & (kept["dst"] == "node6")]
+    assert list(slow["phase"].astype(str)) == ["screen"] and list(slow["value"]) == [0.85 * 450.0]
+    findings = find(df, profile)
+    assert any({f["node"], f.get("peer")} & {"node5", "node6"} and f["severity"] in ("warn", "fail")
+               and not f.get("transient") for f in findings), findings
+    # A congested pair that is normal beside the references stays transient.
+    screen[("node5", "node6")] = 0.7 * 450.0
+    kept, transient = supersede(_records(screen, {("node5", "node6"): 497.0}, references), profile)
+    assert [(f["node"], f["peer"], f["kind"]) for f in transient] == [("node5", "node6", "transient")]
+    assert "measured beside it" in transient[0]["message"]
+    assert list(kept.loc[(kept["src"] == "node5") & (kept["dst"] == "node6"), "value"]) == [497.0]
 
 
 def test_history_keeps_the_confirmed_value_of_a_link():
