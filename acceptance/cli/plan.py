@@ -55,10 +55,10 @@ def longest_step(profile: Profile, est: model.Estimate) -> tuple[float, str]:
                  if largest else 0.0)
     lat = 2 * model.latency_direction_seconds(est.latency_iters, profile.get("latency.warmup"), kinds=2,
                                               sample_s=c.latency_sample_s)
-    sweep_max = profile.get("sweep.max_size")
-    iters = max(1, profile.get("sweep.bytes_per_size") // max(1, sweep_max))
-    iters = max(profile.get("sweep.min_iters"), min(profile.get("sweep.max_iters"), iters))
-    collective = iters * 1.1 * 2 * sweep_max * 8 / (gbits * 1e9)  # all-reduce moves ~2x the buffer
+    sweep = sweep_from_profile(profile)
+    sweep_max = max(sweep.sizes)
+    iters = sweep.iters(sweep_max)
+    collective = (iters + sweep.warmup(iters)) * 2 * sweep_max * 8 / (gbits * 1e9)  # all-reduce moves ~2x the buffer
     return max((size_step, f"one size ({format_size(largest)}) of test_write_bandwidth, one direction"),
                (lat, "a pair of test_write_latency: both directions"),
                (collective, f"one size ({format_size(sweep_max)}) of test_allreduce"))

@@ -192,7 +192,7 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
             else:
                 left, of = max(0.0, duration - elapsed), ""
             print(f"acceptance: burn-in iteration {len(codes)}{of} done (exit {code}), "
-                  f"elapsed {format_duration(elapsed)}, remaining {'0 s' if done else '~' + format_duration(left)}", flush=True)
+                  f"elapsed {plan.format_seconds(elapsed)}, remaining {'0 s' if done else '~' + plan.format_seconds(left)}", flush=True)
         if done:
             break
     final = max(codes)
@@ -276,13 +276,6 @@ def _switch_tree(profile, topology: str | None, routes: str | None) -> tuple[Pat
     for note in fabric.notes + (fabric.routes.notes if fabric.routes is not None else []):
         print(f"acceptance: switch tree: {note}", flush=True)  # what the readers set aside: the operator's to fix
     return path.resolve(), (tables if fabric.routes is not None else None)
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h} h {m} min" if h else f"{m} min {s} s" if m else f"{s} s"
 
 
 _WORDS = {EXIT_OK: "all checks passed", EXIT_FAILED: "a check failed",

@@ -51,7 +51,7 @@ import re
 import subprocess
 from dataclasses import dataclass, field
 
-from ..measure.sweep import sweep_from_profile
+from ..measure.sweep import sizes as sweep_sizes, sweep_from_profile
 from ..rules.profile import format_duration, format_size, parse_duration, parse_rate
 from . import schedule as sched
 from .screening import Transfer, screening_iters, screening_latency_iters, screening_sizes, screening_transfer
@@ -412,7 +412,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     pf_bw = c.tool_start_s + profile.get("perftest.duration")
     est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=rounds)}
 
-    memreg_sizes = _geometric(profile.get("memreg.min_size"), profile.get("memreg.max_size"),
+    memreg_sizes = sweep_sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"),
                               profile.get("memreg.factor"))
     reg = sum(2 * (c.reg_call_s + s / c.reg_bytes_per_s) for s in memreg_sizes) * profile.get("memreg.repeats")
     est.tests["memreg"] = {
@@ -471,14 +471,6 @@ def pair_records(sizes: int, gpus: bool) -> int:
     latencies (write, read, atomic), perftest's, and with GPUs GPUDirect's sweep and latency."""
     host = 2 * (2 * sizes) + 3 * LATENCY_RECORDS + PINGPONG_RECORDS + PERFTEST_RECORDS
     return host + (2 * sizes + LATENCY_RECORDS if gpus else 0)
-
-
-def _geometric(low: int, high: int, factor: int) -> list[int]:
-    out, size = [], max(1, low)
-    while size <= high:
-        out.append(size)
-        size *= factor
-    return out
 
 
 def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float, c: Costs) -> dict[str, float]:
