@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "acceptance"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "acceptance"
 
 
 def _modules() -> dict[str, Path]:
@@ -107,6 +108,34 @@ def test_a_layer_uses_only_the_layers_below_it():
     upward = sorted({(name, target) for name, imports in graph.items() for target, _ in imports
                      if target in modules and _layer(target, modules) > _layer(name, modules)})
     assert upward == [], "imports of a higher layer:\n" + "\n".join(f"{n} imports {t}" for n, t in upward)
+
+
+def test_the_map_in_docs_testing_names_every_module_in_the_layers_order():
+    """docs/testing.md's Layout block: one entry per package folder, top layer first, naming each of the
+    package's modules, so a newcomer's map is never out of date."""
+    import re
+    doc = (ROOT / "docs" / "testing.md").read_text()
+    block = doc[doc.index("## Layout"):]
+    block = block[block.index("```") + 3:]
+    block = block[:block.index("```")]
+    entries: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        m = re.match(r"acceptance/(\w+)/", line)
+        if m:
+            current = m[1]
+            entries[current] = ""
+        if current:
+            entries[current] += line + "\n"
+    packages = [p.name for p in (ROOT / "acceptance").iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    assert sorted(entries) == sorted(packages)
+    modules = _graph()[0]
+    layer = [_layer(f"acceptance.{name}", modules) for name in entries]
+    assert layer == sorted(layer, reverse=True), f"not top layer first: {list(entries)}"
+    unnamed = {pkg: [m.stem for m in sorted((ROOT / "acceptance" / pkg).rglob("*.py"))
+                     if m.stem != "__init__" and not re.search(rf"\b{m.stem}\b", entries[pkg])]
+               for pkg in entries}
+    assert {k: v for k, v in unnamed.items() if v} == {}, "modules docs/testing.md's map does not name"
 
 
 def test_engines_declare_what_they_offer_and_have_it():
