@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..rules import catalog
+from ..rules import catalog, judge
 from ..rules.profile import Profile
 from .base import codes_of
 from .finding import make_finding
@@ -89,8 +89,8 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
     # Each screening value against its rail's screening median (per suite, metric, size, op).
     screen["median"] = screen.groupby(GROUP, dropna=False)["value"].transform("median")
     higher = np.array([catalog.direction(s, m) is not False for s, m in zip(screen["suite"], screen["metric"])])
-    dev = profile.get("analysis.outlier_min_deviation")
-    screen["bad"] = screen["fail"] | _worse(screen["value"], screen["median"], higher, dev)
+    rule = judge.Outlier(profile)
+    screen["bad"] = screen["fail"] | _worse(screen["value"], screen["median"], higher, rule)
     both = screen.merge(again[[*KEY, "value", "fail", "row"]], on=KEY, how="inner", suffixes=("", "_again"))
     if both.empty:
         return ev.iloc[np.flatnonzero(keep)], []
@@ -102,7 +102,7 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
     both["like"] = both["references"].fillna(0).to_numpy() >= MIN_REFERENCES
     both["against"] = np.where(both["like"], both["reference"], both["median"])
     higher = np.array([catalog.direction(s, m) is not False for s, m in zip(both["suite"], both["metric"])])
-    both["bad_again"] = both["fail_again"] | _worse(both["value_again"], both["against"], higher, dev)
+    both["bad_again"] = both["fail_again"] | _worse(both["value_again"], both["against"], higher, rule)
     bad, again_bad = both["bad"].to_numpy(), both["bad_again"].to_numpy()
     failed_again, like = both["fail_again"].to_numpy(bool), both["like"].to_numpy(bool)
     # Which of the two the detectors judge (the module's docstring): the confirmation where it failed a
@@ -113,10 +113,13 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
     return ev.iloc[np.flatnonzero(keep)], _transients(both)
 
 
-def _worse(value, median, higher: np.ndarray, dev: float) -> np.ndarray:
+def _worse(value, median, higher: np.ndarray, rule) -> np.ndarray:
+    """Where a value is suspect against its median by the outlier rule (judge.Outlier.suspect)."""
     v, m = np.asarray(value, float), np.asarray(median, float)
-    with np.errstate(invalid="ignore"):
-        return np.where(higher, v < (1 - dev) * m, v > (1 + dev) * m) & (m > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(higher, v / m, m / v)  # under 1 on the bad side
+        worse = np.where(higher, 1 - v / m, v / m - 1)
+        return rule.suspect(np.nan_to_num(worse, nan=-np.inf), np.nan_to_num(ratio, nan=np.inf)) & (m > 0)
 
 
 def _transients(both: pd.DataFrame) -> list[dict]:

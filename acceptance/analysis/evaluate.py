@@ -9,7 +9,7 @@ import pandas as pd
 from ..rules import catalog
 from ..rules.judge import judge_records
 from ..rules.profile import Profile
-from ..records.results import BOUND_KINDS
+from ..records.results import BOUND_ORIGINS
 from .base import INFO, VERDICTS, floats_of
 from .load import with_fields
 
@@ -33,7 +33,7 @@ COMPARE_KEYS = ["suite", "metric", "size", "rail", "src", "dst", "op", "scope"]
 
 def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     """Every record judged against `profile`: columns threshold (record units), verdict, bound (how
-    the threshold was derived: results.BOUND_KINDS), and for fleet-relative bounds population (how many
+    the threshold was derived: results.BOUND_ORIGINS), and for fleet-relative bounds population (how many
     comparable measurements, this one included), centre (the others' median), factor and peers (what
     the population is: "all pairs", "rail communicators", ...).
 
@@ -56,7 +56,7 @@ def evaluate(df: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     out["verdict"] = pd.Categorical.from_codes(verdict, categories=VERDICTS)
     written_bound = out["bound"].astype(object).to_numpy() if "bound" in out.columns else np.full(n, None)
     bound = np.where(unjudged & (judged.bound == None), written_bound, judged.bound)  # noqa: E711
-    out["bound"] = pd.Categorical(bound, categories=list(BOUND_KINDS))
+    out["bound"] = pd.Categorical(bound, categories=list(BOUND_ORIGINS))
     out["population"] = judged.population
     out["centre"] = judged.centre
     out["factor"] = judged.factor

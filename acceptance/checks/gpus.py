@@ -106,9 +106,9 @@ def _health(nvml, h, part: str, margin: float) -> list[Problem]:
     limit = ask(nvml, nvml.nvmlDeviceGetTemperatureThreshold, h, nvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
     if temp is not None and limit:
         verdict = judge.Headroom(margin).verdict(temp, limit)
-        if verdict == "fail":
+        if verdict == judge.FAIL:
             out.append(Problem(part, f"{temp} C, at its slowdown temperature {limit} C"))
-        elif verdict == "warn":
+        elif verdict == judge.WARN:
             out.append(Problem(part, f"{temp} C, within {margin:g} C of its slowdown temperature {limit} C",
                                severity="warn"))
     return out

@@ -19,12 +19,14 @@ with values measured in the same conditions, not with the screening's (analysis.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..records.naming import natural_key
+from ..rules.judge import Fleet, Outlier
 
 
 @dataclass(frozen=True)
@@ -39,29 +41,29 @@ class Headline:
     factor: float = float("nan")
 
 
-def suspects(values: list[Headline], higher: dict[str, bool], deviation: float,
-             fail_ratio: float = 0.0) -> list[tuple[int, int]]:
-    """Undirected suspect pairs (low, high), sorted: any direction failed, or is worse than the median
-    of its metric over the rail by `deviation`, past its fleet factor or at `fail_ratio` of it (a NIC
-    that slow fails in analysis: analysis.nic_fail_ratio), whichever is nearest (at least 3 values;
-    fewer: only a failed bound counts)."""
+def suspects(values: list[Headline], higher: dict[str, bool], rule: Outlier) -> list[tuple[int, int]]:
+    """Undirected suspect pairs (low, high), sorted: any direction failed, or is suspect by the outlier
+    rule against the median of its metric over the rail (rule.suspect: outlier_min_deviation worse,
+    or at analysis.nic_fail_ratio of it, where a NIC that slow fails), or past its fleet factor
+    (Fleet.outside); at least 3 values (fewer: only a failed bound counts)."""
     out: set[tuple[int, int]] = set()
     by_metric: dict[str, list[Headline]] = {}
     for h in values:
         by_metric.setdefault(h.metric, []).append(h)
     for metric, hs in by_metric.items():
         vals = np.array([h.value for h in hs], dtype=float)
+        failed = np.array([h.failed for h in hs], dtype=bool)
+        bad = failed.copy()
         median = float(np.median(vals)) if len(vals) >= 3 else float("nan")
-        up = higher.get(metric, True)
-        for h, v in zip(hs, vals):
-            # The nearer of the two limits: a fraction (higher is better) or a multiple of the median.
-            low = max(1 - deviation, h.factor) if up and h.factor == h.factor else 1 - deviation
-            high = min(1 + deviation, h.factor) if not up and h.factor == h.factor else 1 + deviation
-            if fail_ratio > 0:
-                low, high = max(low, fail_ratio * (1 + 1e-9)), min(high, 1 / fail_ratio * (1 - 1e-9))
-            slow = median > 0 and ((v < low * median) if up else (v > high * median))
-            if h.failed or slow:
-                out.add((min(h.src, h.dst), max(h.src, h.dst)))
+        if median > 0:
+            up = higher.get(metric, True)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = vals / median if up else median / vals   # under 1 on the bad side
+            bad |= rule.suspect(1 - ratio if up else vals / median - 1, ratio)
+            for factor in {h.factor for h in hs if not math.isnan(h.factor)}:
+                at = np.array([h.factor == factor for h in hs])
+                bad |= at & Fleet.outside(vals, median, factor, up)
+        out.update((min(h.src, h.dst), max(h.src, h.dst)) for h, b in zip(hs, bad) if b)
     return sorted(out)
 
 

@@ -165,8 +165,7 @@ class PairwiseDriver:
         pulse.wait(self.rp.comm)  # asleep, keeping the job's pulse, until the rail's last pair is done
         gathered = [h for mine in self.rp.comm.allgather(self.headlines) for h in mine]
         higher = {h.metric: catalog.direction(self.suite, h.metric) is not False for h in gathered}
-        suspect = confirm.suspects(gathered, higher, self.profile.get("analysis.outlier_min_deviation"),
-                                   self.profile.get("analysis.nic_fail_ratio"))
+        suspect = confirm.suspects(gathered, higher, judge.Outlier(self.profile))
         leaves = self.rp.pairing.leaves_of(self.rp.nodes, self.rail)
         rounds = confirm.rounds_of(confirm.confirmation_pairs(suspect, len(self.rp.nodes), seed=self.rail,
                                                               leaves=leaves))

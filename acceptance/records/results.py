@@ -54,7 +54,7 @@ SATURATED = ("during", "before")
 # measurements ("fleet": applied by the analysis, which needs the whole run; while a test records,
 # only the absolute floor is known). "fleet_too_few": a fleet bound applies, but the population was too
 # small to derive it: the record warns, never passes (acceptance.rules.judge).
-BOUND_KINDS = ("absolute", "line_rate", "recorded", "fleet", "fleet_too_few")
+BOUND_ORIGINS = ("absolute", "line_rate", "recorded", "fleet", "fleet_too_few")
 # A record's verdict, and how bad each is (worst() of several).
 VERDICTS = ("pass", "fail", "warn", "info")
 _SEVERITY = {"info": 0, "pass": 1, "warn": 2, "fail": 3}
@@ -115,8 +115,8 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
-    if bound is not None and bound not in BOUND_KINDS:
-        raise RecordError(f"bound must be one of {BOUND_KINDS} or None, got {bound!r}")
+    if bound is not None and bound not in BOUND_ORIGINS:
+        raise RecordError(f"bound must be one of {BOUND_ORIGINS} or None, got {bound!r}")
     if scope is not None and scope not in SCOPES:
         raise RecordError(f"scope must be one of {SCOPES} or None, got {scope!r}")
     if saturated is not None and saturated not in SATURATED:

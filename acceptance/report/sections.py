@@ -248,7 +248,7 @@ def failing_records(recs: pd.DataFrame) -> dict:
     return {"rows": rows, "more": _more(len(table), len(rows), "results.jsonl")}
 
 
-# How a threshold was derived (results.BOUND_KINDS), as the report says it.
+# How a threshold was derived (results.BOUND_ORIGINS), as the report says it.
 BOUND_WORDS = {"absolute": "profile", "line_rate": "line rate", "recorded": "set by the test",
                "fleet": "fleet", "fleet_too_few": "too few peers"}
 

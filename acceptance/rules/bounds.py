@@ -36,14 +36,14 @@ import numpy as np
 from . import catalog
 from .catalog import Metric
 from .profile import Profile
-from ..records.results import BOUND_KINDS, VERDICTS
+from ..records.results import BOUND_ORIGINS, VERDICTS
 
 if TYPE_CHECKING:
     import pandas as pd
 
 PASS, FAIL, WARN, INFO = (VERDICTS.index(v) for v in ("pass", "fail", "warn", "info"))
 # How a record's bound was derived (its `bound` field). RECORDED is a bound the test set itself (schema < 3).
-ABSOLUTE, LINE_RATE, RECORDED, FLEET, FLEET_TOO_FEW = BOUND_KINDS
+ABSOLUTE, LINE_RATE, RECORDED, FLEET, FLEET_TOO_FEW = BOUND_ORIGINS
 
 
 def _pd():
@@ -109,7 +109,7 @@ def advised(metric: Metric, codes: np.ndarray) -> np.ndarray:
 
 class Kind:
     """A way a verdict is reached. `name` is what the catalog (Metric.bound) or a record's `bound`
-    field (results.BOUND_KINDS) calls it, or what a finding's `kind` says (trend, drift, outlier)."""
+    field (results.BOUND_ORIGINS) calls it, or what a finding's `kind` says (trend, drift, outlier)."""
 
     name: ClassVar[str] = ""
 
@@ -598,8 +598,9 @@ class Headroom(Kind):
     def __init__(self, margin: float):
         self.margin = margin
 
-    def verdict(self, value: float, limit: float) -> str:
-        """"fail", "warn" or "pass" (lower is better: the value must stay under its limit)."""
+    def verdict(self, value: float, limit: float) -> int:
+        """FAIL, WARN or PASS, the verdict codes every kind returns (lower is better: the value must stay
+        under its limit)."""
         if value >= limit:
-            return "fail"
-        return "warn" if value >= limit - self.margin else "pass"
+            return FAIL
+        return WARN if value >= limit - self.margin else PASS

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import bounds as kinds
 from . import catalog
-from .bounds import (ABSOLUTE, FAIL, FLEET, INFO, PASS, WARN, Drift, Fleet, Headroom, Level, Outlier, Trend, compare,
+from .bounds import (ABSOLUTE, FAIL, FLEET, INFO, PASS, WARN, Drift, Fleet, Headroom, Level, Outlier, Trend,
                      floats, is_value, size_bound, texts)
 from .catalog import Metric
 from .profile import Profile
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
 # What callers use of the judge; the bound kinds' classes are acceptance.rules.bounds's.
 __all__ = ["PASS", "FAIL", "WARN", "INFO", "VERDICTS", "Drift", "Fleet", "Headroom", "Level", "Outlier", "Trend", "Judged",
-           "is_value", "floats", "size_bound", "compare", "bounds", "absolute_bounds", "fleet_factor",
-           "fleet_factors", "fleet_bounds", "loo_median", "populations", "counter", "judge_records", "one",
+           "is_value", "floats", "size_bound", "absolute_bounds", "fleet_factor",
+           "fleet_factors", "loo_median", "counter", "judge_records", "one",
            "judge_one", "record", "record_all"]
 
 
@@ -46,12 +46,6 @@ def _pd():
 
 
 # ---- bounds (acceptance.rules.bounds: one strategy per kind) -----------------------------------
-
-def bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profile: Profile,
-           iterations: np.ndarray | None = None) -> np.ndarray:
-    """The bound of each value in record units (NaN: none) for the plain bound kinds."""
-    return absolute_bounds(metric, values, sizes, profile, iterations)[0]
-
 
 def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profile: Profile,
                     iterations: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -63,14 +57,7 @@ def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profi
 # comparable others of the same run.
 fleet_factor = Fleet.factor
 fleet_factors = Fleet.factors
-populations = Fleet.populations
 loo_median = Fleet.loo_median
-
-
-def fleet_bounds(df: pd.DataFrame, idx: np.ndarray, values: np.ndarray, factor: np.ndarray,
-                 profile: Profile) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(fleet bound, population size, centre, population kind) of the records idx of one metric (bounds.Fleet.bounds)."""
-    return Fleet().bounds(df, idx, values, factor, profile)
 
 
 def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,
@@ -96,7 +83,7 @@ class Judged:
 
     threshold: np.ndarray      # the bound applied, in record units (NaN: none)
     verdict: np.ndarray        # verdict codes (positions in results.VERDICTS); INFO: not judged here
-    bound: np.ndarray          # how the bound was derived (results.BOUND_KINDS), None: no bound
+    bound: np.ndarray          # how the bound was derived (results.BOUND_ORIGINS), None: no bound
     population: np.ndarray     # fleet bounds: how many comparable measurements (with this one); 0: none
     centre: np.ndarray         # fleet bounds: the median of the others (NaN: none)
     factor: np.ndarray         # fleet bounds: the fleet.bounds factor (NaN: none)
@@ -171,7 +158,7 @@ def one(suite: str, name: str, value: float | None, profile: Profile, size: int 
 
 def judge_one(suite: str, name: str, value: float | None, profile: Profile, size: int | None = None,
               peers: bool = True, **when) -> tuple[float | None, str, str | None]:
-    """one() and the bound kind (results.BOUND_KINDS). A metric held to a fleet-relative bound (and a
+    """one() and the bound kind (results.BOUND_ORIGINS). A metric held to a fleet-relative bound (and a
     value with peers: not the world communicator) is judged once the whole run is in (judge_records):
     here only its absolute floor can fail it; otherwise its verdict is "info" and its kind "fleet"."""
     m = catalog.metric(suite, name, **when)

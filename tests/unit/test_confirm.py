@@ -9,19 +9,29 @@ from acceptance.drivers.confirm import Headline, confirmation_pairs, rounds_of, 
 from acceptance.rules.profile import load_profile
 
 
-def test_suspects_are_failed_bounds_and_pairs_well_off_their_rails_median():
+def _rule(tmp_path, deviation: float, fail_ratio: float = 0.3):
+    from acceptance.rules.judge import Outlier
+    (tmp_path / "p.toml").write_text(f"[analysis]\noutlier_min_deviation = {deviation}\n"
+                                     f"nic_fail_ratio = {fail_ratio}\n")
+    return Outlier(load_profile(tmp_path / "p.toml"))
+
+
+def test_suspects_are_failed_bounds_and_pairs_well_off_their_rails_median(tmp_path):
     hs = [Headline(0, 1, "bandwidth", 100.0, False), Headline(1, 0, "bandwidth", 99.0, False),
           Headline(2, 3, "bandwidth", 101.0, False), Headline(3, 2, "bandwidth", 85.0, False),  # 15% slow
           Headline(4, 5, "bandwidth", 100.0, True),                                              # failed a bound
           Headline(0, 1, "latency_p50", 2.0, False), Headline(2, 3, "latency_p50", 2.0, False),
           Headline(4, 5, "latency_p50", 2.1, False), Headline(5, 4, "latency_p50", 3.0, False)]  # 45% slow
-    assert suspects(hs, {"bandwidth": True, "latency_p50": False}, 0.10) == [(2, 3), (4, 5)]
+    assert suspects(hs, {"bandwidth": True, "latency_p50": False}, _rule(tmp_path, 0.10)) == [(2, 3), (4, 5)]
     # A fleet bound nearer than the deviation (a noisy fleet's loose outlier rule, a 0.5 fleet factor).
     loose = [Headline(0, 1, "bandwidth", 100.0, False, 0.5), Headline(2, 3, "bandwidth", 100.0, False, 0.5),
              Headline(4, 5, "bandwidth", 30.0, False, 0.5), Headline(6, 7, "bandwidth", 60.0, False, 0.5)]
-    assert suspects(loose, {"bandwidth": True}, 3.0) == [(4, 5)]
+    assert suspects(loose, {"bandwidth": True}, _rule(tmp_path, 3.0, fail_ratio=0.05)) == [(4, 5)]
+    # The NIC rule's ratio: at analysis.nic_fail_ratio of the median (80: 60 is 0.75 of it) a pair is a suspect
+    # even where the deviation is loose.
+    assert suspects(loose, {"bandwidth": True}, _rule(tmp_path, 3.0, fail_ratio=0.8)) == [(4, 5), (6, 7)]
     # Too few values for a median: only a failed bound makes a suspect.
-    assert suspects(hs[:2], {"bandwidth": True}, 0.10) == []
+    assert suspects(hs[:2], {"bandwidth": True}, _rule(tmp_path, 0.10)) == []
 
 
 def test_each_suspect_end_meets_a_clean_partner_and_rounds_are_disjoint():

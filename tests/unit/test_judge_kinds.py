@@ -221,4 +221,4 @@ def test_no_threshold_comparison_outside_the_judge():
 
 def test_headroom_fails_at_the_parts_own_limit_and_warns_within_the_margin():
     rule = judge.Headroom(5.0)
-    assert [rule.verdict(t, 90) for t in (80, 85, 89, 90, 95)] == ["pass", "warn", "warn", "fail", "fail"]
+    assert [rule.verdict(t, 90) for t in (80, 85, 89, 90, 95)] == [PASS, WARN, WARN, FAIL, FAIL]  # codes, as every kind

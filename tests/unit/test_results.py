@@ -198,7 +198,7 @@ def test_the_published_record_schema_is_the_records_contract():
     """docs/record.schema.json says what results.py and the catalog say, key for key."""
     from acceptance.rules import catalog
     from acceptance.records.results import (
-        BOUND_KINDS,
+        BOUND_ORIGINS,
         MEMORY,
         OPTIONAL_KEYS,
         REQUIRED_KEYS,
@@ -211,7 +211,7 @@ def test_the_published_record_schema_is_the_records_contract():
     assert schema["required"] == list(REQUIRED_KEYS)
     assert list(props) == [*REQUIRED_KEYS, *OPTIONAL_KEYS]
     assert all(name in props["suite"]["description"] for name in catalog.SUITES)
-    assert props["verdict"]["enum"] == list(VERDICTS) and props["bound"]["enum"] == list(BOUND_KINDS)
+    assert props["verdict"]["enum"] == list(VERDICTS) and props["bound"]["enum"] == list(BOUND_ORIGINS)
     assert props["memory"]["enum"] == list(MEMORY) and props["scope"]["enum"] == list(SCOPES)
     assert props["saturated"]["enum"] == list(SATURATED)
 
