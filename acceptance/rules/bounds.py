@@ -243,7 +243,11 @@ class Memlock(Absolute):
 
 COUNTER_SEVERITY = {"error": FAIL, "retransmit": FAIL, "pre_fec": FAIL, "discard": WARN, "pause": WARN, "cnp": WARN}
 # A derived counter record: its metric is the counter's name plus this suffix (acceptance.rules.counter_verdicts.DERIVED).
-COUNTER_SUFFIX = {"1/s": "_rate", "ppm": "_ppm", "errors/bit": "_ber"}
+# Counter kinds judged by a derived value, recorded beside the count: kind -> (the record's metric suffix,
+# its unit, the Delta field it comes from: acceptance.host.counters).
+DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm"),
+           "pre_fec": ("_ber", "errors/bit", "ber")}
+COUNTER_SUFFIX = {unit: suffix for suffix, unit, _ in DERIVED.values()}  # a derived record's unit -> its suffix
 # Derived values that are unknown (NaN) when the counter rose with nothing to relate it to: a warning.
 RELATED_UNITS = ("ppm", "errors/bit")
 

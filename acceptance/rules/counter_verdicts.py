@@ -13,19 +13,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import judge
+from .bounds import DERIVED
+from .profile import SCHEMA
 from ..host.counter_kinds import CLASS_OF
 from ..host.counters import Delta, DiffResult
 from ..records.results import VERDICTS, worst
 
+def _default(key: str):
+    """A [counters] key's default, as the profile schema declares it (the only place defaults are set)."""
+    field = SCHEMA["counters"][key]
+    return None if field.default is None else field.parse(field.default)
+
+
 @dataclass(frozen=True)
 class Limits:
-    errors_max: int = 0                  # rise an error counter may show in one window
-    discards_max: int = 0                # rise of a discard counter above which a port warns
-    pause_rate_max: float | None = None  # pause frames per second (per counter); None: recorded only
-    cnp_rate_max: float | None = None    # CNPs / ECN-marked packets per second; None: recorded only
-    retransmit_ppm_max: float = 0.0      # retransmissions per million packets of the port in one window
-    pre_fec_ber_max: float = 2.4e-4      # pre-FEC bit error rate above which a port fails (the FEC's limit)
-    pre_fec_ber_warn: float | None = 1e-5  # ... and above which it warns
+    """The counters' bounds (the profile's [counters]; each default the schema's)."""
+    errors_max: int = _default("errors_max")                    # rise an error counter may show in one window
+    discards_max: int = _default("discards_max")                # rise of a discard counter above which a port warns
+    pause_rate_max: float | None = _default("pause_rate_max")   # pause frames per second; None: recorded only
+    cnp_rate_max: float | None = _default("cnp_rate_max")       # CNPs / ECN-marked packets per second
+    retransmit_ppm_max: float = _default("retransmit_ppm_max")  # retransmissions per million packets, one window
+    pre_fec_ber_max: float = _default("pre_fec_ber_max")        # pre-FEC bit error rate a port fails above
+    pre_fec_ber_warn: float | None = _default("pre_fec_ber_warn")  # ... and warns above
 
     @classmethod
     def from_profile(cls, profile) -> Limits:
@@ -64,11 +73,6 @@ def counter_verdict(delta: Delta, limits: Limits) -> str:
                             np.array([np.nan if value is None else float(value)]),
                             np.array([delta.saturated], dtype=object), limits.keys())
     return VERDICTS[int(code[0])]
-
-
-# Kinds judged by a derived value, recorded beside the count: (metric suffix, unit, Delta field).
-DERIVED = {"pause": ("_rate", "1/s", "rate"), "cnp": ("_rate", "1/s", "rate"), "retransmit": ("_ppm", "ppm", "ppm"),
-           "pre_fec": ("_ber", "errors/bit", "ber")}
 
 
 def judged_as(delta: Delta) -> tuple[str, str, float | None]:
