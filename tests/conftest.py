@@ -26,7 +26,8 @@ def pytest_addoption(parser):
 # 8x apart). The embedded default run's tests share one run (test_default_run.py's module fixture),
 # so they go to one worker too. Every other test is a unit of its own, spread over the other workers.
 XDIST_GROUPS = {"tests/e2e/": "emulation", "tests/cluster/": "emulation", "tests/integration/test_srun.py": "emulation",
-                "tests/integration/test_default_run.py": "default_run"}
+                "tests/integration/test_default_run.py": "default_run",
+                "tests/integration/test_report_browser.py": "default_run"}
 
 
 # The emulation worker's modules are `make test`'s longest path (the guest, then the cluster); the
@@ -138,6 +139,18 @@ def run_env(extra: dict | None) -> dict:
     env["PYTHONHASHSEED"] = "0"
     env.update(extra or {})
     return env
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """`acceptance run` with nothing given: the embedded default (2 virtual nodes x 2 rails), run once for
+    the tests that read it (test_default_run.py, and the browser test's report): one xdist group."""
+    cwd = tmp_path_factory.mktemp("default")
+    p = subprocess.run([str(Path(sys.executable).parent / "acceptance"), "run"], cwd=cwd, env=run_env(None),
+                       capture_output=True, text=True, timeout=420)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p.cwd = cwd
+    return p
 
 
 @pytest.fixture

@@ -1,28 +1,16 @@
-"""The embedded default run (`acceptance run`, no arguments), once for every test here: it is the
-longest run of the unit tests, and these tests read the same run folder three ways. The module is one
-xdist group (tests/conftest.py), so one worker runs it once."""
+"""The embedded default run (`acceptance run`, no arguments), once for every test here and the browser
+test's report: it is the longest run of the unit tests, and these tests read the same run folder three
+ways. The two modules are one xdist group (tests/conftest.py), so one worker runs it once."""
 import json
 import re
-import subprocess
 from collections import Counter
 from itertools import permutations
 from pathlib import Path
 
-import pytest
-
 from acceptance.analysis import analyze
 from acceptance.rules import catalog
-from conftest import BIN, run_env
 
-
-@pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
-    cwd = tmp_path_factory.mktemp("default")
-    p = subprocess.run([str(BIN / "acceptance"), "run"], cwd=cwd, env=run_env(None), capture_output=True, text=True,
-                       timeout=420)
-    assert p.returncode == 0, p.stdout + p.stderr
-    p.cwd = cwd
-    return p
+# default_run: the embedded default's one run, shared with the browser test (tests/conftest.py).
 
 
 def folder_of(p) -> Path:

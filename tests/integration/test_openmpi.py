@@ -26,7 +26,10 @@ def folder_of(out: str) -> Path:
 
 @needs_open_mpi
 def test_the_embedded_default_passes_under_open_mpi(acceptance_cli):
-    p = acceptance_cli("run", "--no-report", env=OPEN_MPI_ENV)
+    # One test of each suite the default runs (the whole default runs under MPICH: test_default_run.py):
+    # what differs under Open MPI is the launcher, the library and its one-sided windows, not the suites.
+    p = acceptance_cli("run", "--no-report", "--", "-m", "preflight or memreg or p2p or collective or incast",
+                       "-k", "not latency and not read_bandwidth and not alltoall and not leak", env=OPEN_MPI_ENV)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "4 local ranks as 2 virtual nodes x 2 rails (Open MPI mpiexec" in p.stdout, p.stdout
     # osc/ucx, queried per window, failing here and slow on some machines, is left out on one machine

@@ -248,15 +248,10 @@ def analysis_of(run_dir: Path):
 
 
 @pytest.fixture(scope="module")
-def real_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("reports")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "ACCEPTANCE_", "PMI", "PYTEST_"))}
-    env["PYTHONHASHSEED"] = "0"
-    proc = subprocess.run([str(BIN / "acceptance"), "run", "--output", str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    folders = [p for p in out.iterdir() if (p / "results.jsonl").exists()]
-    assert folders, f"acceptance run wrote no results (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-    return folders[0]
+def real_run(default_run):
+    """The embedded default's run folder (tests/conftest.py's default_run, shared with test_default_run.py)."""
+    import re
+    return Path(re.search(r"^run folder: (\S+)$", default_run.stdout, re.M).group(1))
 
 
 def test_report_in_headless_chromium(real_run, tmp_path):
