@@ -84,6 +84,9 @@ ANALYSIS_PER_RECORD_S = 6.5e-6  # analysis and report, per record
 # walk per rail at once (host.switchports): ibqueryerrors queries the ports one after another.
 SWITCH_PORT_QUERY_S = 1e-3    # one switch port's PortCounters query (a MAD round trip and its handling)
 SWITCH_PORTS_PER_NODE = 3     # a non-blocking two-level tree: a leaf port down, one up, a spine port per node
+# The world communicator's setup on the hardware engines (NCCL's init: bootstrap all-gathers, topology,
+# connections), per rank of the world, where the profile's plan.collective_setup does not say.
+WORLD_SETUP_PER_RANK_S = 0.01
 # Records of one pair-direction (acceptance.drivers.p2p, acceptance.tools.perftest.records): a bandwidth
 # sweep one value and the receiver's data check per size; a latency test its p50, p99, p99.9, max and
 # the data check (a write's also the ping-pong's four); perftest ib_write_bw's value and ib_write_lat's four.
@@ -117,6 +120,9 @@ _FITTED = ("measured: fitted with benchmarks/plan_accuracy.py to mpi-engine runs
 # Where a figure comes from. Every constant of this module not named here is an assumption: no
 # measurement or published figure stands behind it (the hardware's costs: no RDMA device or GPU here).
 SOURCES = {
+    "WORLD_SETUP_PER_RANK_S": "reported: NVIDIA/nccl#1156, a 2.5-minute NCCL init at large scale (\"above "
+                              "certain K GPUs\", the count not given), taken as linear in the ranks: 150 s "
+                              "at 15,000; NVIDIA/nccl#534 reports 5-6 s per communicator at 16 nodes",
     "RECORD_RANK0_S": "measured: benchmarks/rank0_scale.py, rank 0's phase of 1,024 ranks x 48 records in "
                       "494.55 ms of CPU on the 2-core development machine (benchmarks/README.md)",
     "ANALYSIS_PER_RECORD_S": "measured: benchmarks/report_scale.py, analysis and report of 4,190,208 records "
@@ -322,7 +328,7 @@ COST_CONSTANTS = {
 }
 # The figures every estimate uses besides an engine's Costs.
 OTHER_CONSTANTS = ("CONFIRM_ROUNDS", "OUTCOME_PER_RANK_S", "RECORD_RANK0_S", "ANALYSIS_PER_RECORD_S",
-                   "SWITCH_PORT_QUERY_S", "SWITCH_PORTS_PER_NODE")
+                   "SWITCH_PORT_QUERY_S", "SWITCH_PORTS_PER_NODE", "WORLD_SETUP_PER_RANK_S")
 # Stand-ins for a profile's rates where it sets none (_gbytes).
 FALLBACKS = {"NVLINK_GBYTES_S": ("intranode.p2p_min", "collectives.node_allreduce_busbw_min",
                                  "collectives.node_alltoall_busbw_min"),
@@ -456,6 +462,8 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
                      "analysis": est.records * ANALYSIS_PER_RECORD_S}
     if profile.get("preflight.link_layer") == "InfiniBand":
         est.overheads["switch-port walks"] = switch_walk_seconds(nodes)
+    if not mpi and profile.get("plan.collective_setup") is None:  # a profile's own figure is in the all-reduce
+        est.overheads["world setup"] = ranks * WORLD_SETUP_PER_RANK_S
     return est
 
 
