@@ -200,6 +200,7 @@ def test_the_published_record_schema_is_the_records_contract():
     from acceptance.records.results import (
         BOUND_ORIGINS,
         MEMORY,
+        PHASES,
         OPTIONAL_KEYS,
         REQUIRED_KEYS,
         SATURATED,
@@ -212,6 +213,7 @@ def test_the_published_record_schema_is_the_records_contract():
     assert list(props) == [*REQUIRED_KEYS, *OPTIONAL_KEYS]
     assert all(name in props["suite"]["description"] for name in catalog.SUITES)
     assert props["verdict"]["enum"] == list(VERDICTS) and props["bound"]["enum"] == list(BOUND_ORIGINS)
+    assert props["phase"]["enum"] == list(PHASES)
     assert props["memory"]["enum"] == list(MEMORY) and props["scope"]["enum"] == list(SCOPES)
     assert props["saturated"]["enum"] == list(SATURATED)
 
