@@ -228,7 +228,7 @@ def what_to_change(plan: dict, profile: Profile, rate: str | None) -> list[str]:
                    f"({format_seconds(plan['estimated_seconds_concurrent'])})")
     name, seconds = max(plan["suites"].items(), key=lambda kv: kv[1])
     pairwise = "fewer rounds (--pattern screen:K, or auto) or a smaller sweep (sweep.max_size, sweep.bytes_per_size)"
-    hint = {"collectives": "a smaller sweep.max_size or sweep.bytes_per_size, or leave it out: -- -m 'not collective'",
+    hint = {"collective": "a smaller sweep.max_size or sweep.bytes_per_size, or leave it out: -- -m 'not collective'",
             "perftest": "a shorter perftest.duration, or fewer rounds (--pattern screen:K)",
             "incast": "a shorter incast.duration", "rdma_write": pairwise, "gpudirect": pairwise,
             "intranode": "a smaller intranode.size or intranode.iters"}.get(name)

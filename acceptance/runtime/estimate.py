@@ -52,6 +52,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..measure.sweep import sizes as sweep_sizes, sweep_from_profile
+from ..rules import catalog
 from ..rules.profile import format_duration, format_size, parse_duration, parse_rate
 from . import schedule as sched
 from .screening import Transfer, screening_iters, screening_latency_iters, screening_sizes, screening_transfer
@@ -93,8 +94,7 @@ WORLD_SETUP_PER_RANK_S = 0.01
 LATENCY_RECORDS, PINGPONG_RECORDS, PERFTEST_RECORDS = 5, 4, 5
 DEFAULT_RATE = 100.0          # Gbit/s, when neither --rate nor the profile's bandwidth_min says
 MIN_RATE_GBITS = 10.0         # a bandwidth_min below this is a floor for broken links (emulators), not a rate
-TESTS = 45                    # pytest tests of a run, about (outcome merges)
-SUITE_FILES = 9               # suite files, each with counter snapshots around it
+TESTS = 38                    # the tests one rank collects from suites/ (outcome merges; test_plan holds it)
 
 # The mpi engine (acceptance.engines.mpi: the emulated cluster and local runs) times every operation
 # from Python through mpi4py, and checks its data with numpy, so its fixed costs are far above the
@@ -133,8 +133,13 @@ SOURCES = {
                                   "MPI_LAUNCH_S")},
 }
 
-SUITES = ("preflight", "counters", "memreg", "rdma_write", "perftest", "gpudirect", "incast", "collectives",
-          "intranode")
+# The suites, as the catalog names them (a suite file each, with counter snapshots around it). The plan
+# times each suite's tests by name (Estimate.tests), the preflight and counters suites as a whole; the
+# tests it gives no time of their own read what the others measured or logged (test_plan holds both
+# lists to a collection of suites/).
+SUITES = tuple(catalog.SUITES)
+SUITE_FILES = len(SUITES)
+UNTIMED_TESTS = ("test_low_memlock_limit_is_explained", "test_gpudirect_rdma_used")
 
 
 # ---- budget ------------------------------------------------------------------------------------
@@ -448,7 +453,7 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     k = max(1, min(profile.get("incast.senders"), nodes - 1))
     est.tests["incast"] = {"test_incast": rail_times * (k + 1) * (profile.get("incast.duration") + c.incast_round_s)}
 
-    est.tests["collectives"] = _collectives(profile, nodes, rails, rail_times, gbits, c)
+    est.tests["collective"] = _collectives(profile, nodes, rails, rail_times, gbits, c)
 
     est.tests["preflight"] = {"node checks": c.preflight_s}
     snapshots = 2 * SUITE_FILES if profile.get("counters.enabled") else 0

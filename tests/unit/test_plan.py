@@ -132,7 +132,7 @@ def test_screening_measures_less_than_all_pairs_per_round():
 
 def test_collectives_all_reduce_moves_twice_the_buffer():
     # one size, one rank pair's worth: the bandwidth term of a ring all-reduce is 2(N-1)/N x size / busbw
-    tests = model.estimate(load_profile(H100), 1024, 8, "screen:2").tests["collectives"]
+    tests = model.estimate(load_profile(H100), 1024, 8, "screen:2").tests["collective"]
     assert tests["test_allreduce[world]"] > tests["test_allreduce[node]"]
     assert tests["test_alltoall[world]"] > tests["test_alltoall[rails]"]  # one message per peer
 
@@ -361,7 +361,7 @@ def test_plan_text_lists_every_suite_and_the_limit(capsys):
     lines = dict(line.split(":", 1) for line in out.splitlines())
     assert lines["rounds per rail"].split()[0] == "2047"
     assert lines["node pairs per rail"].split()[0] == "2096128"
-    assert all(f"  {s}" in lines for s in ("rdma_write", "collectives", "preflight"))
+    assert all(f"  {s}" in lines for s in ("rdma_write", "collective", "preflight"))
     assert "estimated duration" in lines and lines["limit"].strip().startswith("none")
 
 
@@ -446,3 +446,29 @@ def test_the_world_s_setup_is_counted_on_the_hardware_engines():
     assert "world setup" not in estimate(load_profile("softroce"), 2, 2, "all-pairs").overheads  # its own figure
     assert model.cost_sources(None, load_profile(H100))["WORLD_SETUP_PER_RANK_S"]["from"].startswith(
         "reported: NVIDIA/nccl#1156")
+
+
+def test_the_plan_times_the_tests_the_suites_hold():
+    """The plan's suites, files and tests are what a collection of suites/ finds: every test either
+    timed by name (Estimate.tests), in a suite timed as a whole (preflight, counters), or declared as
+    reading what others measured (estimate.UNTIMED_TESTS); and the count of tests the outcome merges
+    are figured on."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "acceptance.runtime.pytest_plugin",
+                          "-p", "no:cacheprovider", str(root / "suites")], cwd=root, capture_output=True, text=True,
+                         env={"PYTHONHASHSEED": "0", "PATH": "/usr/bin:/bin"}, timeout=300).stdout
+    ids = re.findall(r"^suites/(test_\w+)\.py::(\w+)(?:\[(\w+)\])?$", out, re.M)
+    assert len(ids) == model.TESTS, out
+    assert len({f for f, _, _ in ids}) == model.SUITE_FILES
+    est = model.estimate(load_profile(H100), 16, 8, "all-pairs")
+    assert set(est.tests) == set(model.SUITES)
+    timed = {name.split("[")[0] for tests in est.tests.values() for name in tests}
+    for file, test, param in ids:
+        whole = file in ("test_preflight", "test_counters")
+        assert whole or test in timed or test in model.UNTIMED_TESTS, (file, test)
+    # ... and nothing the plan times is missing from the suites.
+    assert timed - {t for _, t, _ in ids} == {"node checks", "port snapshots"}
