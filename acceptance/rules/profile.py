@@ -247,12 +247,15 @@ class Int(Field):
 class Float(Field):
     expected, types = "a number", (int, float)
 
-    def __init__(self, default, min=0, help=""):
+    def __init__(self, default, min=0, help="", below=None):
         super().__init__(default, help)
-        self.min = min
+        self.min, self.below = min, below
 
     def convert(self, raw):
-        return _at_least(float(raw), self.min, raw)
+        value = _at_least(float(raw), self.min, raw)
+        if self.below is not None and value >= self.below:
+            raise ValueError(f"must be < {self.below}, got {_show(raw)}")
+        return value
 
     def to_toml(self, value):
         return repr(float(value))
@@ -495,6 +498,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
                            help='time the whole acceptance may take, e.g. "30min": `acceptance plan` and '
                                 '`acceptance run` exit 2 before starting when the estimate exceeds it, and '
                                 'rdma_write.pattern "auto" screens to fit it; unset: no budget'),
+        "budget_margin": Float(0.1, below=1, help='the share of the budget "auto" leaves for the estimate\'s own error '
+                               "(the plan's models were within 30% of measured suites: docs/plan.md): it "
+                               "fills (1 - budget_margin) x the budget, so that a run under a Slurm time limit "
+                               "ends before it; 0 fills the budget to the second"),
     },
     "topology": {
         "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),

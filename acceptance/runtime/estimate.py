@@ -532,9 +532,10 @@ def resolve_pattern(profile, nodes: int, rails: int, rail_mode: str = "concurren
         return pattern, []
     if budget is None:
         return sched.ALL_PAIRS, []
+    target = auto_target(profile, budget)
 
     def fits(p: str) -> bool:
-        return estimate(profile, nodes, rails, p, rail_mode, rate).total <= budget
+        return estimate(profile, nodes, rails, p, rail_mode, rate).total <= target
 
     chosen, gave_up = sched.choose_pattern(nodes, fits)
     kind, k = sched.parse_pattern(chosen)
@@ -556,6 +557,11 @@ def resolve_pattern(profile, nodes: int, rails: int, rail_mode: str = "concurren
             gave_up.append(f"latency samples in screening: {lat} per pair-direction (what the gated percentile "
                            f"needs) instead of latency.iters = {profile.get('latency.iters')}")
     return chosen, gave_up
+
+
+def auto_target(profile, budget: float) -> float:
+    """What "auto" fills: the budget less run.budget_margin of it, left for the estimate's own error."""
+    return budget * (1 - profile.get("run.budget_margin"))
 
 
 def shortened(profile) -> tuple[object, list[str]]:
@@ -586,7 +592,7 @@ def resolve(profile, nodes: int, rails: int, rail_mode: str = "concurrent", budg
 
     def score(p: str, prof) -> tuple[bool, float]:
         kind, k = sched.parse_pattern(p)
-        return (estimate(prof, nodes, rails, p, rail_mode, rate).total <= budget,
+        return (estimate(prof, nodes, rails, p, rail_mode, rate).total <= auto_target(profile, budget),
                 math.inf if kind == sched.ALL_PAIRS else k)
     if score(again, short) <= score(chosen, profile):
         return chosen, profile, gave_up

@@ -145,7 +145,9 @@ def test_auto_without_a_budget_is_all_pairs_and_with_one_the_largest_k_that_fits
     chosen, gave_up = model.resolve_pattern(h100, 1024, 8, budget=budget, pattern="auto")
     k = int(chosen.split(":")[1])
     assert k >= 2
-    assert model.estimate(h100, 1024, 8, chosen).total <= budget < model.estimate(h100, 1024, 8, f"screen:{k + 1}").total
+    target = model.auto_target(h100, budget)  # the budget less run.budget_margin, left for the estimate's error
+    assert target == 0.9 * budget
+    assert model.estimate(h100, 1024, 8, chosen).total <= target < model.estimate(h100, 1024, 8, f"screen:{k + 1}").total
     assert any("all-pairs" in g for g in gave_up) and any("sizes" in g for g in gave_up)
     # small enough for all-pairs within the budget
     assert model.resolve_pattern(h100, 4, 8, budget=3600, pattern="auto")[0] == "all-pairs"
@@ -162,12 +164,27 @@ def test_auto_fills_a_bigger_budget_with_more_rounds():
         assert plan["fits"] and plan["estimated_seconds"] <= limit
         assert plan["coverage"]["pairs"] == {str(r): round(k * 512 / (1024 * 1023 / 2), 6) for r in range(8)}
         short, _ = model.shortened(h100)
-        assert model.estimate(short, 1024, 8, f"screen:{k + 1}").total > limit  # the next K does not fit
+        assert model.estimate(short, 1024, 8, f"screen:{k + 1}").total > 0.9 * limit  # the next K does not fit
     # Just short of all-pairs' full sweep: every pair at screening's sizes (screen:N-1).
     full = model.estimate(h100, 64, 8, "all-pairs").total
-    chosen, gave_up = model.resolve_pattern(h100, 64, 8, budget=full - 1, pattern="auto")
+    chosen, gave_up = model.resolve_pattern(h100, 64, 8, budget=(full - 1) / 0.9, pattern="auto")
     assert chosen == "screen:63" and any("every pair once" in g for g in gave_up)
     assert make_plan(64, 8, h100, pattern="screen:63", slurm_left=None)["coverage"]["pairs"]["7"] == 1.0
+
+
+def test_auto_leaves_a_margin_of_the_budget_for_the_estimate_s_error(tmp_path):
+    """run.budget_margin (10% by default) of the budget is left for the models' own error, so that a run
+    under a Slurm time limit ends before it; 0 fills the budget to the second; 1 or more is refused."""
+    from acceptance.rules.profile import ProfileError
+    (tmp_path / "tight.toml").write_text('extends = "h100-ndr400"\n[run]\nbudget_margin = 0\n')
+    tight, h100 = load_profile(tmp_path / "tight.toml"), load_profile(H100)
+    k0 = int(model.resolve_pattern(tight, 1024, 8, budget=1800.0, pattern="auto")[0].split(":")[1])
+    k1 = int(model.resolve_pattern(h100, 1024, 8, budget=1800.0, pattern="auto")[0].split(":")[1])
+    assert k1 < k0
+    assert model.estimate(h100, 1024, 8, f"screen:{k1}").total <= 1620 < model.estimate(tight, 1024, 8, f"screen:{k0}").total
+    (tmp_path / "bad.toml").write_text('[run]\nbudget_margin = 1\n')
+    with pytest.raises(ProfileError, match=r"budget_margin.*must be < 1"):
+        load_profile(tmp_path / "bad.toml")
 
 
 def test_a_tight_budget_shortens_perftest_and_incast_before_it_gives_up_screening_rounds():
