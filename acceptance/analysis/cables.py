@@ -161,8 +161,7 @@ class _Context:
     def slow_rows(self, rows: np.ndarray, typical: float) -> np.ndarray:
         """Those of `rows` as slow as their component must be to be evidence of it (outliers.with_nics'
         measure: at least outlier_min_deviation, or the half rate, and half as slow as it typically is)."""
-        half = self.profile.get("analysis.nic_fail_ratio")
-        enough = max(min(self.profile.get("analysis.outlier_min_deviation"), 1 - half), (1 - np.exp(typical)) / 2)
+        enough = max(float(self.rule.enough(True)), (1 - np.exp(typical)) / 2)
         return rows[1 - np.exp(self.lg[rows]) >= enough]
 
 

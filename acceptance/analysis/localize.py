@@ -138,6 +138,7 @@ def _tree_step(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], prof
     b_u = np.minimum(bad["s"].to_numpy(), bad["d"].to_numpy())
     b_v = np.maximum(bad["s"].to_numpy(), bad["d"].to_numpy())
     bkey = (b_rail * n_nodes + b_u) * n_nodes + b_v
+    shares = judge.Shares(profile)
     for rail in np.unique(m_rail):
         t = fabric.tree(int(rail))
         if t is None or not t.leaves:
@@ -151,8 +152,7 @@ def _tree_step(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], prof
             continue
         spine = tree.single_spine(t, leaf_names)
         for c in tree.explain_rail(u, v, is_bad, leaf, leaf_names, spine, int(rail),
-                                   profile.get("analysis.switch_fraction"), profile.get("analysis.nic_fraction"),
-                                   n_nodes):
+                                   shares.switch, shares.nic, n_nodes):
             alts = [a.ref(names) for a in c.alternatives]
             if c.scope == "nic":
                 if alts:
@@ -196,7 +196,7 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
     for rail in rails_measured:
         sel, esel = m_rail == rail, e_rail == rail
         for node, badc, deg in _peel(m_u[sel], m_v[sel], e_u[esel], e_v[esel], n_nodes,
-                                     profile.get("analysis.nic_fraction")):
+                                     judge.Shares(profile).nic):
             nic[rail, node] = True
             nic_info[(int(rail), node)] = (badc, deg)
     nic_way: dict[tuple[int, int], str | None] = {}
@@ -224,7 +224,7 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
                 nic_info[(int(rail), int(node))] = (int(badc[rail, node]), int(deg[rail, node]))
 
     # rail planes: against the other rails, or by how many of their nodes have a bad NIC
-    rail_fraction, node_fraction = profile.get("analysis.rail_fraction"), profile.get("analysis.node_fraction")
+    rail_fraction, node_fraction = judge.Shares(profile).rail, judge.Shares(profile).node
     bad_rails: dict[int, dict] = {}
     for rail in (int(x) for x in planes["rail"].unique()):
         # A rail slow against the others is a bad plane unless the slowness is one or two NICs'
@@ -355,7 +355,7 @@ def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], n
         if i in agg.index:
             how, basis = agg.loc[i, "how"], agg.loc[i, "basis"]
         if kind == "instability" and metric is not None:
-            expected = profile.get("analysis.cv_max")
+            expected = judge.Trend.of(profile, "analysis.cv_max").tolerance
         total = len(lines) + int(count.get(i, 0))
         lines += evidence.get(i, [])
         lines = capped(lines[:EVIDENCE_MAX], total)

@@ -169,10 +169,6 @@ def gated(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> pd.Dat
     return pairs.loc[keep].reset_index(drop=True)
 
 
-def _alpha(profile: Profile, fail: bool = False) -> float:
-    return float(profile.get("analysis.false_failures" if fail else "analysis.false_findings"))
-
-
 def family_stats(pairs: pd.DataFrame, profile: Profile, exclude: np.ndarray | None = None):
     """Per row: family code (metric, size, rail), the family's median and size, g (the log ratio
     to the median, negative on the bad side), the family's robust sigma of g; per metric the tails'
@@ -207,7 +203,7 @@ def _dofs(names: np.ndarray, lg: np.ndarray, sigma: np.ndarray, n: np.ndarray, k
           profile: Profile) -> np.ndarray:
     """Each row's metric's tail degrees of freedom, from its standardized values over every family."""
     out = np.full(len(names), np.nan)
-    default = float(profile.get("analysis.noise_dof"))
+    default = judge.Outlier(profile).noise_dof
     for name in pd.unique(names):
         rows = names == name
         ok = rows & keep & (sigma > 0) & (n >= MIN_GROUP)
@@ -372,7 +368,7 @@ def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     dworse = 1 - np.exp(dtyp)
     ok = ~exclude & np.isfinite(lg)
     sigma_pop = ROBUST_SIGMA * pd.Series(np.where(ok, np.abs(lg), np.nan)).groupby(pop).median().to_numpy()
-    default = float(profile.get("analysis.noise_dof"))
+    default = judge.Outlier(profile).noise_dof
     with np.errstate(divide="ignore", invalid="ignore"):
         z_all = lg / sigma_pop[pop]
     dof_of = {nm: min(tail_dof(z_all[ok & (names == nm)], default), default) for nm in pd.unique(names)}
@@ -433,9 +429,7 @@ def with_nics(bad: pd.DataFrame, pairs: pd.DataFrame, nics: pd.DataFrame, profil
     # a link is evidence when it is itself as slow as a NIC must typically be to be flagged
     # (outlier_min_deviation, or the half rate that fails a NIC), and at least half as slow as this
     # NIC typically is: its healthy links are no evidence, for the switch tree neither
-    half = profile.get("analysis.nic_fail_ratio")
-    enough = np.minimum(profile.get("analysis.outlier_min_deviation"), np.where(higher, 1 - half, 1 / half - 1))
-    enough = np.maximum(enough, x["typical_worse"].to_numpy(np.float64) / 2)
+    enough = np.maximum(judge.Outlier(profile).enough(higher), x["typical_worse"].to_numpy(np.float64) / 2)
     x = x.assign(median=x["reference"], worse=worse)[worse >= enough]
     return _with_evidence(bad, x, profile, suite, grade=x["fail"].to_numpy(bool), group=True, promote=True)
 
@@ -467,7 +461,8 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[d
     t = _typical(pairs, profile)
     flagged = t[(t["warn"] | t["half"]).to_numpy()]
     key, med, n, lg, sigma, higher, dof = family_stats(pairs, profile, nic_rows(pairs, flagged))
-    min_dev, alpha, alpha_f = profile.get("analysis.outlier_min_deviation"), _alpha(profile), _alpha(profile, True)
+    outlier = judge.Outlier(profile)
+    min_dev, alpha, alpha_f = outlier.min_deviation, outlier.alpha(), outlier.alpha(fail=True)
     tested = (n >= MIN_GROUP) & (med > 0) & np.isfinite(lg)
     m1 = max(int(tested.sum()), 1)
     s, d = pairs["s"].to_numpy(), pairs["d"].to_numpy()
@@ -492,7 +487,7 @@ def power(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> list[d
         out.append({"rule": "pair-direction", **common, "population": int(len(g)), "comparisons": m1,
                     "detectable": slowdown(z_of(alpha / m1, df) * noise, min_dev),
                     "fails": slowdown(z_of(alpha_f / m1, df) * noise, 2 * min_dev)})
-        half = 1 - profile.get("analysis.nic_fail_ratio") if hi else 1 / profile.get("analysis.nic_fail_ratio") - 1
+        half = float(1 - outlier.fail_ratio if hi else 1 / outlier.fail_ratio - 1)
         for rule, of in (("nic", tt), ("nic-direction", tw)):
             mine = of[(of["metric"].astype(str) == metric) & (of["size"] == size)]
             if len(mine):

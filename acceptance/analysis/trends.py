@@ -130,7 +130,7 @@ def burnin_findings(ev: pd.DataFrame, profile: Profile, measured: pd.DataFrame,
     out += _series_findings(drift.assign(value=drift["last"], expected=drift["first"], median=drift["mean"],
                                          grade=False), "drift", measured, names, profile, fabric=fabric)
     unstable = t[t["unstable"]]
-    out += _series_findings(unstable.assign(value=unstable["cv"], expected=profile.get("analysis.cv_max"),
+    out += _series_findings(unstable.assign(value=unstable["cv"], expected=judge.Trend.of(profile, "analysis.cv_max").tolerance,
                                             median=unstable["mean"], grade=False, worse=unstable["cv"]),
                             "instability", measured, names, profile, fabric=fabric)
     return out

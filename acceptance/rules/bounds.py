@@ -505,6 +505,21 @@ class Outlier(Kind):
         self.warn = Level(np.nan if alpha is None else float(alpha), dev, False)
         self.fail = Level(np.nan if alpha_fail is None else float(alpha_fail), 2 * dev, True)
         self.levels = (self.warn, self.fail)
+        self._dof = profile.get("analysis.noise_dof")
+
+    @property
+    def noise_dof(self) -> float:
+        """The noise's tail degrees of freedom where they cannot be measured (analysis.noise_dof)."""
+        return float(self._dof)
+
+    def alpha(self, fail: bool = False) -> float:
+        """The expected false findings the run may raise (analysis.false_findings), or false failures."""
+        return float((self.fail if fail else self.warn).alpha)
+
+    def enough(self, higher):
+        """How much worse than its reference a link must be to be evidence of its NIC: outlier_min_deviation,
+        or what a NIC at analysis.nic_fail_ratio is (1 - ratio, higher being better; 1 / ratio - 1, lower)."""
+        return np.minimum(self.min_deviation, np.where(higher, 1 - self.fail_ratio, 1 / self.fail_ratio - 1))
 
     def robust(self, worse: np.ndarray, z: np.ndarray, exact: np.ndarray) -> np.ndarray:
         """The modified z-score rule (a rail plane against the others): outlier_min_deviation worse and
@@ -533,6 +548,18 @@ class Outlier(Kind):
         """A group of pairs (a switch's) slow as a group: its median `gap` below the others' at least
         outlier_min_deviation x their median (`scale`), and its rank-test z-score at least outlier_z."""
         return not (gap < self.min_deviation * scale or z < self.z)
+
+
+class Shares:
+    """Localization, not a verdict: the share of a part's measured pairs that must be bad to name that
+    part rather than its pairs one by one (analysis.switch_fraction, nic_fraction, rail_fraction,
+    node_fraction). It decides where, never pass or fail."""
+
+    def __init__(self, profile: Profile):
+        self.switch = profile.get("analysis.switch_fraction")
+        self.nic = profile.get("analysis.nic_fraction")
+        self.rail = profile.get("analysis.rail_fraction")
+        self.node = profile.get("analysis.node_fraction")
 
 
 # ---- trends: a series that moved ---------------------------------------------------------------

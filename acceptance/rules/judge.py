@@ -24,7 +24,7 @@ import numpy as np
 
 from . import bounds as kinds
 from . import catalog
-from .bounds import (ABSOLUTE, FAIL, FLEET, INFO, PASS, WARN, Drift, Fleet, Headroom, Level, Outlier, Trend,
+from .bounds import (ABSOLUTE, FAIL, FLEET, INFO, PASS, WARN, Drift, Fleet, Headroom, Level, Outlier, Shares, Trend,
                      floats, is_value, size_bound, texts)
 from .catalog import Metric
 from .profile import Profile
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # What callers use of the judge; the bound kinds' classes are acceptance.rules.bounds's.
-__all__ = ["PASS", "FAIL", "WARN", "INFO", "VERDICTS", "Drift", "Fleet", "Headroom", "Level", "Outlier", "Trend", "Judged",
+__all__ = ["PASS", "FAIL", "WARN", "INFO", "VERDICTS", "Drift", "Fleet", "Headroom", "Level", "Outlier", "Shares", "Trend",
+           "Judged",
            "is_value", "floats", "size_bound", "absolute_bounds", "fleet_factor",
            "fleet_factors", "loo_median", "counter", "judge_records", "one",
            "judge_one", "record", "record_all"]

@@ -33,7 +33,7 @@ from statistics import NormalDist
 
 from ..measure.stats import samples_needed
 from ..measure.sweep import sweep_from_profile
-from ..rules import catalog
+from ..rules import catalog, judge
 from . import schedule as sched
 
 PAIRWISE_SUITES = ("rdma_write", "gpudirect")
@@ -104,7 +104,7 @@ def screening_drop(profile) -> tuple[float, str]:
     """(the slowdown a bandwidth suspect is called at, where it comes from): the nearer of
     analysis.outlier_min_deviation and a fleet.bounds factor on a pairwise bandwidth (as
     acceptance.drivers.confirm.suspects)."""
-    drop, source = profile.get("analysis.outlier_min_deviation"), "analysis.outlier_min_deviation"
+    drop, source = judge.Outlier(profile).min_deviation, "analysis.outlier_min_deviation"
     for pattern, factor in _fleet_tables(profile, higher=True):
         for f in [v for _, v in factor] if isinstance(factor, list) else [factor]:
             if 1 - f < drop:
@@ -142,7 +142,7 @@ def screening_transfer(profile, nodes: int, rails: int, pattern: str) -> Transfe
     drop, drop_from = screening_drop(profile)
     noise, noise_from = screening_noise(profile)
     compared = max(1, 2 * sched.pair_count(nodes, pattern) * max(1, rails))
-    z = -NormalDist().inv_cdf(min(0.5, max(1e-300, profile.get("analysis.false_findings") / compared)))
+    z = -NormalDist().inv_cdf(min(0.5, max(1e-300, judge.Outlier(profile).alpha() / compared)))
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
     # No drop to see through (0: every slowdown is a suspect; 1: none is): the full sweep's count.
     needed = (max(1, math.ceil((z * noise / math.log(1 / (1 - drop))) ** 2)) if 0 < drop < 1

@@ -222,3 +222,42 @@ def test_no_threshold_comparison_outside_the_judge():
 def test_headroom_fails_at_the_parts_own_limit_and_warns_within_the_margin():
     rule = judge.Headroom(5.0)
     assert [rule.verdict(t, 90) for t in (80, 85, 89, 90, 95)] == [PASS, WARN, WARN, FAIL, FAIL]  # codes, as every kind
+
+
+# ---- no threshold read outside rules/ -----------------------------------------------------------------
+# Whatever a variable is called: a profile's analysis.* key, or a key that bounds a catalog metric, read
+# (`.get("analysis.x")`) outside acceptance/rules is a verdict's input outside the judge. The analysis
+# settings are read by the rules' kinds (judge.Outlier, Trend, Shares). The bound keys still read
+# outside are listed: the node checks and the preflight driver judge a node's facts (port rate, MTU,
+# memlock) themselves, the plan takes its rate from a bound; each must still be there.
+KNOWN_BOUND_READS = {
+    ("runtime/estimate.py", "rdma_write.bandwidth_min"), ("runtime/estimate.py", "preflight.gpus_per_node"),
+    ("checks/gpus.py", "preflight.gpus_per_node"), ("checks/ports.py", "preflight.port_rate"),
+    ("checks/ports.py", "preflight.mtu"), ("checks/ports.py", "topology.rails"),
+    ("checks/ports.py", "preflight.rdma_devices"), ("checks/memlock.py", "preflight.memlock_min"),
+    ("checks/rails.py", "topology.rails"), ("checks/rails.py", "preflight.port_rate"),
+    ("cli/run.py", "topology.rails"), ("drivers/preflight.py", "preflight.memlock_min"),
+    ("drivers/preflight.py", "preflight.rdma_devices"), ("drivers/preflight.py", "preflight.hugepages_min"),
+    ("drivers/preflight.py", "preflight.gpus_per_node"), ("drivers/preflight.py", "topology.rails"),
+}
+
+
+def test_no_analysis_setting_or_bound_is_read_outside_the_rules():
+    bound_keys = {m.key for s in catalog.SUITES.values() for m in s.metrics if m.key}
+    analysis, bounds_read = [], set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith("rules/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                continue
+            key = node.args[0].value
+            if key.startswith("analysis."):
+                analysis.append(f"{rel}:{node.lineno} reads {key}")
+            elif key in bound_keys:
+                bounds_read.add((rel, key))
+    assert analysis == [], "read through judge.Outlier, Trend or Shares instead:\n" + "\n".join(analysis)
+    assert bounds_read - KNOWN_BOUND_READS == set(), "a bound read outside the judge"
+    assert KNOWN_BOUND_READS - bounds_read == set(), "no longer read there: take them out of KNOWN_BOUND_READS"
