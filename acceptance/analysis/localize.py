@@ -193,10 +193,10 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
     nic = np.zeros((n_rails, n_nodes), bool)
     nic_info: dict[tuple[int, int], tuple[int, int]] = {}
     m_rail, m_u, m_v = (measured[c].to_numpy() for c in ("rail", "u", "v"))
+    shares = judge.Shares(profile)
     for rail in rails_measured:
         sel, esel = m_rail == rail, e_rail == rail
-        for node, badc, deg in _peel(m_u[sel], m_v[sel], e_u[esel], e_v[esel], n_nodes,
-                                     judge.Shares(profile).nic):
+        for node, badc, deg in _peel(m_u[sel], m_v[sel], e_u[esel], e_v[esel], n_nodes, shares.nic):
             nic[rail, node] = True
             nic_info[(int(rail), node)] = (badc, deg)
     nic_way: dict[tuple[int, int], str | None] = {}
@@ -224,7 +224,7 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
                 nic_info[(int(rail), int(node))] = (int(badc[rail, node]), int(deg[rail, node]))
 
     # rail planes: against the other rails, or by how many of their nodes have a bad NIC
-    rail_fraction, node_fraction = judge.Shares(profile).rail, judge.Shares(profile).node
+    rail_fraction, node_fraction = shares.rail, shares.node
     bad_rails: dict[int, dict] = {}
     for rail in (int(x) for x in planes["rail"].unique()):
         # A rail slow against the others is a bad plane unless the slowness is one or two NICs'
