@@ -90,7 +90,7 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
     screen["median"] = screen.groupby(GROUP, dropna=False)["value"].transform("median")
     higher = np.array([catalog.direction(s, m) is not False for s, m in zip(screen["suite"], screen["metric"])])
     rule = judge.Outlier(profile)
-    screen["bad"] = screen["fail"] | _worse(screen["value"], screen["median"], higher, rule)
+    screen["bad"] = screen["fail"] | rule.suspect_of(screen["value"], screen["median"], higher)
     both = screen.merge(again[[*KEY, "value", "fail", "row"]], on=KEY, how="inner", suffixes=("", "_again"))
     if both.empty:
         return ev.iloc[np.flatnonzero(keep)], []
@@ -102,7 +102,7 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
     both["like"] = both["references"].fillna(0).to_numpy() >= MIN_REFERENCES
     both["against"] = np.where(both["like"], both["reference"], both["median"])
     higher = np.array([catalog.direction(s, m) is not False for s, m in zip(both["suite"], both["metric"])])
-    both["bad_again"] = both["fail_again"] | _worse(both["value_again"], both["against"], higher, rule)
+    both["bad_again"] = both["fail_again"] | rule.suspect_of(both["value_again"], both["against"], higher)
     bad, again_bad = both["bad"].to_numpy(), both["bad_again"].to_numpy()
     failed_again, like = both["fail_again"].to_numpy(bool), both["like"].to_numpy(bool)
     # Which of the two the detectors judge (the module's docstring): the confirmation where it failed a
@@ -111,15 +111,6 @@ def supersede(ev: pd.DataFrame, profile: Profile) -> tuple[pd.DataFrame, list[di
     keep[both["row"].to_numpy()[use_again]] = False
     keep[both["row_again"].to_numpy()[~use_again]] = False
     return ev.iloc[np.flatnonzero(keep)], _transients(both)
-
-
-def _worse(value, median, higher: np.ndarray, rule) -> np.ndarray:
-    """Where a value is suspect against its median by the outlier rule (judge.Outlier.suspect)."""
-    v, m = np.asarray(value, float), np.asarray(median, float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(higher, v / m, m / v)  # under 1 on the bad side
-        worse = np.where(higher, 1 - v / m, v / m - 1)
-        return rule.suspect(np.nan_to_num(worse, nan=-np.inf), np.nan_to_num(ratio, nan=np.inf)) & (m > 0)
 
 
 def _transients(both: pd.DataFrame) -> list[dict]:

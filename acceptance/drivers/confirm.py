@@ -57,9 +57,7 @@ def suspects(values: list[Headline], higher: dict[str, bool], rule: Outlier) -> 
         median = float(np.median(vals)) if len(vals) >= 3 else float("nan")
         if median > 0:
             up = higher.get(metric, True)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = vals / median if up else median / vals   # under 1 on the bad side
-            bad |= rule.suspect(1 - ratio if up else vals / median - 1, ratio)
+            bad |= rule.suspect_of(vals, median, up)
             for factor in {h.factor for h in hs if not math.isnan(h.factor)}:
                 at = np.array([h.factor == factor for h in hs])
                 bad |= at & Fleet.outside(vals, median, factor, up)

@@ -544,6 +544,16 @@ class Outlier(Kind):
         """Bad at first sight, noise aside (left out of the reference the others are held to)."""
         return (worse >= self.min_deviation) | self.halved(ratio)
 
+    def suspect_of(self, values, centre, higher) -> np.ndarray:
+        """suspect() of values against their centre (a median), higher being better or not (per value
+        or for all): their relative deviation and their ratio, both on the bad side; never where the
+        centre is not positive."""
+        v, m = np.asarray(values, dtype=np.float64), np.asarray(centre, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(higher, v / m, m / v)  # under 1 on the bad side
+            worse = np.where(higher, 1 - v / m, v / m - 1)
+            return self.suspect(np.nan_to_num(worse, nan=-np.inf), np.nan_to_num(ratio, nan=np.inf)) & (m > 0)
+
     def slow_group(self, gap: float, scale: float, z: float) -> bool:
         """A group of pairs (a switch's) slow as a group: its median `gap` below the others' at least
         outlier_min_deviation x their median (`scale`), and its rank-test z-score at least outlier_z."""
