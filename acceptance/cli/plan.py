@@ -168,9 +168,8 @@ def plan_coverage(nodes: int, rails: int, pattern: str, fabric: Fabric | None, n
         tree = fabric.tree(rail) if fabric is not None else None
         if tree is not None and id(tree) not in seen:
             leaf_of = {node: leaf for leaf, members in tree.leaves.items() for node in members}
-            seen[id(tree)] = coverage(nodes, pattern, leaves=[leaf_of.get(n, "(not in the tree)")
-                                                              for n in names[:nodes]])
-            seen[id(tree)]["leaves"] = [leaf_of.get(n, "(not in the tree)") for n in names[:nodes]]
+            leaves = [leaf_of.get(n, "(not in the tree)") for n in names[:nodes]]
+            seen[id(tree)] = {**coverage(nodes, pattern, leaves=leaves), "leaves": leaves}
         got = seen[id(tree)] if tree is not None else coverage(nodes, pattern)
         out["pairs"][str(rail)] = round(got["pairs"], 6)
         if fabric is not None:
