@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An emulated multi-node, multi-rail Slurm cluster on one machine (root only).
 
-    python tests/cluster/emucluster.py up --nodes N --rails R [--leaves K]
+    python tests/cluster/emucluster.py up --nodes N --rails R [--leaves K [--spines S]]
     python tests/cluster/emucluster.py status
     python tests/cluster/emucluster.py throttle node3 1 20mbit
     python tests/cluster/emucluster.py throttle-uplink leaf2 1 20mbit
@@ -28,6 +28,14 @@ Network (all addresses from 198.18.0.0/15, nothing leaves the machine):
   leaves it and a pair on two leaves crosses both leaves' uplinks and the spine. The tree is
   written as Slurm's ``topology.conf`` (``leaf1``..``leafK``, ``spine``) into the state folder,
   and site.env's ``ACCEPTANCE_TOPOLOGY`` names it, so the sbatch jobs localize over it.
+- ``up --leaves K --spines S`` (S >= 2): each leaf is cabled to each of S spines (spine 1 the rail's
+  bridge, the others ``acc-r<r>p<s>``; the cable to spine s is ``acc-r<r>u<L>p<s>`` -- ``acc-r<r>s<L>p<s>``,
+  spine 1's keeps the names above). Every bridge forwards by destination from static entries (D-mod-K:
+  a flow to node K from another leaf climbs to spine 1 + K mod S; emutree.TwoLevel), the leaf-spine
+  ports neither learn nor flood (the tree has loops), and every node has a permanent ARP entry for
+  each peer and the gateway. Each rail's cabling and forwarding tables are written as ibnetdiscover
+  and ibroute print them (``cabling/rail<r>.topo``, ``routes/rail<r>.ibroute``), and site.env's
+  ``ACCEPTANCE_TOPOLOGY`` and ``ACCEPTANCE_ROUTES`` name the two folders.
 
 Slurm: munged (own key, own socket), slurmctld on 198.18.0.254:16817 and one
 ``slurmd -N node<K>`` per namespace (started with ``nsenter --net=/run/netns/acc-node<K>``,
@@ -59,6 +67,7 @@ rail link and a throttle has no effect (measured: ~20 Gbit/s with node2 rail0 at
 (namespace side ``rail<r>`` egress and root side ``acc-n<K>r<r>`` egress); ``restore``
 removes every qdisc we put on any link. ``throttle-uplink LEAF RAIL RATE`` does the same on both
 ends of a leaf's uplink on that rail: every pair crossing the leaf slows, the pairs inside it do not.
+Under several spines it needs ``--spine S``, and ``--direction up`` or ``down`` slows one end only.
 
 ``link-down NODE RAIL`` sets the namespace side ``rail<r>`` of that node's rail link down (a dead
 port: the kernel drops the routes through it, the address stays); ``link-up NODE RAIL`` sets it up
@@ -125,7 +134,7 @@ def rank_env(local_id: int) -> dict:
     return {**RANK_ENV, "FI_TCP_IFACE": f"rail{local_id}"}
 
 
-REQUIRED = ("ip", "tc", "nsenter", "munged", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "scancel")
+REQUIRED = ("ip", "tc", "bridge", "nsenter", "munged", "slurmctld", "slurmd", "sinfo", "sbatch", "srun", "scancel")
 
 
 def _exe(name: str) -> str:
@@ -256,9 +265,24 @@ class EmuCluster:
         return self.dir / "node-check" if self.health_check else None
 
     @property
+    def spines(self) -> int:
+        """Spines per rail with --spines (every leaf cabled to each); 0 for one spine or none."""
+        return (self.meta() or {}).get("spines", 0)
+
+    @property
     def topology_conf(self) -> Path | None:
-        """The tree's topology.conf while up with --leaves."""
-        return self.dir / "topology.conf" if self.leaves else None
+        """The tree's topology.conf while up with --leaves (one spine)."""
+        return self.dir / "topology.conf" if self.leaves and not self.spines else None
+
+    @property
+    def cabling(self) -> Path:
+        """With --spines: the folder of rail<N>.topo, each rail's cabling as ibnetdiscover prints it."""
+        return self.dir / "cabling"
+
+    @property
+    def routes(self) -> Path:
+        """With --spines: the folder of rail<N>.ibroute, each rail's forwarding tables as ibroute prints them."""
+        return self.dir / "routes"
 
     @staticmethod
     def namespaces() -> list[str]:
@@ -304,22 +328,29 @@ class EmuCluster:
                 and len(st["nodes"]) == m["nodes"] and all(s == "idle" for s in st["nodes"].values()))
 
     def up(self, nodes: int = 2, rails: int = 2, timeout: float = 60, leaves: int = 0, health_check: int = 0,
-           health_check_program: str | Path | None = None) -> EmuCluster:
+           health_check_program: str | Path | None = None, spines: int = 0) -> EmuCluster:
         """`health_check`: Slurm's HealthCheckInterval in seconds (0: no health check), running
-        `health_check_program` (default slurm/node-check.sh) on every node."""
+        `health_check_program` (default slurm/node-check.sh) on every node. `spines` (2 or more, with
+        `leaves`): every leaf cabled to each spine, forwarding by destination (module docstring)."""
         if not 1 <= nodes <= 250 or not 1 <= rails <= 200:
             raise ValueError("need 1..250 nodes and 1..200 rails")
         if leaves:
             emutree.leaf_blocks(nodes, leaves)  # ValueError for a bad count, before anything is built
+        if spines > 1:
+            emutree.TwoLevel(nodes, leaves, spines, 0)
+        elif spines:
+            raise ValueError("--spines is 2 or more (a tree of one spine is --leaves K alone)")
         if health_check < 0:
             raise ValueError("--health-check needs a positive number of seconds")
         program = str(Path(health_check_program or NODE_CHECK).resolve()) if health_check else None
         if program and not os.access(program, os.X_OK):
             raise ValueError(f"health check program not executable: {program}")
         shape = (f"{nodes} nodes x {rails} rails" + (f", {leaves} leaves per rail" if leaves else "")
+                 + (f" under {spines} spines, D-mod-K" if spines else "")
                  + (f", health check every {health_check} s ({program})" if health_check else ""))
         m = self.meta()
         if (m and m.get("nodes") == nodes and m.get("rails") == rails and m.get("leaves", 0) == leaves
+                and m.get("spines", 0) == spines
                 and m.get("health_check", 0) == health_check and m.get("health_check_program") == program
                 and self.healthy()):
             print(f"emucluster already up and healthy: {shape}")
@@ -330,14 +361,16 @@ class EmuCluster:
         try:
             self.dir.mkdir(parents=True)
             (self.dir / "log").mkdir()
-            meta = {"nodes": nodes, "rails": rails, "leaves": leaves, "host": self.host}
+            meta = {"nodes": nodes, "rails": rails, "leaves": leaves, "spines": spines, "host": self.host}
             if health_check:
                 meta.update(health_check=health_check, health_check_program=program)
             self.meta_file.write_text(json.dumps(meta))
-            self._net_up(nodes, rails, leaves)
+            self._net_up(nodes, rails, leaves, spines)
             self._write_conf(nodes, rails, health_check, program)
             extra = {}
-            if leaves:
+            if spines:
+                extra.update(self._write_fabric(nodes, rails, leaves, spines))
+            elif leaves:
                 self.topology_conf.write_text(emutree.topology_conf(nodes, leaves))
                 extra["ACCEPTANCE_TOPOLOGY"] = str(self.topology_conf)
             if health_check:
@@ -359,10 +392,22 @@ class EmuCluster:
             self.down()
             raise
         print(f"emucluster up: {shape}, slurmctld {CTLD_ADDR}:{CTLD_PORT}, state {self.dir}"
-              + (f", topology {self.topology_conf}" if leaves else ""))
+              + (f", topology {self.topology_conf}" if self.topology_conf else "")
+              + (f", cabling {self.cabling}, routes {self.routes}" if spines else ""))
         return self
 
-    def _net_up(self, nodes: int, rails: int, leaves: int = 0) -> None:
+    def _write_fabric(self, nodes: int, rails: int, leaves: int, spines: int) -> dict:
+        """What the fabric's tools would print for the two-level trees, one file per rail: the cabling
+        (ibnetdiscover) and the forwarding tables (ibroute); the site defaults that name them."""
+        self.cabling.mkdir()
+        self.routes.mkdir()
+        for r in range(rails):
+            tree = emutree.TwoLevel(nodes, leaves, spines, r)
+            (self.cabling / f"rail{r}.topo").write_text(tree.ibnetdiscover())
+            (self.routes / f"rail{r}.ibroute").write_text(tree.ibroute())
+        return {"ACCEPTANCE_TOPOLOGY": str(self.cabling), "ACCEPTANCE_ROUTES": str(self.routes)}
+
+    def _net_up(self, nodes: int, rails: int, leaves: int = 0, spines: int = 0) -> None:
         fwd = Path("/proc/sys/net/ipv4/ip_forward")
         (self.dir / "ip_forward.orig").write_text(fwd.read_text().strip())
         # bridges: management + one per rail
@@ -375,16 +420,21 @@ class EmuCluster:
         port_bridge = {(k, r): f"acc-rail{r}" for k in range(1, nodes + 1) for r in range(rails)}
         if leaves:
             for r in range(rails):
+                for s in range(2, spines + 1):
+                    _ip("link", "add", self._spine_bridge(r, s), "type", "bridge")
+                    _ip("link", "set", self._spine_bridge(r, s), "up")
                 for name, members in emutree.leaf_blocks(nodes, leaves).items():
                     leaf = int(name[4:])
-                    bridge, up, down = self._uplink(leaf, r)
+                    bridge = self._uplink(leaf, r)[0]
                     _ip("link", "add", bridge, "type", "bridge")
                     _ip("link", "set", bridge, "up")
-                    _ip("link", "add", up, "type", "veth", "peer", "name", down)
-                    _ip("link", "set", up, "master", bridge)
-                    _ip("link", "set", down, "master", f"acc-rail{r}")
-                    _ip("link", "set", up, "up")
-                    _ip("link", "set", down, "up")
+                    for s in range(1, max(spines, 1) + 1):
+                        _, up, down = self._uplink(leaf, r, s)
+                        _ip("link", "add", up, "type", "veth", "peer", "name", down)
+                        _ip("link", "set", up, "master", bridge)
+                        _ip("link", "set", down, "master", self._spine_bridge(r, s))
+                        _ip("link", "set", up, "up")
+                        _ip("link", "set", down, "up")
                     port_bridge.update({(k, r): bridge for k in members})
         for k in range(1, nodes + 1):
             ns = f"{NS_PREFIX}{k}"
@@ -401,6 +451,8 @@ class EmuCluster:
                       for r in range(rails)]
             for inner, outer, br, addr in links:
                 _ip("link", "add", outer, "type", "veth", "peer", "name", inner, "netns", ns)
+                if spines > 1 and inner.startswith("rail"):  # the switches' static tables name it
+                    nsip("link", "set", inner, "address", self._mac(k, int(inner[4:])))
                 _ip("link", "set", outer, "master", br)
                 _ip("link", "set", outer, "up")
                 nsip("addr", "add", addr, "dev", inner)
@@ -409,6 +461,54 @@ class EmuCluster:
                 for route in self._rail_routes(r):
                     nsip("route", "add", *route)
                 nsip("rule", "add", *self._rail_rule(k, r))
+        if spines > 1:
+            self._forward_by_destination(nodes, rails, leaves, spines)
+
+    @staticmethod
+    def _mac(k: int, r: int) -> str:
+        """Node k's port on rail r (k 255: the rail's gateway, spine 1's bridge)."""
+        return f"02:ac:{r:02x}:00:00:{k:02x}"
+
+    def _forward_by_destination(self, nodes: int, rails: int, leaves: int, spines: int) -> None:
+        """Static tables in place of flooding and learning, as a subnet manager programs an InfiniBand
+        fabric: every leaf-spine port neither learns nor floods (the leaves and spines make loops, which
+        flooding would run around), each bridge forwards each node's MAC out of the port its D-mod-K
+        table gives (emutree.TwoLevel.out_port), and every neighbour is written in, since no ARP
+        request crosses a switch-to-switch port."""
+        for r in range(rails):
+            tree = emutree.TwoLevel(nodes, leaves, spines, r)
+            gateway = self._mac(255, r)
+            _ip("link", "set", self._spine_bridge(r), "address", gateway)
+            for leaf in range(1, leaves + 1):
+                for s in range(1, spines + 1):
+                    for dev in self._uplink(leaf, r, s)[1:]:
+                        _run([_exe("bridge"), "link", "set", "dev", dev, "learning", "off", "flood", "off",
+                              "mcast_flood", "off", "bcast_flood", "off"])
+            def fdb(mac: str, dev: str) -> None:
+                _run([_exe("bridge"), "fdb", "replace", mac, "dev", dev, "master", "static"])
+
+            for k in range(1, nodes + 1):
+                mac = self._mac(k, r)
+                for leaf in range(1, leaves + 1):
+                    port = tree.out_port(f"leaf{leaf}", k)
+                    fdb(mac, f"acc-n{k}r{r}" if tree.leaf[k] == leaf
+                        else self._uplink(leaf, r, port - tree.width)[1])
+                for s in range(1, spines + 1):
+                    fdb(mac, self._uplink(tree.out_port(f"spine{s}", k), r, s)[2])
+                _ip("neigh", "replace", f"198.18.{r + 1}.{k}", "lladdr", mac, "dev", self._spine_bridge(r),
+                    "nud", "permanent")
+            for leaf in range(1, leaves + 1):  # the gateway is spine 1's own address
+                fdb(gateway, self._uplink(leaf, r, 1)[1])
+            for k in range(1, nodes + 1):
+                self._neighbours(k, r, nodes)
+
+    def _neighbours(self, k: int, r: int, nodes: int) -> None:
+        """Node k's permanent ARP entries on rail r: every other node's port and the gateway."""
+        for j in [*range(1, nodes + 1), 255]:
+            if j != k:
+                addr = f"198.18.{r + 1}.{254 if j == 255 else j}"
+                _ip("-n", f"{NS_PREFIX}{k}", "neigh", "replace", addr, "lladdr", self._mac(j, r), "dev", f"rail{r}",
+                    "nud", "permanent")
 
     @staticmethod
     def _rail_addr(k: int, r: int) -> str:
@@ -576,9 +676,15 @@ class EmuCluster:
         return ns, inner, outer
 
     @staticmethod
-    def _uplink(leaf: int, rail: int) -> tuple[str, str, str]:
-        """A leaf's bridge and its uplink veth's two ends (leaf side, spine side) on a rail."""
-        return f"acc-r{rail}l{leaf}", f"acc-r{rail}u{leaf}", f"acc-r{rail}s{leaf}"
+    def _uplink(leaf: int, rail: int, spine: int = 1) -> tuple[str, str, str]:
+        """A leaf's bridge and the two ends (leaf side, spine side) of its uplink veth to `spine` on a rail."""
+        tail = f"p{spine}" if spine > 1 else ""
+        return f"acc-r{rail}l{leaf}", f"acc-r{rail}u{leaf}{tail}", f"acc-r{rail}s{leaf}{tail}"
+
+    @staticmethod
+    def _spine_bridge(rail: int, spine: int = 1) -> str:
+        """Spine 1 is the rail's bridge (the gateway); the others are bridges of their own."""
+        return f"acc-rail{rail}" if spine == 1 else f"acc-r{rail}p{spine}"
 
     @staticmethod
     def _tbf(rate: str) -> list[str]:
@@ -589,18 +695,25 @@ class EmuCluster:
         _run([_exe("tc"), "qdisc", "replace", "dev", outer, *self._tbf(rate)])
         _run([_exe("tc"), "-n", ns, "qdisc", "replace", "dev", inner, *self._tbf(rate)])
 
-    def throttle_uplink(self, leaf, rail: int, rate: str) -> None:
-        """tbf on both ends of a leaf's uplink on a rail (up and down the tree)."""
+    def throttle_uplink(self, leaf, rail: int, rate: str, spine: int | None = None, direction: str = "both") -> None:
+        """tbf on a leaf's uplink on a rail (to `spine`, which a tree of several spines needs): on both
+        ends, or only on the leaf's ("up": what the leaf sends to the spine) or the spine's ("down")."""
         index = emutree.leaf_index(leaf, self.leaves)
         if not 0 <= int(rail) < self.rails:
             raise ValueError(f"no rail {rail}: the cluster has rails 0..{self.rails - 1}")
-        _, up, down = self._uplink(index, int(rail))
-        for dev in (up, down):
+        if self.spines and spine is None:
+            raise ValueError(f"which spine: leaf{index} has a cable to each of spine1..spine{self.spines} (--spine S)")
+        if spine is not None and not 1 <= int(spine) <= max(self.spines, 1):
+            raise ValueError(f"no spine {spine}: the tree has spine1..spine{max(self.spines, 1)}")
+        if direction not in ("both", "up", "down"):
+            raise ValueError(f"direction is both, up or down, not {direction!r}")
+        _, up, down = self._uplink(index, int(rail), int(spine or 1))
+        for dev in {"both": (up, down), "up": (up,), "down": (down,)}[direction]:
             _run([_exe("tc"), "qdisc", "replace", "dev", dev, *self._tbf(rate)])
 
     def _all_rail_links(self) -> list[tuple[str | None, str]]:
         out: list[tuple[str | None, str]] = [(None, n) for n in self.links()
-                                             if re.fullmatch(r"acc-n\d+[rm]\d*|acc-r\d+[us]\d+", n)]
+                                             if re.fullmatch(r"acc-n\d+[rm]\d*|acc-r\d+[us]\d+(p\d+)?", n)]
         for ns in self.namespaces():
             p = _ip("-n", ns, "-o", "link", "show", check=False)
             for name in re.findall(r"^\d+: ([^:@]+)", p.stdout, re.MULTILINE):
@@ -643,6 +756,8 @@ class EmuCluster:
         rule = self._rail_rule(k, r)
         if not _ip("-n", ns, "rule", "show", *rule[:-2], "priority", rule[-1], check=False).stdout.strip():
             _ip("-n", ns, "rule", "add", *rule)
+        if self.spines:  # a link set down loses its permanent neighbours too
+            self._neighbours(k, r, len(self.nodes))
         # a veth has carrier as soon as both ends are up; wait for it (and the bridge port) briefly
         end = time.monotonic() + 5
         while time.monotonic() < end:
@@ -703,6 +818,10 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--leaves", type=int, default=0, metavar="K",
                       help="a switch tree per rail: K leaf bridges (node blocks) under one spine, "
                            "and a topology.conf naming them (default 0: one bridge per rail)")
+    p_up.add_argument("--spines", type=int, default=0, metavar="S",
+                      help="with --leaves: S spines (2 or more), every leaf cabled to each, each bridge forwarding "
+                           "by destination (D-mod-K) from static tables; the cabling and forwarding tables are "
+                           "written as ibnetdiscover and ibroute print them (default 0: one spine)")
     p_up.add_argument("--timeout", type=float, default=60, help="seconds to wait for all nodes idle")
     p_up.add_argument("--health-check", type=int, default=0, metavar="SECONDS",
                       help="run slurm/node-check.sh as Slurm's HealthCheckProgram every SECONDS on every node "
@@ -718,6 +837,9 @@ def main(argv: list[str] | None = None) -> int:
     p_tu.add_argument("leaf", help="leaf2 or 2")
     p_tu.add_argument("rail", type=int)
     p_tu.add_argument("rate", help="tc rate, e.g. 20mbit")
+    p_tu.add_argument("--spine", type=int, help="the spine whose cable it is (a tree of --spines S needs it)")
+    p_tu.add_argument("--direction", choices=("both", "up", "down"), default="both",
+                      help="both ends (default), up (leaf to spine only) or down (spine to leaf only)")
     sub.add_parser("restore", help="remove all throttles")
     for name, what in (("link-down", "set a node's rail link down (its side, rail<r> in the namespace)"),
                        ("link-up", "set a node's rail link up again, with its address, routes and rule")):
@@ -739,7 +861,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.health_check_program and not args.health_check:
                 raise ValueError("--health-check-program needs --health-check SECONDS")
             c.up(args.nodes, args.rails, timeout=args.timeout, leaves=args.leaves, health_check=args.health_check,
-                 health_check_program=args.health_check_program)
+                 health_check_program=args.health_check_program, spines=args.spines)
         elif args.cmd == "down":
             c.down()
             print("emucluster down: machine clean")
@@ -747,9 +869,10 @@ def main(argv: list[str] | None = None) -> int:
             c.throttle(args.node, args.rail, args.rate)
             print(f"throttled {_node_name(args.node)} rail{args.rail} to {args.rate} (both ends)")
         elif args.cmd == "throttle-uplink":
-            c.throttle_uplink(args.leaf, args.rail, args.rate)
-            print(f"throttled leaf{emutree.leaf_index(args.leaf, c.leaves)}'s uplink on rail{args.rail} "
-                  f"to {args.rate} (both ends)")
+            c.throttle_uplink(args.leaf, args.rail, args.rate, args.spine, args.direction)
+            print(f"throttled leaf{emutree.leaf_index(args.leaf, c.leaves)}'s uplink"
+                  f"{f' to spine{args.spine}' if args.spine else ''} on rail{args.rail} to {args.rate} "
+                  f"({'both ends' if args.direction == 'both' else args.direction})")
         elif args.cmd == "restore":
             c.restore()
             print("all throttles removed")

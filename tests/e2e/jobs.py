@@ -20,12 +20,6 @@ def job_env(**extra) -> dict:
     return env
 
 
-# The fault tests localize with write bandwidth and latency; read, atomic and incast
-# rounds over TCP on two shared cores would add minutes and nothing to what is tested here
-# (the healthy run covers every suite; tests/integration runs them on local MPI).
-WRITES_ONLY = "-ktest_write_"
-
-
 def sbatch(script: str, tmp_path: Path, timeout: float = 600, nodes: int = 4, **env) -> tuple[int, str]:
     out = tmp_path / f"{Path(script).stem}-{time.monotonic_ns()}.out"
     # docs/emulated-cluster.md's one line (with the output file named): ranks per node come from the profile.
