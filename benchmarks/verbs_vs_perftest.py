@@ -40,7 +40,8 @@ from acceptance.host import sysfs  # noqa: E402
 from acceptance.tools import perftest  # noqa: E402
 from acceptance.engines import verbs  # noqa: E402
 from acceptance.measure import gbit_per_s, percentiles, us  # noqa: E402
-from acceptance.rules.profile import format_size, load_profile, parse_size  # noqa: E402
+from acceptance.rules.profile import load_profile  # noqa: E402
+from acceptance.rules.units import format_size, parse_size  # noqa: E402
 
 WRITER, TARGET = 0, 1
 LAT_SIZE = 8

@@ -184,6 +184,8 @@ def _ratio(x: float) -> str:
 
 # ---- with routes: cables ----------------------------------------------------------------------------
 
+# Long: one vectorized pass over the measured pair-directions: the votes onto cables, their clearing
+# by healthy paths and the faults share one set of index arrays (pkey, ids, known), which pieces would pass about.
 def _cables(ctx: _Context, routes) -> tuple[list[PathFault], set, set]:
     """(cable faults, NICs they clear as (rail, node), rails whose routes were known)."""
     rows = np.flatnonzero(ctx.ok)

@@ -75,45 +75,8 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     out = []
     communicators = catalog.suite_names(communicators=True)  # records of a communicator, not a pair
 
-    def where(row) -> str:
-        parts = [row.src or "?"]
-        if row.dst:
-            parts[0] += f"..{row.dst}" if row.suite in communicators else f" -> {row.dst}"
-        if not math.isnan(row.rail):
-            parts.append(f"rail {int(row.rail)}")
-        return " ".join(parts) + f", {row.metric}{size_text(row.size)}"
-
     def make(scope, g, node=None, rail=None, subject=""):
-        g = g.sort_values("size", ascending=False, kind="stable")
-        h = g.iloc[0]
-        total = h["metric"] in catalog.DATA_ERROR_NAMES  # wrong bytes add up; a rate's median speaks for it
-        value, bound = (float(g["value"].sum() if total else g["value"].median()) if g["value"].notna().any()
-                        else None), \
-            float(g["threshold"].median()) if g["threshold"].notna().any() else None
-        # A data check's headline counts every checked operation of the group.
-        counts = SimpleNamespace(op=h["op"], **{k: (float(pd.to_numeric(g[k], errors="coerce").sum())
-                                                    if k in g.columns and g[k].notna().any() else None)
-                                                for k in ("ops", "ops_failed", "ops_missing")})
-        text = _bound_text(h["suite"], h["metric"], value if value is not None else float("nan"),
-                           bound if bound is not None else float("nan"), h["unit"], h["bound"], counts)
-        sizes = g["size"].dropna().nunique()
-        more = f" at {sizes} sizes" if sizes > 1 else size_text(h["size"]).replace(" ", " at ", 1)
-
-        def why(row) -> str:
-            basis = fleet_basis(row.bound, row.factor, row.centre, row.population, row.peers, row.unit)
-            notes = [x for x in (basis, row.detail) if isinstance(x, str)]
-            return f" ({'; '.join(notes)})" if notes else ""
-
-        lines = [f"{where(row)}: {_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit, row.bound, row)}"
-                 + why(row) for row in g.head(EVIDENCE_MAX).itertuples()]
-        msg = f"{subject}: {h['suite']} {text}{more}"
-        if scope == "node":
-            msg += f": drain {node}"
-        out.append(make_finding(severity="fail", scope=scope, node=node, rail=rail, metric=h["metric"], value=value,
-                                expected=bound, evidence=capped(lines, len(g)), message=msg, kind="bound",
-                                unit=h["unit"], size=h["size"], bound=h["bound"], suite=h["suite"],
-                                basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
-                                                  h["unit"])))
+        out.append(_bound_finding(scope, g, communicators, node, rail, subject))
 
     # GPUDirect use (gdrdma and gdrdma_sends, from NCCL's log) is a property of a node's NIC, not of a
     # communicator (catalog Metric.nic_fact).
@@ -144,6 +107,50 @@ def other_failures(ev: pd.DataFrame, p2p_idx: np.ndarray) -> list[dict]:
     for (suite, metric), g in rest[rest["dst"].notna()].groupby(["suite", "metric"], sort=True):
         make("cluster", g, subject="the job")
     return out
+
+
+def _where(row, communicators) -> str:
+    parts = [row.src or "?"]
+    if row.dst:
+        parts[0] += f"..{row.dst}" if row.suite in communicators else f" -> {row.dst}"
+    if not math.isnan(row.rail):
+        parts.append(f"rail {int(row.rail)}")
+    return " ".join(parts) + f", {row.metric}{size_text(row.size)}"
+
+
+def _why(row) -> str:
+    basis = fleet_basis(row.bound, row.factor, row.centre, row.population, row.peers, row.unit)
+    notes = [x for x in (basis, row.detail) if isinstance(x, str)]
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
+def _bound_finding(scope, g, communicators, node=None, rail=None, subject="") -> dict:
+    """One failing finding for a group of failed records of one part (other_failures' rows)."""
+    g = g.sort_values("size", ascending=False, kind="stable")
+    h = g.iloc[0]
+    total = h["metric"] in catalog.DATA_ERROR_NAMES  # wrong bytes add up; a rate's median speaks for it
+    value, bound = (float(g["value"].sum() if total else g["value"].median()) if g["value"].notna().any()
+                    else None), \
+        float(g["threshold"].median()) if g["threshold"].notna().any() else None
+    # A data check's headline counts every checked operation of the group.
+    counts = SimpleNamespace(op=h["op"], **{k: (float(pd.to_numeric(g[k], errors="coerce").sum())
+                                                if k in g.columns and g[k].notna().any() else None)
+                                            for k in ("ops", "ops_failed", "ops_missing")})
+    text = _bound_text(h["suite"], h["metric"], value if value is not None else float("nan"),
+                       bound if bound is not None else float("nan"), h["unit"], h["bound"], counts)
+    sizes = g["size"].dropna().nunique()
+    more = f" at {sizes} sizes" if sizes > 1 else size_text(h["size"]).replace(" ", " at ", 1)
+    lines = [f"{_where(row, communicators)}: "
+             f"{_bound_text(row.suite, row.metric, row.value, row.threshold, row.unit, row.bound, row)}" + _why(row)
+             for row in g.head(EVIDENCE_MAX).itertuples()]
+    msg = f"{subject}: {h['suite']} {text}{more}"
+    if scope == "node":
+        msg += f": drain {node}"
+    return make_finding(severity="fail", scope=scope, node=node, rail=rail, metric=h["metric"], value=value,
+                        expected=bound, evidence=capped(lines, len(g)), message=msg, kind="bound",
+                        unit=h["unit"], size=h["size"], bound=h["bound"], suite=h["suite"],
+                        basis=fleet_basis(h["bound"], h["factor"], h["centre"], h["population"], h["peers"],
+                                          h["unit"]))
 
 
 def counter_findings(ev: pd.DataFrame) -> list[dict]:

@@ -259,6 +259,8 @@ def _node_lists(raws: list[bytes]):
     return tuples, f_code, s_code, node_names
 
 
+# Long: the record schema's columns one after another, each converted once for millions of rows,
+# in the order docs/records.md lists them.
 def load_records(run_dir) -> pd.DataFrame:
     """results.jsonl of a run folder (or the file itself) as a DataFrame, one row per record.
 

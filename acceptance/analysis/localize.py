@@ -173,6 +173,9 @@ def _tree_step(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], prof
     return network, claimed, explained, nic_alts
 
 
+# Long: the owners are found in the localization's order (slow NICs, then rail planes, then the
+# owners from the cluster down to a link), each step on the arrays the one before it left; pieces
+# would hand those arrays on and hide the order.
 def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str], profile: Profile,
                      planes: pd.DataFrame, n_nodes: int, nic_alts: dict, offset: int,
                      nics: pd.DataFrame | None = None):
@@ -303,6 +306,8 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
     return owners, np.where(owner >= 0, owner + offset, owner)
 
 
+# Long: one finding per owner, every field computed for all owners at once (headline, evidence,
+# counts, wording), top to bottom in the order a finding's fields are built.
 def _findings_from(bad: pd.DataFrame, owner: np.ndarray, owners: list[_Owner], names: list[str],
                    profile: Profile, kind: str, planes: pd.DataFrame) -> list[dict]:
     if not owners:

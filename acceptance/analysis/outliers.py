@@ -319,6 +319,8 @@ def nic_outliers(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) ->
 DIRECTIONS = ("tx", "rx")   # a NIC sending (its pair-directions as the source), receiving (as the destination)
 
 
+# Long: every NIC's typical ratio for its links and each direction, vectorized over all NICs at
+# once on shared group codes (pop, fam); pieces would pass the codes about.
 def _typical(pairs: pd.DataFrame, profile: Profile) -> pd.DataFrame:
     """Every NIC's typical ratio per (metric, size, rail) with its threshold (nic_outliers): on its
     links (direction "both"), and for a bandwidth on its sending and its receiving ("tx", "rx")."""

@@ -10,7 +10,8 @@ import pandas as pd
 from ..records.results import InputError
 from ..switchtree.fabric import Fabric
 from ..rules.switches import fabric_for, kept_fabric
-from ..rules.profile import SCHEMA, Profile, load_profile
+from ..rules.profile import Profile, load_profile
+from ..rules.schema import SCHEMA
 from .base import SCOPE_ORDER
 from .confirmed import supersede
 from . import fullload

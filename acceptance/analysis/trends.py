@@ -8,7 +8,8 @@ import pandas as pd
 
 from ..rules import catalog, judge
 from ..switchtree.fabric import Fabric
-from ..rules.profile import Profile, format_size
+from ..rules.profile import Profile
+from ..rules.units import format_size
 from .load import with_fields
 from .base import codes_of, floats_of
 from .evaluate import TREND_METRICS, COMPARE_KEYS, direction_of

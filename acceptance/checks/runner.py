@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..rules.profile import NODE_CHECKS, Profile
+from ..rules.profile import Profile
+from ..rules.schema import NODE_CHECKS
 from . import counters, gpudirect, gpus, memlock, pcie, ports, xid
 from .base import Context, CouldNotRun, Outcome, error
 
@@ -17,7 +18,7 @@ CHECKS: dict[str, Callable[[Context], Outcome]] = {
     "ports": ports.check, "counters": counters.check, "pcie": pcie.check, "memlock": memlock.check,
     "gpudirect": gpudirect.check, "gpus": gpus.check, "xid": xid.check,
 }
-assert tuple(CHECKS) == NODE_CHECKS, "acceptance.rules.profile.NODE_CHECKS names the same checks, in order"
+assert tuple(CHECKS) == NODE_CHECKS, "acceptance.rules.schema.NODE_CHECKS names the same checks, in order"
 
 
 def run_checks(profile: Profile, root: Path, node: str, previous: dict, names: list[str],

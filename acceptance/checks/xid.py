@@ -6,8 +6,7 @@ check. A drain-level event fails once."""
 
 from __future__ import annotations
 
-from ..host import nodefacts
-from ..host import xid
+from ..host import kernellog, nodefacts, xid
 from .base import Context, Outcome, Problem, error, judged, skip
 
 STICKY = ("reset_gpu", "reboot", "rma")  # what a later quiet log does not undo
@@ -16,11 +15,11 @@ STICKY = ("reset_gpu", "reboot", "rma")  # what a later quiet log does not undo
 def check(ctx: Context, text: str | None = None, boot_id: str | None = None) -> Outcome:
     if not nodefacts.gpu_count(ctx.root):
         return skip("xid", "no NVIDIA GPU on this node")
-    boot_id = xid.read_boot_id() if boot_id is None else boot_id
+    boot_id = kernellog.read_boot_id() if boot_id is None else boot_id
     cursor = xid.Cursor.loads(ctx.previous.get("cursor", ""))
     try:
-        text = xid.read_kernel_log() if text is None else text
-    except xid.KernelLogError as e:
+        text = kernellog.read_kernel_log() if text is None else text
+    except kernellog.KernelLogError as e:
         return error("xid", f"kernel log unreadable: {e}")
     events, cursor = xid.new_events(text, cursor, boot_id)
     pending = [p for p in ctx.previous.get("pending", []) if p.get("boot_id") == boot_id or not boot_id]

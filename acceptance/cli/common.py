@@ -32,7 +32,7 @@ class UsageError(Exception):
 
 
 def seconds(text: str) -> float:
-    from ..rules.profile import positive_seconds
+    from ..rules.units import positive_seconds
     try:
         return positive_seconds(text)
     except ValueError as e:

@@ -16,7 +16,7 @@ EXIT_CODES = {"pass": EXIT_OK, "fail": EXIT_FAILED, "error": EXIT_INCOMPLETE}
 
 
 def add_parser(sub) -> None:
-    from ..rules.profile import NODE_CHECKS
+    from ..rules.schema import NODE_CHECKS
     p = sub.add_parser(
         "node-check", help="this node's health in seconds (ports, counters, PCIe, GPUs, Xid); --slurm drains/resumes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -82,7 +82,7 @@ def _profile(given: str | None):
 
 
 def _names(given: str | None, profile) -> list[str]:
-    from ..rules.profile import NODE_CHECKS
+    from ..rules.schema import NODE_CHECKS
     if not given:
         return list(profile.get("node_check.checks"))
     names = [n.strip() for n in given.split(",") if n.strip()]

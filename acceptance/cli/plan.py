@@ -21,7 +21,8 @@ from ..records.results import InputError, read_json
 from ..switchtree.fabric import Fabric
 from ..rules.switches import fabric_for, kept_fabric
 from ..measure.sweep import sweep_from_profile
-from ..rules.profile import Profile, format_size, load_profile
+from ..rules.profile import Profile, load_profile
+from ..rules.units import format_size
 from ..runtime import estimate as model
 from ..runtime.schedule import coverage, pair_count, parse_pattern, schedule
 

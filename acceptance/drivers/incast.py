@@ -35,6 +35,8 @@ def groups_of(n: int, senders: int) -> list[list[int]]:
     return [list(map(int, g)) for g in np.array_split(np.arange(n), math.ceil(n / (k + 1)))]
 
 
+# Long: one incast round's choreography over MPI (groups, barrier, timed sends, gather, verdicts),
+# which every rank must run in this order; pieces would hide the order.
 def incast(engine, topology: Topology, rail: int, profile: Profile, record: Callable,
            progress: Callable[[], None] | None = None) -> list[str]:
     """Run every incast round of `rail`; returns the problems (failed bounds, bad data, rising error counters)."""

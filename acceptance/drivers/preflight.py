@@ -29,7 +29,8 @@ from ..host.preflight import UNLIMITED, differing, layout_problems, memlock_limi
 from ..host.roce import traffic_class
 from ..host.sysfs import sysfs_root
 from ..rules import judge
-from ..rules.profile import Profile, format_size
+from ..rules.profile import Profile
+from ..rules.units import format_size
 from ..runtime.topology import Topology
 
 SUITE = "preflight"

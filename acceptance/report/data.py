@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..analysis import DIRECTION
 from ..records.naming import natural_key  # noqa: F401  (re-exported for sections)
-from ..rules.profile import format_size
+from ..rules.units import format_size
 
 # Columns the report reads, with what a missing column becomes.
 COLUMNS = ("test", "suite", "metric", "value", "unit", "size", "rail", "iteration",

@@ -12,7 +12,7 @@ from collections import Counter
 from numbers import Integral
 
 from ..runtime.schedule import SCREEN, parse_pattern
-from ..rules.profile import format_size
+from ..rules.units import format_size
 
 # Scopes widest first: a rail plane or switch before the one NIC or link.
 SCOPE_ORDER = ("cluster", "rail", "switch", "uplink", "node", "nic", "link")

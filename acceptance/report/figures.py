@@ -12,6 +12,7 @@ import base64
 import io
 import math
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 from matplotlib import colormaps
@@ -20,7 +21,7 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from ..rules.profile import format_size
+from ..rules.units import format_size
 
 DPI = 100
 STRIP_BAND = 256       # node columns per band of a node strip (bands stacked top to bottom)
@@ -482,15 +483,29 @@ def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
     when no drawn leaf has more than NODES_LISTED, else a count and a compressed hostlist, the marked
     ones named under it.
     """
-    from matplotlib.collections import LineCollection
-    from matplotlib.patches import Patch, Rectangle
-
     if summarize is None:
         from .data import compress_hosts as summarize
 
+    lay = _tree_layout(tree, marks, summarize)
+    fig = Figure(figsize=(lay.width, lay.height), dpi=DPI)
+    FigureCanvasAgg(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(0, lay.width)
+    ax.set_ylim(0, lay.height)
+    ax.set_axis_off()
+    _tree_heading(ax, lay, title)
+    counts = _tree_uplinks(ax, tree, lay)
+    _tree_spines(ax, lay)
+    _tree_leaves(ax, tree, lay)
+    _tree_footing(ax, tree, lay, counts)
+    return _figure(fig, alt)
+
+
+def _tree_layout(tree, marks: dict, summarize) -> SimpleNamespace:
+    """Where each part of `tree` goes, in inches from the bottom left: the leaves and spines drawn (the
+    others counted in one box), their slots and boxes, what is written under each leaf, the figure's size."""
     leaf_marks, spine_marks = marks.get("leaves") or {}, marks.get("spines") or {}
     link_marks, node_marks = marks.get("uplinks") or {}, marks.get("nodes") or {}
-    plane = marks.get("plane")
     all_leaves = list(tree.leaves)
     marked_leaves = set(leaf_marks) | {leaf for leaf, _ in link_marks} | \
         {leaf for leaf, ns in tree.leaves.items() if any(n in node_marks for n in ns)}
@@ -514,6 +529,26 @@ def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
     per_leaf = max((len(tree.leaves[leaf]) for leaf in leaves), default=0)
     listed = wide and per_leaf <= NODES_LISTED
     row = 0.19
+    hosts_lines, nodes_h = _leaf_hosts(tree, leaves, node_marks, summarize, slot=slot, wide=wide, listed=listed,
+                                       per_leaf=per_leaf, row=row)
+    top_band = 0.55
+    height = top_band + spine_h + gap + leaf_h + 0.1 + nodes_h + 0.2
+    spine_top = height - top_band
+    leaf_top = spine_top - spine_h - gap
+    return SimpleNamespace(
+        leaf_marks=leaf_marks, spine_marks=spine_marks, link_marks=link_marks, node_marks=node_marks,
+        plane=marks.get("plane"), all_leaves=all_leaves, leaves=leaves, hidden_leaves=hidden_leaves, spines=spines,
+        hidden_spines=hidden_spines, margin=margin, width=width, height=height, slot=slot, spine_slot=spine_slot,
+        wide=wide, spine_wide=spine_wide, leaf_w=leaf_w, spine_w=spine_w, leaf_h=leaf_h, spine_h=spine_h,
+        listed=listed, row=row, hosts_lines=hosts_lines, spine_top=spine_top, leaf_top=leaf_top,
+        node_top=leaf_top - leaf_h - 0.1,
+        leaf_x={leaf: margin + (i + 0.5) * slot for i, leaf in enumerate(leaves)},
+        spine_x={s: margin + (i + 0.5) * spine_slot for i, s in enumerate(spines)})
+
+
+def _leaf_hosts(tree, leaves, node_marks, summarize, *, slot, wide, listed, per_leaf, row) -> tuple[dict, float]:
+    """What is written under each drawn leaf, and the height it takes: nothing when its nodes are drawn
+    one by one (listed); else a hostlist, wrapped under a wide leaf or upright under a narrow one."""
     hosts_lines: dict[str, list[str]] = {}
     if listed:
         nodes_h = 0.1 + row * max(1, per_leaf)
@@ -535,33 +570,31 @@ def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
                 hosts_lines[leaf].append(_hosts(summarize, marked, narrow_chars))
         longest = max((len(t) for v in hosts_lines.values() for t in v), default=8)
         nodes_h = 0.2 + longest * 0.6 * 6.5 / 72
-    top_band = 0.55
-    height = top_band + spine_h + gap + leaf_h + 0.1 + nodes_h + 0.2
+    return hosts_lines, nodes_h
 
-    fig = Figure(figsize=(width, height), dpi=DPI)
-    FigureCanvasAgg(fig)
-    ax = fig.add_axes((0, 0, 1, 1))
-    ax.set_xlim(0, width)
-    ax.set_ylim(0, height)
-    ax.set_axis_off()
 
-    used = {m for m in [plane, *leaf_marks.values(), *spine_marks.values(), *link_marks.values(),
-                        *node_marks.values()] if m}
-    ax.text(margin, height - 0.27, title + (" — rail plane flagged" if plane else ""), ha="left", va="center",
-            fontsize=10, fontweight="bold", color="#1d2127")
+def _tree_heading(ax, lay: SimpleNamespace, title: str) -> None:
+    """The title (and whether the rail plane is flagged), and a legend of the marks used."""
+    from matplotlib.patches import Patch
+
+    used = {m for m in [lay.plane, *lay.leaf_marks.values(), *lay.spine_marks.values(), *lay.link_marks.values(),
+                        *lay.node_marks.values()] if m}
+    ax.text(lay.margin, lay.height - 0.27, title + (" — rail plane flagged" if lay.plane else ""), ha="left",
+            va="center", fontsize=10, fontweight="bold", color="#1d2127")
     if used:
         handles = [Patch(facecolor=MARKS[m]["face"], edgecolor=MARKS[m]["edge"], hatch=MARKS[m]["hatch"],
                          linestyle="--" if m.endswith("-alt") else "-", label=MARKS[m]["label"])
                    for m in sorted(used, key=lambda m: -MARK_RANK[m])]
-        ax.legend(handles=handles, loc="center right", bbox_to_anchor=(width - 0.15, height - 0.27),
+        ax.legend(handles=handles, loc="center right", bbox_to_anchor=(lay.width - 0.15, lay.height - 0.27),
                   bbox_transform=ax.transData, ncols=len(handles), frameon=False, fontsize=7.5,
                   handlelength=1.4, columnspacing=1.0)
 
-    spine_top = height - top_band
-    leaf_top = spine_top - spine_h - gap
-    leaf_x = {leaf: margin + (i + 0.5) * slot for i, leaf in enumerate(leaves)}
-    spine_x = {s: margin + (i + 0.5) * spine_slot for i, s in enumerate(spines)}
 
+def _tree_uplinks(ax, tree, lay: SimpleNamespace) -> set[int]:
+    """The uplinks between the drawn leaves and spines; returns the cable counts of their lines."""
+    from matplotlib.collections import LineCollection
+
+    leaves, spines, leaf_x, spine_x = lay.leaves, lay.spines, lay.leaf_x, lay.spine_x
     # uplinks: one line per leaf-spine pair (parallel cables counted), fanned across both boxes
     cables: dict[tuple[str, str], int] = {}
     for u in tree.uplinks:
@@ -571,10 +604,10 @@ def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
     n_leaf, n_spine = max(1, len(leaves) - 1), max(1, len(spines) - 1)
     for (leaf, spine), count in cables.items():
         li, si = leaves.index(leaf), spines.index(spine)
-        x0 = leaf_x[leaf] + leaf_w * 0.7 * ((si / n_spine) - 0.5 if len(spines) > 1 else 0)
-        x1 = spine_x[spine] + spine_w * 0.7 * ((li / n_leaf) - 0.5 if len(leaves) > 1 else 0)
-        seg = ((x0, leaf_top), (x1, spine_top - spine_h))
-        mark = link_marks.get((leaf, spine))
+        x0 = leaf_x[leaf] + lay.leaf_w * 0.7 * ((si / n_spine) - 0.5 if len(spines) > 1 else 0)
+        x1 = spine_x[spine] + lay.spine_w * 0.7 * ((li / n_leaf) - 0.5 if len(leaves) > 1 else 0)
+        seg = ((x0, lay.leaf_top), (x1, lay.spine_top - lay.spine_h))
+        mark = lay.link_marks.get((leaf, spine))
         (shaded if mark else plain).append((seg, mark, count))
     if plain:
         ax.add_collection(LineCollection([s for s, _, _ in plain], colors=_UPLINK_COLOR,
@@ -591,64 +624,85 @@ def tree(tree, *, title: str, marks: dict, alt: str, summarize=None) -> dict:
                 ax.text(x0 + 0.3 * (x1 - x0), y0 + 0.3 * (y1 - y0), f"×{count}", fontsize=6.5, ha="center",
                         va="center", color="#3c4043", zorder=4,
                         bbox=dict(facecolor="white", edgecolor="none", pad=0.3, alpha=0.85))
+    return counts
 
-    for s in spines:
-        _box(ax, spine_x[s], spine_top, spine_w, spine_h, s, spine_marks.get(s), font=7.5 if spine_wide else 7,
-             rotate=not spine_wide)
-    if hidden_spines:
-        _box(ax, margin + (len(spines) + 0.5) * spine_slot, spine_top, spine_w, spine_h,
-             f"+{hidden_spines} spines", None, font=7, rotate=not spine_wide, dashed=True)
 
-    node_top = leaf_top - leaf_h - 0.1
-    for leaf in leaves:
-        x, members = leaf_x[leaf], tree.leaves[leaf]
-        _box(ax, x, leaf_top, leaf_w, leaf_h, leaf, leaf_marks.get(leaf), font=7.5 if wide else 7, rotate=not wide)
-        marked = [n for n in members if n in node_marks]
-        if listed:
+def _tree_spines(ax, lay: SimpleNamespace) -> None:
+    for s in lay.spines:
+        _box(ax, lay.spine_x[s], lay.spine_top, lay.spine_w, lay.spine_h, s, lay.spine_marks.get(s),
+             font=7.5 if lay.spine_wide else 7, rotate=not lay.spine_wide)
+    if lay.hidden_spines:
+        _box(ax, lay.margin + (len(lay.spines) + 0.5) * lay.spine_slot, lay.spine_top, lay.spine_w, lay.spine_h,
+             f"+{lay.hidden_spines} spines", None, font=7, rotate=not lay.spine_wide, dashed=True)
+
+
+def _tree_leaves(ax, tree, lay: SimpleNamespace) -> None:
+    """Each drawn leaf's box and its nodes under it: one box each (listed), else a hostlist."""
+    for leaf in lay.leaves:
+        x, members = lay.leaf_x[leaf], tree.leaves[leaf]
+        _box(ax, x, lay.leaf_top, lay.leaf_w, lay.leaf_h, leaf, lay.leaf_marks.get(leaf),
+             font=7.5 if lay.wide else 7, rotate=not lay.wide)
+        marked = [n for n in members if n in lay.node_marks]
+        if lay.listed:
             for j, n in enumerate(members):
-                mark = node_marks.get(n)
-                _box(ax, x, node_top - j * row, leaf_w * 0.9, row * 0.82, n, mark, font=6.5, rotate=False,
-                     zorder=3)
-            continue
-        if wide:
-            y = node_top - 0.02
-            ax.text(x, y, f"{len(members):,} node{'' if len(members) == 1 else 's'}", ha="center", va="top",
-                    fontsize=7.5, fontweight="bold", color="#1d2127")
-            for line in hosts_lines.get(leaf, []):
-                y -= 0.16
-                ax.text(x, y, line, ha="center", va="top", fontsize=7, color="#5f6670")
-            shown_marked = marked if len(marked) <= 5 else marked[:4]
-            for n in shown_marked:
-                y -= 0.16
-                ax.text(x, y, _fit(n, slot - 0.1, 7), ha="center", va="top", fontsize=7, fontweight="bold",
-                        color=MARKS[node_marks[n]]["edge"] if node_marks[n] != "fail" else THRESHOLD_COLOR)
-            if len(marked) > len(shown_marked):
-                y -= 0.16
-                ax.text(x, y, f"+{len(marked) - len(shown_marked)} more marked", ha="center", va="top",
-                        fontsize=7, color=THRESHOLD_COLOR)
-            continue
-        # narrow: upright text hanging from the leaf; the marked nodes in a second column
-        lines = hosts_lines.get(leaf, [])
-        if lines:
-            ax.text(x - (0.07 if marked else 0), node_top, lines[0], rotation=90, ha="right", va="center",
-                    rotation_mode="anchor", fontsize=6.5, color="#3c4043")
-        if marked and len(lines) > 1:
-            worst = None
-            for n in marked:
-                worst = worse_mark(worst, node_marks[n])
-            ax.text(x + 0.08, node_top, lines[1], rotation=90, ha="right", va="center", rotation_mode="anchor",
-                    fontsize=6.5, fontweight="bold",
-                    color=THRESHOLD_COLOR if worst.startswith("fail") else MARKS["warn"]["edge"])
-    if hidden_leaves:
-        hidden_nodes = sum(len(tree.leaves[leaf]) for leaf in all_leaves if leaf not in leaf_x)
-        _box(ax, margin + (len(leaves) + 0.5) * slot, leaf_top, leaf_w, leaf_h,
-             f"+{hidden_leaves} leaves ({hidden_nodes:,} nodes)" if wide else f"+{hidden_leaves} leaves",
-             None, font=7, rotate=not wide, dashed=True)
+                mark = lay.node_marks.get(n)
+                _box(ax, x, lay.node_top - j * lay.row, lay.leaf_w * 0.9, lay.row * 0.82, n, mark, font=6.5,
+                     rotate=False, zorder=3)
+        elif lay.wide:
+            _wide_leaf_nodes(ax, lay, x, members, marked, lay.hosts_lines.get(leaf, []))
+        else:
+            _narrow_leaf_nodes(ax, lay, x, marked, lay.hosts_lines.get(leaf, []))
+
+
+def _wide_leaf_nodes(ax, lay: SimpleNamespace, x: float, members: list[str], marked: list[str],
+                     lines: list[str]) -> None:
+    """Under a wide leaf: its node count, its hostlist, and its marked nodes (past 5, the first 4 and a count)."""
+    node_marks = lay.node_marks
+    y = lay.node_top - 0.02
+    ax.text(x, y, f"{len(members):,} node{'' if len(members) == 1 else 's'}", ha="center", va="top",
+            fontsize=7.5, fontweight="bold", color="#1d2127")
+    for line in lines:
+        y -= 0.16
+        ax.text(x, y, line, ha="center", va="top", fontsize=7, color="#5f6670")
+    shown_marked = marked if len(marked) <= 5 else marked[:4]
+    for n in shown_marked:
+        y -= 0.16
+        ax.text(x, y, _fit(n, lay.slot - 0.1, 7), ha="center", va="top", fontsize=7, fontweight="bold",
+                color=MARKS[node_marks[n]]["edge"] if node_marks[n] != "fail" else THRESHOLD_COLOR)
+    if len(marked) > len(shown_marked):
+        y -= 0.16
+        ax.text(x, y, f"+{len(marked) - len(shown_marked)} more marked", ha="center", va="top",
+                fontsize=7, color=THRESHOLD_COLOR)
+
+
+def _narrow_leaf_nodes(ax, lay: SimpleNamespace, x: float, marked: list[str], lines: list[str]) -> None:
+    # narrow: upright text hanging from the leaf; the marked nodes in a second column
+    if lines:
+        ax.text(x - (0.07 if marked else 0), lay.node_top, lines[0], rotation=90, ha="right", va="center",
+                rotation_mode="anchor", fontsize=6.5, color="#3c4043")
+    if marked and len(lines) > 1:
+        worst = None
+        for n in marked:
+            worst = worse_mark(worst, lay.node_marks[n])
+        ax.text(x + 0.08, lay.node_top, lines[1], rotation=90, ha="right", va="center", rotation_mode="anchor",
+                fontsize=6.5, fontweight="bold",
+                color=THRESHOLD_COLOR if worst.startswith("fail") else MARKS["warn"]["edge"])
+
+
+def _tree_footing(ax, tree, lay: SimpleNamespace, counts: set[int]) -> None:
+    """The "+N leaves" box, the cables per line when every line has the same count, the plane's frame."""
+    from matplotlib.patches import Rectangle
+
+    if lay.hidden_leaves:
+        hidden_nodes = sum(len(tree.leaves[leaf]) for leaf in lay.all_leaves if leaf not in lay.leaf_x)
+        _box(ax, lay.margin + (len(lay.leaves) + 0.5) * lay.slot, lay.leaf_top, lay.leaf_w, lay.leaf_h,
+             f"+{lay.hidden_leaves} leaves ({hidden_nodes:,} nodes)" if lay.wide else f"+{lay.hidden_leaves} leaves",
+             None, font=7, rotate=not lay.wide, dashed=True)
     if len(counts) == 1 and counts != {1}:
-        ax.text(margin, 0.12, f"each line: {next(iter(counts))} cables", fontsize=7, color="#5f6670",
+        ax.text(lay.margin, 0.12, f"each line: {next(iter(counts))} cables", fontsize=7, color="#5f6670",
                 ha="left", va="bottom")
-    if plane:
-        style = MARKS[plane]
-        ax.add_patch(Rectangle((0.06, 0.06), width - 0.12, height - 0.55, fill=False, edgecolor=style["line"],
-                               linewidth=2.2, linestyle="--" if plane.endswith("-alt") else "-", zorder=0))
-    return _figure(fig, alt)
+    if lay.plane:
+        style = MARKS[lay.plane]
+        ax.add_patch(Rectangle((0.06, 0.06), lay.width - 0.12, lay.height - 0.55, fill=False,
+                               edgecolor=style["line"], linewidth=2.2,
+                               linestyle="--" if lay.plane.endswith("-alt") else "-", zorder=0))

@@ -107,8 +107,8 @@ class Metric:
     wrong: bool = False
     # What a failed record of it says, with {value} and {bound} as text ("unlimited" where `unlimited`).
     fails: str = ""
-    # The profile key the metric owns: setting(acceptance.rules.profile) builds its Field (type, default, help).
-    # None where the key is a general setting defined in acceptance.rules.profile (topology.rails).
+    # The profile key the metric owns: setting(acceptance.rules.fields) builds its Field (type, default, help).
+    # None where the key is a general setting defined in acceptance.rules.schema (topology.rails).
     setting: Callable[[object], object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -517,7 +517,7 @@ def fleet_metrics(pattern: str) -> list[tuple[str, str, bool]]:
 
 
 def settings() -> dict[str, Callable[[object], object]]:
-    """Profile key -> the builder of its Field, for every key a metric owns (acceptance.rules.profile adds them)."""
+    """Profile key -> the builder of its Field, for every key a metric owns (acceptance.rules.schema adds them)."""
     out: dict[str, Callable[[object], object]] = {}
     for s in SUITES.values():
         for m in s.metrics:

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import judge
 from .bounds import DERIVED
-from .profile import SCHEMA
+from .schema import SCHEMA
 from ..host.counter_kinds import CLASS_OF
 from ..host.counters import Delta, DiffResult
 from ..records.results import VERDICTS, worst

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 from ..measure.sweep import sizes as sweep_sizes, sweep_from_profile
 from ..rules import catalog
-from ..rules.profile import format_duration, format_size, parse_duration, parse_rate
+from ..rules.units import format_duration, format_size, parse_duration, parse_rate
 from . import schedule as sched
 from .screening import Transfer, screening_iters, screening_latency_iters, screening_sizes, screening_transfer
 
@@ -377,6 +377,8 @@ def cost_sources(engine: str | None, profile=None) -> dict[str, dict]:
     return out
 
 
+# Long: one costing per suite, in the order `acceptance plan` prints them, on the run's shared
+# quantities (rounds, rate, costs).
 def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "concurrent",
              rate: str | None = None, engine: str | None = None) -> Estimate:
     """Every suite of the profile on `nodes` x `rails` with a resolved pattern (not "auto").

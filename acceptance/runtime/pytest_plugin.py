@@ -36,7 +36,8 @@ from ..host.identity import merge_identities, node_identity
 from ..host.preflight import software_versions
 from ..rules import switches
 from ..switchtree.fabric import Fabric
-from ..rules.profile import Profile, ProfileError, load_profile, parse_duration, positive_seconds
+from ..rules.profile import Profile, ProfileError, load_profile
+from ..rules.units import parse_duration, positive_seconds
 from ..records.naming import natural_key
 from ..records.results import (
     ENV_ITERATION,

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import synthetic
 
 from acceptance.analysis import Analysis, analyze, compare, drain_lines, evaluate, find, load_records, write_outputs
-from acceptance.rules.profile import format_size, load_profile
+from acceptance.rules.profile import load_profile
+from acceptance.rules.units import format_size
 from acceptance.records.results import InputError, make_record
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from acceptance.rules import catalog, judge
-from acceptance.rules.profile import SCHEMA, load_profile
+from acceptance.rules.profile import load_profile
+from acceptance.rules.schema import SCHEMA
 
 
 def schema_bound_keys() -> set[str]:

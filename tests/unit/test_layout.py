@@ -177,3 +177,31 @@ def test_engines_declare_what_they_offer_and_have_it():
                 assert all(callable(getattr(made, m, None)) for m in members(getattr(contract, role))), (name, role)
         offered |= engine.OFFERS
     assert {n for s in catalog.SUITES.values() for n in s.engine_needs} <= offered
+
+
+# Rooms a person can hold (issue 43): no module over MAX_MODULE lines, and a function over MAX_FUNCTION
+# lines says why beside it, in a comment right above its def that starts "# Long:".
+MAX_MODULE, MAX_FUNCTION = 800, 80
+
+
+def test_no_module_too_long_and_every_long_function_says_why():
+    too_long, unexplained = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        rel = path.relative_to(ROOT)
+        if len(lines) > MAX_MODULE:
+            too_long.append(f"{rel}: {len(lines)} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and node.end_lineno - node.lineno + 1 > MAX_FUNCTION:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                above = first - 2  # 0-based index of the line above the def (or its first decorator)
+                while above >= 0 and lines[above].lstrip().startswith("#") \
+                        and not lines[above].lstrip().startswith("# Long:"):
+                    above -= 1
+                if above < 0 or not lines[above].lstrip().startswith("# Long:"):
+                    unexplained.append(f"{rel}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert too_long == [], f"modules over {MAX_MODULE} lines: split them by concern"
+    assert unexplained == [], (f"functions over {MAX_FUNCTION} lines with no '# Long: why' comment above "
+                               f"them: split them, or say why not")

@@ -6,20 +6,9 @@ import numpy as np
 import pytest
 
 from acceptance.rules.judge import size_bound
-from acceptance.rules.profile import (
-    SCHEMA,
-    ProfileError,
-    builtin_dir,
-    builtin_names,
-    format_duration,
-    format_profile,
-    format_profile_list,
-    format_size,
-    load_profile,
-    parse_duration,
-    parse_rate,
-    parse_size,
-)
+from acceptance.rules.profile import ProfileError, builtin_dir, builtin_names, format_profile, format_profile_list, load_profile
+from acceptance.rules.units import format_duration, format_size, parse_duration, parse_rate, parse_size
+from acceptance.rules.schema import SCHEMA
 
 try:
     import tomllib

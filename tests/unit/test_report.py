@@ -97,21 +97,27 @@ def make_records(nodes: list[str], rails: int, *, iterations: int = 1, partners:
                                           src=np.array([nd for _, _, nd in comms], dtype=object), dst=None,
                                           op=op, scope=scope), c))
     if counters:
-        c = n * rails
-        node_i = np.repeat(np.arange(n), rails)
-        value = np.zeros(c)
-        value[1] = 17
-        frames.append(_frame(dict(test="suites/test_counters.py::test_port_counters", suite="counters",
-                                  metric="symbol_error", value=value, unit="count", size=None,
-                                  rail=np.tile(np.arange(rails), n).astype(float), iteration=0, engine=None,
-                                  memory="host", time="2026-11-30T04:41:31.000Z", samples=1,
-                                  threshold=0.0, verdict=np.where(value > 0, "fail", "pass"),
-                                  src=names[node_i], dst=None, op=None, scope="nic"), c))
+        frames.append(_counter_records(names, rails))
     df = pd.concat(frames, ignore_index=True)
     if lists:
         df["nodes"] = [[s] if d is None else [s, d] for s, d in zip(df["src"], df["dst"])]
         df["ranks"] = [[0]] * len(df)
     return df
+
+
+def _counter_records(names: np.ndarray, rails: int) -> pd.DataFrame:
+    """Port counter records: symbol_error of every NIC, 17 on the second (a fail), zero elsewhere."""
+    n = len(names)
+    c = n * rails
+    node_i = np.repeat(np.arange(n), rails)
+    value = np.zeros(c)
+    value[1] = 17
+    return _frame(dict(test="suites/test_counters.py::test_port_counters", suite="counters",
+                       metric="symbol_error", value=value, unit="count", size=None,
+                       rail=np.tile(np.arange(rails), n).astype(float), iteration=0, engine=None,
+                       memory="host", time="2026-11-30T04:41:31.000Z", samples=1,
+                       threshold=0.0, verdict=np.where(value > 0, "fail", "pass"),
+                       src=names[node_i], dst=None, op=None, scope="nic"), c)
 
 
 def make_run(nodes: list[str], rails: int, run_id: str = "20261130-044114-bfd8") -> dict:
@@ -367,7 +373,7 @@ def test_heatmap_mode_follows_the_node_count():
 
 def test_node_rail_medians_are_each_nics_typical_link():
     """Per (rail, node): the median over the node's links as source or destination, relative to the rail."""
-    from acceptance.report.sections import node_rail_medians
+    from acceptance.report.sections.maps import node_rail_medians
 
     sub = pd.DataFrame({"src": ["a", "a", "b", "c"], "dst": ["b", "c", "c", "a"], "rail": [0.0, 0.0, 0.0, 1.0],
                         "value": [100.0, 50.0, 100.0, 10.0]})

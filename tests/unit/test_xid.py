@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.host import slurmnode, xid
+from acceptance.host import kernellog, slurmnode, xid
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "xid"
 
@@ -511,8 +511,8 @@ def test_the_cursor_survives_a_state_file():
 
 def test_read_boot_id(tmp_path):
     (tmp_path / "boot_id").write_text("7c1f0b2e-0d5c-4d8e-9a4f-1e2d3c4b5a69\n")
-    assert xid.read_boot_id(str(tmp_path / "boot_id")) == "7c1f0b2e-0d5c-4d8e-9a4f-1e2d3c4b5a69"
-    assert xid.read_boot_id(str(tmp_path / "missing")) == ""
+    assert kernellog.read_boot_id(str(tmp_path / "boot_id")) == "7c1f0b2e-0d5c-4d8e-9a4f-1e2d3c4b5a69"
+    assert kernellog.read_boot_id(str(tmp_path / "missing")) == ""
 
 
 # -- drain reasons --------------------------------------------------------------------------------
@@ -608,8 +608,8 @@ def script(path, body):
 
 def test_the_command_override_is_read(tmp_path, monkeypatch):
     stand_in = script(tmp_path / "kernel-log", f"exec cat '{DATA / 'dmesg.txt'}'\n")
-    monkeypatch.setenv(xid.ENV_KERNEL_LOG, str(stand_in))
-    assert xid.read_kernel_log() == sample("dmesg.txt")
+    monkeypatch.setenv(kernellog.ENV_KERNEL_LOG, str(stand_in))
+    assert kernellog.read_kernel_log() == sample("dmesg.txt")
     events, cursor = xid.poll()
     assert shape(events) == EXPECTED["dmesg.txt"]
     assert xid.poll(cursor)[0] == []
@@ -617,33 +617,33 @@ def test_the_command_override_is_read(tmp_path, monkeypatch):
 
 def test_a_command_that_hangs_times_out_with_the_reason(tmp_path, monkeypatch):
     stand_in = script(tmp_path / "kernel-log", "sleep 30\n")
-    monkeypatch.setenv(xid.ENV_KERNEL_LOG, str(stand_in))
+    monkeypatch.setenv(kernellog.ENV_KERNEL_LOG, str(stand_in))
     started = time.monotonic()
-    with pytest.raises(xid.KernelLogError, match="timed out after 0.5 s"):
-        xid.read_kernel_log(timeout=0.5)
+    with pytest.raises(kernellog.KernelLogError, match="timed out after 0.5 s"):
+        kernellog.read_kernel_log(timeout=0.5)
     assert time.monotonic() - started < 5
-    with pytest.raises(xid.KernelLogError):
+    with pytest.raises(kernellog.KernelLogError):
         xid.poll(xid.Cursor("boot-a", 5, 1), timeout=0.5)
 
 
 def test_a_command_that_fails_says_why(tmp_path, monkeypatch):
     stand_in = script(tmp_path / "kernel-log",
                       "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n")
-    monkeypatch.setenv(xid.ENV_KERNEL_LOG, str(stand_in))
-    with pytest.raises(xid.KernelLogError, match="ACCEPTANCE_KERNEL_LOG: .* exited 1: dmesg: read kernel buffer"):
-        xid.read_kernel_log()
-    monkeypatch.setenv(xid.ENV_KERNEL_LOG, str(tmp_path / "missing"))
-    with pytest.raises(xid.KernelLogError, match="missing"):
-        xid.read_kernel_log()
-    monkeypatch.setenv(xid.ENV_KERNEL_LOG, "'unbalanced")
-    with pytest.raises(xid.KernelLogError, match="not a command line"):
-        xid.read_kernel_log()
+    monkeypatch.setenv(kernellog.ENV_KERNEL_LOG, str(stand_in))
+    with pytest.raises(kernellog.KernelLogError, match="ACCEPTANCE_KERNEL_LOG: .* exited 1: dmesg: read kernel buffer"):
+        kernellog.read_kernel_log()
+    monkeypatch.setenv(kernellog.ENV_KERNEL_LOG, str(tmp_path / "missing"))
+    with pytest.raises(kernellog.KernelLogError, match="missing"):
+        kernellog.read_kernel_log()
+    monkeypatch.setenv(kernellog.ENV_KERNEL_LOG, "'unbalanced")
+    with pytest.raises(kernellog.KernelLogError, match="not a command line"):
+        kernellog.read_kernel_log()
 
 
 @pytest.fixture
 def fake_bin(tmp_path, monkeypatch):
     """A PATH whose journalctl and dmesg are stand-ins the test writes."""
-    monkeypatch.delenv(xid.ENV_KERNEL_LOG, raising=False)
+    monkeypatch.delenv(kernellog.ENV_KERNEL_LOG, raising=False)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -653,7 +653,7 @@ def fake_bin(tmp_path, monkeypatch):
 def test_journalctl_first_with_monotonic_stamps(fake_bin):
     script(fake_bin / "journalctl", f"echo \"$*\" > '{fake_bin / 'args'}'\nexec cat '{DATA / 'journalctl-k.txt'}'\n")
     script(fake_bin / "dmesg", "exit 99\n")
-    assert xid.read_kernel_log() == sample("journalctl-k.txt")
+    assert kernellog.read_kernel_log() == sample("journalctl-k.txt")
     assert (fake_bin / "args").read_text().split() == ["-k", "-o", "short-monotonic", "--no-pager"]
 
 
@@ -661,13 +661,13 @@ def test_journalctl_first_with_monotonic_stamps(fake_bin):
 def test_dmesg_when_journalctl_fails_or_sees_nothing(fake_bin, journalctl):
     script(fake_bin / "journalctl", journalctl)
     script(fake_bin / "dmesg", f"exec cat '{DATA / 'dmesg.txt'}'\n")
-    assert xid.read_kernel_log() == sample("dmesg.txt")
+    assert kernellog.read_kernel_log() == sample("dmesg.txt")
 
 
 def test_both_failing_names_both(fake_bin):
     script(fake_bin / "journalctl", "echo 'No journal files were found.' >&2\nexit 1\n")
     script(fake_bin / "dmesg", "echo 'read kernel buffer failed: Operation not permitted' >&2\nexit 1\n")
-    with pytest.raises(xid.KernelLogError) as caught:
-        xid.read_kernel_log()
+    with pytest.raises(kernellog.KernelLogError) as caught:
+        kernellog.read_kernel_log()
     assert "No journal files were found" in str(caught.value)
     assert "Operation not permitted" in str(caught.value)
