@@ -84,6 +84,12 @@ def fails(name: str, value, profile: Profile) -> bool:
     return judge.judge_one("preflight", name, value, profile, peers=False)[1] == "fail"
 
 
+def bound(name: str, profile: Profile):
+    """What the profile holds this preflight value to (judge.bound): a number, inf for a minimum only
+    "unlimited" meets, None where it sets none."""
+    return judge.bound("preflight", name, profile)
+
+
 RDMA_KEYS = ("preflight.rdma_devices", "preflight.port_rate", "preflight.mtu", "preflight.link_layer")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..host import nodefacts
 from ..rules import judge
-from .base import Context, CouldNotRun, Outcome, Problem, error, fails, judged, skip
+from .base import Context, CouldNotRun, Outcome, Problem, bound, error, fails, judged, skip
 
 # nvml.h's nvmlReturn_t, for a pynvml that does not name them (the values are NVML's ABI).
 _NOT_SUPPORTED, _GPU_IS_LOST, _RESET_REQUIRED = 3, 15, 16
@@ -115,7 +115,7 @@ def _health(nvml, h, part: str, margin: float) -> list[Problem]:
 
 
 def check(ctx: Context, nvml=None) -> Outcome:
-    want = ctx.profile.get("preflight.gpus_per_node")
+    want = bound("gpus", ctx.profile)
     try:
         present = nodefacts.gpu_count(ctx.root)
     except nodefacts.Unavailable as e:
@@ -124,7 +124,7 @@ def check(ctx: Context, nvml=None) -> Outcome:
         why = "no NVIDIA GPU on this node (no PCI function of vendor 0x10de, class 0x03xx in sysfs)"
     if not present:
         if want:
-            return judged("gpus", [Problem("GPUs", f"{why}; the profile expects {want}")])
+            return judged("gpus", [Problem("GPUs", f"{why}; the profile expects {want:g}")])
         return skip("gpus", why)
     try:
         nvml = nvml or _nvml()
@@ -136,7 +136,7 @@ def check(ctx: Context, nvml=None) -> Outcome:
         return judged("gpus", [Problem("GPUs", e.detail, action=e.action)])
     problems = []
     if count != present or (want and fails("gpus", count, ctx.profile)):
-        expected = f"the profile expects {want}, " if want else ""
+        expected = f"the profile expects {want:g}, " if want else ""
         problems.append(Problem("GPUs", f"NVML sees {count} GPUs, {expected}sysfs lists {present}"))
     margin = ctx.profile.get("node_check.gpu_temperature_margin")
     unchecked = []

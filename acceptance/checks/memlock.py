@@ -4,7 +4,7 @@ limit (what jobs get with PropagateResourceLimitsExcept=MEMLOCK); the preflight 
 from __future__ import annotations
 
 from ..host.preflight import UNLIMITED, memlock_limit
-from .base import Context, Outcome, Problem, fails, judged, skip
+from .base import Context, Outcome, Problem, bound, fails, judged, skip
 
 # The one advice for a short limit: what the node check and the preflight suite both say.
 ADVICE = ("RDMA memory registration pins memory and fails beyond it: raise it in /etc/security/limits.conf "
@@ -12,9 +12,10 @@ ADVICE = ("RDMA memory registration pins memory and fails beyond it: raise it in
           "inherit it (slurm.conf PropagateResourceLimitsExcept=MEMLOCK)")
 
 
-def short(limit: int, minimum: int) -> str:
-    """What is wrong with a limit below the minimum."""
-    return f"RLIMIT_MEMLOCK (ulimit -l) is {limit} bytes, the profile needs at least {minimum}: {ADVICE}"
+def short(limit: int, minimum: float) -> str:
+    """What is wrong with a limit below the minimum (judge.bound: inf where only unlimited meets it)."""
+    needs = "unlimited" if minimum == float("inf") else f"at least {minimum:.0f}"
+    return f"RLIMIT_MEMLOCK (ulimit -l) is {limit} bytes, the profile needs {needs}: {ADVICE}"
 
 
 def too_low(limit: int, profile) -> bool:
@@ -22,7 +23,7 @@ def too_low(limit: int, profile) -> bool:
 
 
 def check(ctx: Context) -> Outcome:
-    minimum = ctx.profile.get("preflight.memlock_min")
+    minimum = bound("memlock", ctx.profile)
     if not minimum:
         return skip("memlock", "the profile sets no preflight.memlock_min")
     limit = memlock_limit()

@@ -18,7 +18,7 @@ from ..host import nodefacts
 from ..host.nodefacts import Port
 from ..rules.profile import Profile
 from . import rails as rail_select
-from .base import RDMA_KEYS, Context, Outcome, Problem, fails, judged, required, skip
+from .base import RDMA_KEYS, Context, Outcome, Problem, bound, fails, judged, required, skip
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def down(p: Port) -> Judged | None:
 
 def slow(p: Port, profile: Profile) -> Judged | None:
     """An active port below preflight.port_rate."""
-    rate = profile.get("preflight.port_rate")
+    rate = bound("port_rate", profile)
     if rate is None:
         return None
     if p.gbps is None:
@@ -52,18 +52,18 @@ def wrong_layer(p: Port, expected: str | None) -> Judged | None:
 
 def short_mtu(p: Port, profile: Profile) -> Judged | None:
     """An active port's MTU below preflight.mtu; unknown (ibv_devinfo missing, no netdev) is not judged."""
-    minimum = profile.get("preflight.mtu")
+    minimum = bound("port_mtu", profile)
     if minimum is None:
         return None
     if p.mtu is None:
         return Judged(p.mtu_reason or "MTU unknown", known=False)
-    return Judged(f"MTU {p.mtu} is below the profile's {minimum}") if fails("port_mtu", p.mtu, profile) else None
+    return Judged(f"MTU {p.mtu} is below the profile's {minimum:g}") if fails("port_mtu", p.mtu, profile) else None
 
 
 def rail_ports(ctx: Context, mtu: bool = False) -> tuple[list[Port], rail_select.Rails]:
     """(every RDMA port of the node, which are rails); nodefacts.Unavailable where the node has none.
     ibv_devinfo runs only when `mtu` and the profile bounds an MTU."""
-    asked = mtu and ctx.profile.get("preflight.mtu") is not None
+    asked = mtu and bound("port_mtu", ctx.profile) is not None
     devinfo = None if asked else nodefacts.Unavailable("not asked")
     ports = nodefacts.read_ports(ctx.root, devinfo)
     return ports, rail_select.select(ports, ctx.profile)
@@ -90,7 +90,7 @@ def netdev_state(name: str) -> tuple[bool, bool, int] | None:
 
 def _netdev_ports(ctx: Context, pattern: str) -> Outcome:
     count = ctx.profile.get("topology.rails") or ctx.profile.get("run.ranks_per_node")
-    minimum = ctx.profile.get("preflight.mtu")
+    minimum = bound("port_mtu", ctx.profile)
     problems, seen = [], []
     for rail in range(count):
         name = pattern.replace("{rail}", str(rail))
@@ -131,7 +131,7 @@ def check(ctx: Context) -> Outcome:
     devices = sorted({p.device for p in ports}, key=lambda d: [p.device for p in ports].index(d))
     if fails("rdma_devices", len(devices), ctx.profile):
         problems.append(Problem("RDMA", f"{len(devices)} RDMA devices ({', '.join(devices)}), the profile "
-                                        f"expects {ctx.profile.get('preflight.rdma_devices')}"))
+                                        f"expects {bound('rdma_devices', ctx.profile):g}"))
     if rails.missing:
         problems.append(Problem("rails", rails.missing))
     for p in rails.ports:

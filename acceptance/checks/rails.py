@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..host.nodefacts import Port
 from ..rules.profile import Profile
+from .base import bound
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def select(ports: list[Port], profile: Profile) -> Rails:
             others += [(p, "a bond (LAG) device") for p in bonds]
             candidates = [p for p in candidates if not _bond(p)]
     if expected and len(candidates) > expected:
-        model = _rail_model(candidates, profile.get("preflight.port_rate"))
+        model = _rail_model(candidates, bound("port_rate", profile))
         if model:
             odd = [p for p in candidates if p.hca_type and p.hca_type != model]
             others += [(p, f"{p.hca_type} at {p.rate or 'an unknown rate'}, not the rail NICs' {model}") for p in odd]

@@ -21,7 +21,7 @@ from typing import Callable
 from ..checks import memlock as memlock_check
 from ..checks import ports as port_checks
 from ..checks import rails as rail_ports
-from ..checks.base import RDMA_KEYS, fails, required
+from ..checks.base import RDMA_KEYS, bound, fails, required
 from ..host.nics import mapped_devices, topology_rails
 from ..host.nodefacts import Unavailable, collect, common_link_layer, far_pairs, gpudirect_path
 from ..host.pcie import trained_down
@@ -62,7 +62,7 @@ class Problems(list):
 
 def memlock(profile: Profile, record: Callable) -> list[str]:
     """This rank's locked-memory limit against preflight.memlock_min."""
-    minimum = profile.get("preflight.memlock_min")
+    minimum = bound("memlock", profile)
     limit = memlock_limit()
     _, verdict = judge.record(record, profile, SUITE, "memlock", None if limit == UNLIMITED else limit,
                               detail=UNLIMITED if limit == UNLIMITED else None)
@@ -184,14 +184,14 @@ def _missing(problems, node):
 def rdma_devices(topology: Topology, profile: Profile, fabric: dict, record: Callable) -> list[str]:
     """Every node has RDMA devices, as many as preflight.rdma_devices where set."""
     have, _ = _available(fabric, "devices", "RDMA devices", required(profile, *RDMA_KEYS))
-    want = profile.get("preflight.rdma_devices")
+    want = bound("rdma_devices", profile)
     problems = Problems()
     for node, facts in fabric.items():
         if node not in have:
             problems.add(node, f"{node}: no RDMA devices ({facts.devices})")
         elif fails("rdma_devices", len(have[node]), profile):
             problems.add(node, f"{node}: {len(have[node])} RDMA devices ({', '.join(have[node]) or 'none'}), "
-                               f"the profile expects {want}")
+                               f"the profile expects {want:g}")
     if topology.rank == 0:
         for node, facts in fabric.items():
             judge.record(record, profile, SUITE, "rdma_devices", len(have[node]) if node in have else None,
@@ -304,7 +304,7 @@ def fabric_versions_match(topology: Topology, profile: Profile, fabric: dict, re
 
 def hugepages(topology: Topology, profile: Profile, fabric: dict, record: Callable) -> list[str]:
     """At least preflight.hugepages_min reserved in huge pages on every node."""
-    minimum = profile.get("preflight.hugepages_min")
+    minimum = int(bound("hugepages", profile) or 0)
     have, problems = _available(fabric, "hugepages", "huge pages", f"preflight.hugepages_min = {format_size(minimum)}")
     for node, size in have.items():
         if fails("hugepages", size, profile):
@@ -320,7 +320,7 @@ def hugepages(topology: Topology, profile: Profile, fabric: dict, record: Callab
 
 def gpus(topology: Topology, profile: Profile, fabric: dict, record: Callable) -> list[str]:
     """preflight.gpus_per_node NVIDIA GPUs on every node, where set."""
-    want = profile.get("preflight.gpus_per_node")
+    want = bound("gpus", profile)
     have, missing = _available(fabric, "gpus", "GPU count", required(profile, "preflight.gpus_per_node"))
     if want is None and not any(have.values()):
         raise Skip("no NVIDIA GPU on any node, and the profile does not ask for GPUs (preflight.gpus_per_node unset)")
@@ -329,7 +329,7 @@ def gpus(topology: Topology, profile: Profile, fabric: dict, record: Callable) -
         problems += missing
         for node, count in have.items():
             if fails("gpus", count, profile):
-                problems.add(node, f"{node}: {count} NVIDIA GPUs, the profile expects {want}")
+                problems.add(node, f"{node}: {count} NVIDIA GPUs, the profile expects {want:g}")
     if topology.rank == 0:
         for node, facts in fabric.items():
             judge.record(record, profile, SUITE, "gpus", have.get(node), nodes=[node], ranks=_ranks(topology, node),

@@ -145,6 +145,12 @@ class Absolute(Kind):
         """judge() of a value alone, as a driver records it (one element arrays)."""
         return self.judge(metric, values, sizes, profile)
 
+    def stated(self, metric: Metric, profile: Profile, size: float | None = None) -> float | None:
+        """The bound the profile states, before any value is seen, in record units: what a message names
+        and what says whether the metric is bounded at all; None where the profile sets none."""
+        b = self.threshold(metric, np.array([np.nan]), np.array([np.nan if size is None else float(size)]), profile)
+        return None if np.isnan(b[0]) else float(b[0])
+
 
 class SizeMap(Absolute):
     """The profile key is a table by message size (rdma_write.bandwidth_min). A per_nic bound is one
@@ -228,7 +234,12 @@ class Memlock(Absolute):
 
     def threshold(self, metric, values, sizes, profile, iterations=None):
         minimum = profile.get(metric.key)
-        return np.full(len(values), np.nan if minimum == "unlimited" else float(minimum))
+        return np.full(len(values), np.nan if minimum in ("unlimited", None) else float(minimum))
+
+    def stated(self, metric, profile, size=None):
+        """The minimum in bytes; infinite where only "unlimited" meets it; None where the profile sets none."""
+        minimum = profile.get(metric.key)
+        return None if not minimum else np.inf if minimum == "unlimited" else float(minimum)
 
     def judge(self, metric, values, sizes, profile, iterations=None):
         minimum = profile.get(metric.key)
@@ -300,6 +311,15 @@ KINDS: dict[str, Absolute] = {k.name: k for k in (Absolute(), SizeMap(), Scalar(
 def of(metric: Metric) -> Absolute:
     """The strategy of a catalog metric's bound."""
     return KINDS[metric.bound]
+
+
+def register(kind: Absolute) -> Absolute:
+    """A new absolute kind, added here alone: the catalog may then name it (Metric.bound), and every
+    judgement reaches it through of() (judge_records for analysis, judge.one and record for the drivers,
+    judge.bound and the node checks)."""
+    KINDS[kind.name] = kind
+    catalog.BOUND_KINDS = (*catalog.BOUND_KINDS, kind.name)
+    return kind
 
 
 # ---- line rate ----------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = ["PASS", "FAIL", "WARN", "INFO", "VERDICTS", "Drift", "Fleet", "Headroom", "Level", "Outlier", "Shares", "Trend",
            "Judged",
            "is_value", "floats", "size_bound", "absolute_bounds", "fleet_factor",
-           "fleet_factors", "loo_median", "counter", "judge_records", "one",
+           "fleet_factors", "loo_median", "counter", "judge_records", "bound", "one",
            "judge_one", "record", "record_all"]
 
 
@@ -149,6 +149,16 @@ def _judge_metric(df, idx, m: Metric, suite: str, name: str, value, size, profil
 
 
 # ---- one value (drivers, while recording) ----------------------------------------------------
+
+def bound(suite: str, name: str, profile: Profile, size: int | None = None, **when) -> float | None:
+    """The bound the profile holds catalog metric (suite, name) to, in record units, before any value is
+    seen: what a message names ("the profile needs 400 Gbit/s") and whether it is bounded at all (None:
+    the profile sets none, so nothing fails it). A minimum only "unlimited" meets is math.inf (memlock)."""
+    m = catalog.metric(suite, name, **when)
+    if m is None:
+        raise KeyError(f"{suite} {name}: not in the catalog (acceptance.rules.catalog)")
+    return kinds.of(m).stated(m, profile, size)
+
 
 def one(suite: str, name: str, value: float | None, profile: Profile, size: int | None = None,
         peers: bool = True, **when) -> tuple[float | None, str]:

@@ -5,6 +5,7 @@ detectors find populations and evidence, and ask the judge."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -15,6 +16,10 @@ import pytest
 
 from acceptance.rules import bounds, catalog, judge
 from acceptance.rules.bounds import FAIL, INFO, PASS, WARN
+from acceptance.checks import base as checks_base
+from acceptance.checks import memlock as memlock_check
+from acceptance.rules.profile import load_profile
+from acceptance.rules.schema import SCHEMA
 
 PACKAGE = Path(__file__).resolve().parents[2] / "acceptance"
 
@@ -225,25 +230,21 @@ def test_headroom_fails_at_the_parts_own_limit_and_warns_within_the_margin():
 
 
 # ---- no threshold read outside rules/ -----------------------------------------------------------------
-# Whatever a variable is called: a profile's analysis.* key, or a key that bounds a catalog metric, read
-# (`.get("analysis.x")`) outside acceptance/rules is a verdict's input outside the judge. The analysis
-# settings are read by the rules' kinds (judge.Outlier, Trend, Shares). The bound keys still read
-# outside are listed: the node checks and the preflight driver judge a node's facts (port rate, MTU,
-# memlock) themselves, the plan takes its rate from a bound; each must still be there.
+# Whatever a variable is called: a profile's analysis.* key, or a key a catalog metric owns as its bound
+# (schema field is_bound), read (`.get("analysis.x")`) outside acceptance/rules is a verdict's input
+# outside the judge. The analysis settings are read by the rules' kinds (judge.Outlier, Trend, Shares);
+# a bound is asked of the judge (judge.bound: what a message names, whether it is bounded at all). A
+# general setting a metric also uses as its bound (topology.rails: how many rails a node has) is a
+# setting. The reads still outside are listed, each with why; each must still be there.
 KNOWN_BOUND_READS = {
+    # The plan's model: the rate it times transfers at is the bound's table at its largest size, and
+    # the GPUs it plans for are the ones the profile expects (no value to judge: nothing has run).
     ("runtime/estimate.py", "rdma_write.bandwidth_min"), ("runtime/estimate.py", "preflight.gpus_per_node"),
-    ("checks/gpus.py", "preflight.gpus_per_node"), ("checks/ports.py", "preflight.port_rate"),
-    ("checks/ports.py", "preflight.mtu"), ("checks/ports.py", "topology.rails"),
-    ("checks/ports.py", "preflight.rdma_devices"), ("checks/memlock.py", "preflight.memlock_min"),
-    ("checks/rails.py", "topology.rails"), ("checks/rails.py", "preflight.port_rate"),
-    ("cli/run.py", "topology.rails"), ("drivers/preflight.py", "preflight.memlock_min"),
-    ("drivers/preflight.py", "preflight.rdma_devices"), ("drivers/preflight.py", "preflight.hugepages_min"),
-    ("drivers/preflight.py", "preflight.gpus_per_node"), ("drivers/preflight.py", "topology.rails"),
 }
 
 
 def test_no_analysis_setting_or_bound_is_read_outside_the_rules():
-    bound_keys = {m.key for s in catalog.SUITES.values() for m in s.metrics if m.key}
+    bound_keys = {f"{section}.{key}" for section, fields in SCHEMA.items() for key, f in fields.items() if f.is_bound}
     analysis, bounds_read = [], set()
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = str(path.relative_to(PACKAGE))
@@ -261,3 +262,48 @@ def test_no_analysis_setting_or_bound_is_read_outside_the_rules():
     assert analysis == [], "read through judge.Outlier, Trend or Shares instead:\n" + "\n".join(analysis)
     assert bounds_read - KNOWN_BOUND_READS == set(), "a bound read outside the judge"
     assert KNOWN_BOUND_READS - bounds_read == set(), "no longer read there: take them out of KNOWN_BOUND_READS"
+
+
+# ---- one judge: what the profile states, and a kind added in one place -------------------------------
+
+def test_the_judge_says_what_the_profile_holds_a_value_to_before_any_value_is_seen():
+    h100 = load_profile("h100-ndr400")
+    assert judge.bound("preflight", "port_rate", h100) == h100.get("preflight.port_rate")
+    assert judge.bound("preflight", "port_mtu", load_profile("local")) is None  # unset: nothing fails it
+    assert h100.get("preflight.memlock_min") == "unlimited" and judge.bound("preflight", "memlock", h100) == math.inf
+    assert judge.bound("preflight", "memlock", _with(h100, "preflight", memlock_min=1 << 30)) == float(1 << 30)
+    assert judge.bound("preflight", "memlock", _with(h100, "preflight", memlock_min=0)) is None
+    assert "needs unlimited" in memlock_check.short(65536, math.inf)
+
+
+def _with(profile, section, **values):
+    return dataclasses.replace(profile, values={**profile.values, section: {**profile.values[section], **values}})
+
+
+def test_a_bound_kind_added_in_one_place_is_judged_by_analysis_the_drivers_and_the_node_checks(monkeypatch):
+    monkeypatch.setattr(bounds, "KINDS", dict(bounds.KINDS))
+    monkeypatch.setattr(catalog, "BOUND_KINDS", catalog.BOUND_KINDS)
+
+    class Halved(bounds.Absolute):
+        """A throwaway kind: half the profile's figure."""
+        name = "halved"
+
+        def threshold(self, metric, values, sizes, profile, iterations=None):
+            return np.full(len(values), profile.get(metric.key) / 2)
+
+    bounds.register(Halved())
+    suite = catalog.SUITES["preflight"]
+    metrics = tuple(dataclasses.replace(m, bound="halved") if m.names == ("port_rate",) else m for m in suite.metrics)
+    monkeypatch.setitem(catalog.SUITES, "preflight", dataclasses.replace(suite, metrics=metrics))
+    profile = load_profile("h100-ndr400")  # port_rate 400 Gbit/s: 250 fails it, half of it passes
+    # the node checks (and the preflight driver, which asks them)
+    assert checks_base.bound("port_rate", profile) == 200.0 and not checks_base.fails("port_rate", 250.0, profile)
+    # a driver recording a value
+    assert judge.one("preflight", "port_rate", 250.0, profile, peers=False) == (200.0, "pass")
+    assert judge.one("preflight", "port_rate", 150.0, profile, peers=False) == (200.0, "fail")
+    # analysis, judging a run's records
+    df = pd.DataFrame({"suite": ["preflight"] * 2, "metric": ["port_rate"] * 2, "value": [250.0, 150.0],
+                       "size": [np.nan] * 2, "unit": ["Gbit/s"] * 2, "iteration": [0, 0], "op": [None] * 2,
+                       "scope": [None] * 2})
+    out = judge.judge_records(df, profile)
+    assert list(out.verdict) == [PASS, FAIL] and list(out.threshold) == [200.0, 200.0]
