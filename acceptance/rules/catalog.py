@@ -380,11 +380,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in (
     )),
     # ib_write_bw / ib_write_lat on the harness's pairs. Write latency is gated here, where a profile
     # says (perftest.latency_*_max): a C loop, not Python's, times each sample (docs/methodology.md §4).
-    # The report sets its bandwidth and latency p50 beside rdma_write's (`checks`, Metric.crosscheck).
+    # The report sets its bandwidth and latency p50 beside rdma_write's (`checks`, Metric.crosscheck), and
+    # its latency map stands in for rdma_write's where both ran (a map a suite and the suite it checks
+    # both have: the checking suite's, its C loop).
     Suite("perftest", (), pairwise=True, finding="perftest: ", checks="rdma_write", metrics=(
         Metric(("bandwidth",), "Gbit/s", True, label="ib_write_bw average", crosscheck=True),
         *_latencies("", "ib_write_lat", "perftest.latency", "one-way", bounded=("p50", "p99"),
-                    what="ib_write_lat write latency", crosscheck=("p50",)),
+                    what="ib_write_lat write latency", crosscheck=("p50",), heatmap=("p99",)),
         Metric(("latency_avg",), "us", False, label="ib_write_lat average", timing="one-way"),
     )),
 )}

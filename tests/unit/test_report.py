@@ -371,6 +371,27 @@ def test_heatmap_mode_follows_the_node_count():
         assert bool(out["rails"]) == (mode == "matrix") and bool(out["strips"]) == (mode == "strip")
 
 
+def test_the_latency_map_is_ib_write_lat_where_it_ran_and_says_when_it_is_the_harness_loop():
+    """Issue 41: the pairwise latency map shows a C loop's timing (perftest's ib_write_lat on the same pairs)
+    where the run has it; else the harness's own write latency, saying so."""
+    from acceptance.report import sections
+
+    nodes = [f"n{i}" for i in range(4)]
+    raw = make_records(nodes, 1, lists=False)
+    titles = lambda out: [f["figure"]["alt"] for r in out["rails"] for f in r["figures"] if f["figure"]]
+    alone = sections.heatmaps(prepare(raw), make_run(nodes, 1), [])
+    assert any("write latency p99" in t for t in titles(alone))
+    assert alone["timing"] == ["write latency p99: the harness's own timing loop, which adds its own time to each "
+                               "sample (no perftest records of these pairs)."]
+    lat = raw[(raw["suite"] == "rdma_write") & (raw["metric"] == "latency_p99")].copy()
+    lat["suite"], lat["value"] = "perftest", lat["value"] / 4  # ib_write_lat: the fabric's own latency
+    both = sections.heatmaps(prepare(pd.concat([raw, lat], ignore_index=True)), make_run(nodes, 1), [])
+    assert any("ib_write_lat latency p99" in t for t in titles(both))
+    assert not any(t.startswith("rail 0: write latency p99") for t in titles(both))
+    assert both["timing"] == ["write latency p99: drawn from ib_write_lat latency p99 (a C loop timed each sample), "
+                              "not from the harness's own loop."]
+
+
 def test_node_rail_medians_are_each_nics_typical_link():
     """Per (rail, node): the median over the node's links as source or destination, relative to the rail."""
     from acceptance.report.sections.maps import node_rail_medians

@@ -34,13 +34,29 @@ def topology_nodes(run: dict) -> list[str]:
     return [str(n) for n in nodes]
 
 
-def pairwise(recs: pd.DataFrame, role: str) -> list[tuple[str, pd.DataFrame, bool]]:
+def pairwise(recs: pd.DataFrame, role: str) -> tuple[list[tuple[str, pd.DataFrame, bool]], list[str]]:
     """(label, records, higher is better) of each pairwise metric with `role` (catalog: heatmap,
-    curve) that this run recorded between two nodes, in the catalog's order."""
-    out = []
+    curve) that this run recorded between two nodes, in the catalog's order; and which loop timed them.
+    A metric that a checking suite (catalog Suite.checks: perftest's ib_write_lat for rdma_write) also
+    has in that role is drawn from the checking suite's records where it has them (a C loop's timing),
+    else from its own, with a note that the harness's loop timed it."""
+    found = {}
     for suite, name in catalog.with_role(role):
         sub = recs[(recs["suite"] == suite) & (recs["metric"] == name) & recs["src"].notna() & recs["dst"].notna()
                    & recs["value"].notna()]
         if len(sub):
-            out.append((catalog.label(suite, name), sub, catalog.direction(suite, name) is not False))
-    return out
+            found[suite, name] = sub
+    out, notes = [], []
+    for (suite, name), sub in found.items():
+        label = catalog.label(suite, name)
+        checkers = [s.name for s in catalog.SUITES.values()
+                    if s.checks == suite and (s.name, name) in catalog.with_role(role)]
+        if any((c, name) in found for c in checkers):
+            notes.append(f"{label}: drawn from {catalog.label(next(c for c in checkers if (c, name) in found), name)} "
+                         f"(a C loop timed each sample), not from the harness's own loop.")
+            continue
+        if checkers:
+            notes.append(f"{label}: the harness's own timing loop, which adds its own time to each sample "
+                         f"(no {', '.join(checkers)} records of these pairs).")
+        out.append((label, sub, catalog.direction(suite, name) is not False))
+    return out, notes

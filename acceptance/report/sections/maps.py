@@ -185,15 +185,15 @@ def heatmaps(recs: pd.DataFrame, run: dict, findings_: list[dict] | None = None)
     """Up to MATRIX_MAX_NODES nodes: per rail, a node x node matrix of each heatmap metric. Beyond, a
     cell per link is noise (and a sampled pattern leaves most cells empty): per metric, a strip of
     every NIC's typical link relative to its rail, and the worst NICs named."""
-    shown = pairwise(recs, "heatmap")
+    shown, timing = pairwise(recs, "heatmap")
     if not shown:
         return {"available": False, "mode": "none", "rails": [], "strips": [], "nodes": 0,
                 "note": "No point-to-point records (the pairwise suites: rdma_write, gpudirect) in this run: "
-                        "no heatmaps."}
+                        "no heatmaps.", "timing": []}
     nodes = natural_sorted(set(topology_nodes(run)).union(*(set(sub["src"].unique()) | set(sub["dst"].unique())
                                                             for _, sub, _ in shown)))
     if len(nodes) <= MATRIX_MAX_NODES:
         return {"available": True, "mode": "matrix", "rails": _matrices(shown, nodes), "strips": [],
-                "nodes": len(nodes), "note": ""}
+                "nodes": len(nodes), "note": "", "timing": timing}
     return {"available": True, "mode": "strip", "rails": [], "strips": _strips(shown, nodes, findings_ or []),
-            "nodes": len(nodes), "note": ""}
+            "nodes": len(nodes), "note": "", "timing": timing}

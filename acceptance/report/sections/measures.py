@@ -16,7 +16,7 @@ from .common import MAX_ROWS, SEVERITY_ORDER, more, pairwise, where_words
 
 def sweeps(recs: pd.DataFrame) -> dict:
     figs, notes = [], []
-    curves = [(title, sub[sub["size"].notna()]) for title, sub, _ in pairwise(recs, "curve")]
+    curves = [(title, sub[sub["size"].notna()]) for title, sub, _ in pairwise(recs, "curve")[0]]
     for title, bw in curves:
         unit = fmt_text(bw["unit"].iloc[0])
         stats = bw.groupby(["rail", "size"], dropna=False)["value"].agg(["median", "min", "max"]).reset_index()
