@@ -177,6 +177,7 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
         watched = watch.lost() if watch else None
         code = final_code(folder, rc, overran, lost)
         codes.append(code)
+        _salvage(folder, k)
         if code == EXIT_INCOMPLETE:
             _record_lost(folder, lost_reports.first_of(lost, watched))
             print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
@@ -200,6 +201,17 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
         folder.update_run(iterations=len(codes), exit_code=final, complete=final != EXIT_INCOMPLETE,
                           iteration_exit_codes=codes)
     return final
+
+
+def _salvage(folder: RunFolder, iteration: int) -> None:
+    """The records of a test in flight when the job ended (a rank lost, a hang, a stop): what each rank
+    had measured of it, kept in results.jsonl (RunFolder.salvage) and said in run.json."""
+    kept, ranks = folder.salvage()
+    if kept:
+        print(f"acceptance: kept {kept:,} records of the test in flight from {ranks} rank(s) "
+              f"(what they had measured of it when the job ended)", flush=True)
+        salvaged = folder.read_run().get("salvaged") or []
+        folder.update_run(salvaged=[*salvaged, {"iteration": iteration, "records": kept, "ranks": ranks}])
 
 
 def post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:

@@ -5,6 +5,8 @@ reports/<run-id>/
   results.jsonl   one record per line, appended and flushed as each test ends
   junit.xml       rank 0 only
   logs/rank-<r>.log
+  logs/records-rank-<r>.jsonl   rank r's records of the test in progress, as it makes them (Recorder);
+                                kept in results.jsonl if the job ends inside that test (RunFolder.salvage)
 """
 
 from __future__ import annotations
@@ -165,11 +167,16 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
 
 
 class Recorder:
-    """Collects one rank's records for the test in progress; the plugin gathers them to rank 0."""
+    """Collects one rank's records for the test in progress; the plugin gathers them to rank 0 when the
+    test ends. With `spill` (RunFolder.spill), each record is also appended to that file as it is made,
+    and the file emptied once the test's records are in results.jsonl (landed): a rank lost or hung in
+    the middle of a test leaves there what the test had measured, every completed round's records,
+    which RunFolder.salvage keeps."""
 
-    def __init__(self, rank: int, node: str, rail: int | None, iteration: int = 0):
+    def __init__(self, rank: int, node: str, rail: int | None, iteration: int = 0, spill: Path | None = None):
         self.rank, self.node, self.rail, self.iteration = rank, node, rail, iteration
         self._pending: list[dict] = []
+        self._spill = open(spill, "a", buffering=1) if spill is not None else None  # line-buffered
 
     def bind(self, test: str, suite: str):
         """The `record(metric, value, unit, **fields)` callable handed to a test."""
@@ -181,8 +188,26 @@ class Recorder:
             rec = make_record(test=test, suite=fields.pop("suite", suite), metric=metric,
                               value=value, unit=unit, **fields)
             self._pending.append(rec)
+            if self._spill is not None:
+                self._spill.write(json.dumps(rec) + "\n")
             return rec
         return record
+
+    def landed(self) -> None:
+        """The records taken are in results.jsonl: the spill file starts empty for the next test."""
+        if self._spill is not None:
+            self._spill.seek(0)
+            self._spill.truncate()
+
+    def close(self) -> None:
+        """The session's end: an empty spill file is removed; one that holds records (a test that never
+        landed) stays for RunFolder.salvage."""
+        if self._spill is not None:
+            self._spill.close()
+            path = Path(self._spill.name)
+            if path.exists() and path.stat().st_size == 0:
+                path.unlink(missing_ok=True)
+            self._spill = None
 
     def take(self) -> list[dict]:
         out, self._pending = self._pending, []
@@ -254,6 +279,47 @@ class RunFolder:
         finally:
             os.close(lock)
         return data
+
+    def spill(self, rank: int) -> Path:
+        """A rank's records of the test in progress, as it makes them (Recorder)."""
+        return self.path / "logs" / f"records-rank-{rank}.jsonl"
+
+    def salvage(self) -> tuple[int, int]:
+        """After the launcher is done: the records the ranks' spill files still hold (a test in flight
+        when a rank was lost, the run hung or was stopped) appended to results.jsonl, then the files
+        removed; (records kept, ranks they came from). A line cut short by the kill is dropped, and so is
+        a test whose records landed already (its ranks were stopped just after it ended)."""
+        files = sorted((self.path / "logs").glob("records-rank-*.jsonl"))
+        found: list[tuple[tuple, str, int]] = []  # ((test, iteration), line, which file)
+        for i, f in enumerate(files):
+            for line in f.read_text(errors="replace").splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # the last line of a rank killed while writing it
+                found.append(((rec.get("test"), rec.get("iteration")), line + "\n", i))
+        if found:
+            landed = self._landed_tests({key for key, _, _ in found})
+            found = [entry for entry in found if entry[0] not in landed]
+            self.append_lines(line for _, line, _ in found)
+        for f in files:
+            f.unlink(missing_ok=True)
+        return len(found), len({i for _, _, i in found})
+
+    def _landed_tests(self, tests: set) -> set:
+        """Which of `tests` ((test, iteration)) have records in results.jsonl already."""
+        if not self.results.exists():
+            return set()
+        out = set()
+        with open(self.results, errors="replace") as f:
+            for line in f:
+                if any(f'"test": {json.dumps(t)}' in line for t, _ in tests):
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    out.add((rec.get("test"), rec.get("iteration")))
+        return out & tests
 
     def append_records(self, records: Iterable[dict]) -> int:
         lines = [json.dumps(r, sort_keys=False) + "\n" for r in records]

@@ -300,7 +300,8 @@ class CollectivePlugin:
         # Still under the census watchdog: every rank takes part, whatever its files say.
         physical = self.world.gather(self._physical_identity(ident), root=0)
         self.watchdog.disarm()
-        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration)
+        self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration,
+                                 spill=self.folder.spill(self.rank))
         self.topology.pairing, self.schedule = self._pairing(self.folder.run_id)
         self.topology.rail_mode = self.rail_mode
         if self.rank == 0:
@@ -490,6 +491,8 @@ class CollectivePlugin:
             return decision
 
         decision = self._agree((mine, records), merge, item.nodeid, rep.when)
+        if rep.when == "teardown":
+            self.recorder.landed()  # rank 0 wrote them before the ranks agreed
         self.watchdog.disarm()
         if decision["longrepr"] is not None:
             rep.outcome = "failed"
@@ -535,6 +538,8 @@ class CollectivePlugin:
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._logfile is not None:
             self._logfile.close()
+        if self.recorder is not None:
+            self.recorder.close()  # its spill file is gone unless a test's records never landed
         # Every rank agreed on the exit code: finalize now so `python -m mpi4py`
         # does not turn a non-zero exit (failed tests) into an MPI_Abort. NCCL's
         # communicators go first (they use MPI's), and neither may hang the job's end.

@@ -49,6 +49,13 @@ def test_run_hang_exits_3(acceptance_cli):
     assert "run INCOMPLETE" in p.stderr
     meta = json.loads((run_folder_from(p.stdout) / "run.json").read_text())
     assert meta["missing_ranks"] == [3]
+    # What every rank measured of the test in flight is kept (issue 42: records per round, not per test).
+    folder = run_folder_from(p.stdout)
+    probes = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if '"probe"' in line]
+    assert sorted(r["ranks"][0] for r in probes if r["test"].endswith("test_one_rank_sleeps")) == [0, 1, 2, 3]
+    assert meta["salvaged"] == [{"iteration": 0, "records": 4, "ranks": 4}]
+    assert "acceptance: kept 4 records of the test in flight from 4 rank(s)" in p.stdout
+    assert not list((folder / "logs").glob("records-rank-*"))
     # What was measured before the hang still gets its report, and its verdict is never a pass.
     assert re.search(r"^verdict: INCOMPLETE \(HANG: rank \[3@node2\] did not reach", p.stdout, re.M), p.stdout
     assert (meta["verdict"], meta["exit_code"]) == ("incomplete", 3)

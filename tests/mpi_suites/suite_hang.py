@@ -3,7 +3,8 @@ makes the others wait in a Barrier (all stuck) instead of reaching the sync poin
 makes HANG_RANK fail before the Barrier the others wait in (the classic MPI test deadlock);
 HANG_MODE=die kills HANG_RANK's process outright. HANG_MODE=elsewhere keeps only the odd ranks
 (rank 0 is not one) busy for STEPS steps of 0.5 s each, calling progress(); the others go straight to
-the sync point, or with HANG_IDLE=wait wait for them inside the test in pulse.wait."""
+the sync point, or with HANG_IDLE=wait wait for them inside the test in pulse.wait. Every rank records
+a probe as test_one_rank_sleeps starts, before any of this."""
 import os
 import time
 
@@ -21,7 +22,8 @@ def test_before_the_hang():
     MPI.COMM_WORLD.Barrier()
 
 
-def test_one_rank_sleeps():
+def test_one_rank_sleeps(record):
+    record("probe", RANK, "count")  # measured before the hang: the run keeps it (RunFolder.salvage)
     if RANK == HANG_RANK and MODE == "raise":
         raise RuntimeError(f"rank {RANK} failed before the collective")
     if RANK == HANG_RANK and MODE == "die":

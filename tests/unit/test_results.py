@@ -228,3 +228,40 @@ def test_records_made_here_match_the_schema(tmp_path):
     (bad,) = recordschema.problems(f.results)
     assert ":1: scope: 'rail0' is not one of" in bad
     f.results.unlink()  # not left for the after-test check
+
+
+def test_a_rank_spills_its_records_as_it_makes_them_and_a_lost_tests_records_are_kept(tmp_path):
+    """Issue 42: records reach results.jsonl when their test ends; a rank lost inside a test would lose
+    every round it had measured. Each rank's spill file holds them until the test lands."""
+    folder = RunFolder.create(tmp_path, "run")
+    a = Recorder(rank=0, node="node1", rail=0, spill=folder.spill(0))
+    b = Recorder(rank=1, node="node2", rail=0, spill=folder.spill(1))
+    first = [a.bind("t::first", "rdma_write"), b.bind("t::first", "rdma_write")]
+    for rec in first:
+        rec("bandwidth", 10.0, "Gbit/s", size=8)
+    folder.append_lines([a.take_lines(), b.take_lines()])  # the test ended: rank 0 wrote them
+    a.landed()
+    # rank 1 was stopped before it emptied its spill: the landed test is not kept twice
+    for rec in (a.bind("t::second", "rdma_write"), b.bind("t::second", "rdma_write")):
+        rec("bandwidth", 11.0, "Gbit/s", size=8)
+        rec("bandwidth", 12.0, "Gbit/s", size=16)
+    with open(folder.spill(1), "a") as f:
+        f.write('{"test": "t::second", "cut sh')  # killed while writing a line
+    assert folder.salvage() == (4, 2)
+    lines = [json.loads(line) for line in folder.results.read_text().splitlines()]
+    assert [(r["test"], r["value"]) for r in lines] == [("t::first", 10.0)] * 2 + [("t::second", 11.0),
+                                                                                    ("t::second", 12.0)] * 2
+    assert not list((folder.path / "logs").glob("records-rank-*"))
+    assert folder.salvage() == (0, 0)
+
+
+def test_a_spill_file_is_removed_at_the_end_only_when_its_records_landed(tmp_path):
+    folder = RunFolder.create(tmp_path, "run")
+    landed, lost = (Recorder(rank=r, node="n", rail=None, spill=folder.spill(r)) for r in (0, 1))
+    for rec in (landed, lost):
+        rec.bind("t", "rdma_write")("bandwidth", 1.0, "Gbit/s")
+    landed.take_lines()
+    landed.landed()
+    landed.close()
+    lost.close()
+    assert not folder.spill(0).exists() and folder.spill(1).read_text().count("\n") == 1
