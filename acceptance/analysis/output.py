@@ -25,7 +25,9 @@ def _reason(f: dict) -> str:
     value, expected, unit = f.get("value"), f.get("expected"), f.get("unit") or ""
     kind = f.get("kind")
     entry = catalog.metric(str(f.get("suite") or ""), metric)
-    if kind == "instability":
+    if kind == "lost":
+        text = f["evidence"][0] if f.get("evidence") else "lost during the run"
+    elif kind == "instability":
         text = f"{metric} unstable"
     elif entry is not None and entry.unlimited:  # its value may be "unlimited": no number to quote
         text = f"{entry.label} too low"

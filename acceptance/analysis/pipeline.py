@@ -14,7 +14,7 @@ from ..rules.profile import Profile, load_profile
 from ..rules.schema import SCHEMA
 from .base import SCOPE_ORDER
 from .confirmed import supersede
-from . import fullload
+from . import fullload, lost
 from .model import Analysis
 from .evaluate import evaluate
 from .detectors import DETECTORS, Context
@@ -177,7 +177,8 @@ def analyze(run_dir, profile: Profile | str | None = None, baseline_dir=None, to
         deltas = compare(records, _checked(load_records(baseline_dir), base_known, baseline_dir), prof)
     fabric = resolve_fabric(run, prof, topology, run_dir / "run.json", routes)
     findings = _find(records, prof, deltas, fabric)
-    findings = _sort(findings + switch_port_findings(run_dir, prof, fabric))  # the switches' own counters
+    findings = _sort(findings + switch_port_findings(run_dir, prof, fabric)  # the switches' own counters
+                     + lost.findings(run))
     extra = {"seconds": {"load": round(t1 - t0, 3), "analyze": round(time.perf_counter() - t1, 3)},
              "skipped_lines": records.attrs.get("skipped_lines", 0)}
     if fabric is not None:

@@ -56,6 +56,10 @@ def test_run_hang_exits_3(acceptance_cli):
     assert meta["salvaged"] == [{"iteration": 0, "records": 4, "ranks": 4}]
     assert "acceptance: kept 4 records of the test in flight from 4 rank(s)" in p.stdout
     assert not list((folder / "logs").glob("records-rank-*"))
+    # Only node2's rank did not arrive: node2 is lost, named with why, and its drain line written.
+    assert [(f["node"], f["kind"]) for f in json.loads((folder / "findings.json").read_text())
+            if f["severity"] == "fail"] == [("node2", "lost")]
+    assert 'NodeName=node2 State=DRAIN Reason="acceptance: lost: hung: rank 3 on it' in (folder / "drain.txt").read_text()
     # What was measured before the hang still gets its report, and its verdict is never a pass.
     assert re.search(r"^verdict: INCOMPLETE \(HANG: rank \[3@node2\] did not reach", p.stdout, re.M), p.stdout
     assert (meta["verdict"], meta["exit_code"]) == ("incomplete", 3)

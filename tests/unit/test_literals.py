@@ -22,6 +22,7 @@ ALLOWED = {
     # A record's and run.json's field of MPI ranks (load's record columns, the environment table), not
     # preflight's metric "ranks".
     ("acceptance/analysis/load.py", "ranks"),
+    ("acceptance/analysis/lost.py", "ranks"),
     ("acceptance/report/sections/environment.py", "ranks"),
     # The power table's key for the error that kept it from being computed, not counters' metric "error".
     ("acceptance/report/sections/verdict.py", "error"),

@@ -1,0 +1,49 @@
+"""Nodes the run lost, from run.json: a rank that died or whose node went (lost_nodes, named by the
+launcher or by this machine's watch of the ranks, with `lost` saying who said what), or a hang whose
+missing ranks are all on one node of several (the watchdog's report, `hang`; their stacks are in
+logs/rank-<r>.log). Each is a failing node finding of kind "lost" and a drain line "acceptance: lost:
+<why>": the node is left out of the next run. A hang spread over several nodes, or a run of one node,
+names no node: it stays the run's (INCOMPLETE) and drains nobody."""
+
+from __future__ import annotations
+
+from ..records.naming import compress_ints
+from .finding import Finding, make_finding
+
+SUITE = "lost"  # the drain reason's namespace: "acceptance: lost: <why>"
+KIND = "lost"
+
+
+def lost_nodes(run: dict) -> list[tuple[str, str]]:
+    """(node, why) of each node the run lost, in the order run.json names them."""
+    node_of = _node_of(run.get("topology") or {})
+    named = run.get("lost_nodes") or []
+    if named:
+        why = run.get("lost") or "a rank on it ended first"
+        return [(node, why) for node in named]
+    missing = [r for r in run.get("missing_ranks") or [] if isinstance(r, int)]
+    hung = {node_of.get(r) for r in missing}
+    if run.get("hang") and missing and len(hung) == 1 and None not in hung and len(set(node_of.values())) > 1:
+        node = hung.pop()
+        return [(node, f"hung: rank {compress_ints(missing)} on it did not reach the next step within the hang "
+                       f"timeout while every other node's did (stacks in logs/rank-<r>.log)")]
+    return []
+
+
+def _node_of(topology: dict) -> dict[int, str]:
+    """rank -> node from run.json's topology: its `nodes` (node -> ranks), else its `ranks` entries."""
+    nodes = topology.get("nodes")
+    if isinstance(nodes, dict):
+        return {r: node for node, ranks in nodes.items() if isinstance(ranks, list) for r in ranks}
+    ranks = topology.get("ranks")
+    return {r["rank"]: r["node"] for r in ranks if isinstance(r, dict) and "rank" in r and "node" in r} \
+        if isinstance(ranks, list) else {}
+
+
+def findings(run: dict) -> list[Finding]:
+    """One failing node finding per lost node."""
+    hang = (run.get("hang") or "").splitlines()
+    return [make_finding(severity="fail", scope="node", node=node, metric=None, suite=SUITE, kind=KIND,
+                         message=f"{node} was lost during the run: {why}: drain {node}",
+                         evidence=[why] + (hang[:5] if why.startswith("hung") else []))
+            for node, why in lost_nodes(run)]
