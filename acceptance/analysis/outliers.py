@@ -154,12 +154,12 @@ def gated(pairs: pd.DataFrame, profile: Profile, suite: str = PRIMARY) -> pd.Dat
         uniq = np.unique(sizes[rows])
         bound = judge.absolute_bounds(m, np.zeros(len(uniq)), uniq, profile)[0]
         on = np.isfinite(bound) & ((bound > 0) if m.higher else True)
-        factor = judge.fleet_factor(profile, suite, name)
+        factor = judge.Fleet.factor(profile, suite, name)
         if factor is not None:
             # A metric held to its fleet is compared with it where that bound applies: a profile starts
             # a fleet bound where relative values mean something (an emulator's small writes are bound
             # by its scheduler), whatever "broken" floor it sets below.
-            on = np.isfinite(judge.fleet_factors(factor, uniq))
+            on = np.isfinite(judge.Fleet.factors(factor, uniq))
         keep[rows] = np.isin(sizes[rows], uniq[on])
     if not keep.any():
         higher = [n for n, h in OUTLIERS_BY_SUITE.get(suite, {}).items() if h]
@@ -566,7 +566,7 @@ def bad_pairs(p: pd.DataFrame, outliers: pd.DataFrame, profile: Profile, suite: 
 def _statistical(metrics: pd.Series, profile: Profile, suite: str = PRIMARY) -> np.ndarray:
     """Where the statistical detector may fail a pair: metrics the profile does not hold to the fleet."""
     names = metrics.astype(str)
-    fleet = {m for m in names.unique() if judge.fleet_factor(profile, suite, m) is not None}
+    fleet = {m for m in names.unique() if judge.Fleet.factor(profile, suite, m) is not None}
     return ~names.isin(fleet).to_numpy()
 
 

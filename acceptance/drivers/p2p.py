@@ -189,8 +189,8 @@ class PairwiseDriver:
         """A value this rank timed, for the screening's suspects (the largest size of a sweep, a p50),
         and whether any bound of that direction failed."""
         src, dst, _, _ = self.rp.direction(low, high, origin)
-        factor = judge.fleet_factor(self.profile, self.suite, metric)
-        at = float(judge.fleet_factors(factor, np.array([float(size)]))[0]) if factor is not None else float("nan")
+        factor = judge.Fleet.factor(self.profile, self.suite, metric)
+        at = float(judge.Fleet.factors(factor, np.array([float(size)]))[0]) if factor is not None else float("nan")
         self.headlines.append(confirm.Headline(src, dst, metric, float(value), failed, at))
 
     def bound_failed(self, message: str) -> None:

@@ -36,8 +36,7 @@ if TYPE_CHECKING:
 # What callers use of the judge; the bound kinds' classes are acceptance.rules.bounds's.
 __all__ = ["PASS", "FAIL", "WARN", "INFO", "VERDICTS", "Drift", "Fleet", "Headroom", "Level", "Outlier", "Shares", "Trend",
            "Judged",
-           "is_value", "floats", "size_bound", "absolute_bounds", "fleet_factor",
-           "fleet_factors", "loo_median", "counter", "judge_records", "bound", "one",
+           "is_value", "floats", "size_bound", "absolute_bounds", "counter", "judge_records", "bound", "one",
            "judge_one", "record", "record_all"]
 
 
@@ -52,13 +51,6 @@ def absolute_bounds(metric: Metric, values: np.ndarray, sizes: np.ndarray, profi
                     iterations: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(bound of each value in record units, NaN: none; True where the line-rate floor set it)."""
     return kinds.of(metric).bounds(metric, values, sizes, profile, iterations)
-
-
-# Fleet-relative bounds (bounds.Fleet): a value against a fraction or multiple of the median of the
-# comparable others of the same run.
-fleet_factor = Fleet.factor
-fleet_factors = Fleet.factors
-loo_median = Fleet.loo_median
 
 
 def counter(names: np.ndarray, units: np.ndarray, values: np.ndarray, saturated: np.ndarray,

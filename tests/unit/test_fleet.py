@@ -47,7 +47,7 @@ def test_the_centre_is_the_median_of_the_others():
     values = rng.uniform(1, 10, 200)
     values[rng.integers(0, 200, 20)] = np.nan
     groups = rng.integers(0, 9, 200)
-    centre, size = judge.loo_median(values, groups)
+    centre, size = judge.Fleet.loo_median(values, groups)
     for i in range(200):
         if np.isnan(values[i]):
             assert np.isnan(centre[i]) and size[i] == 0
