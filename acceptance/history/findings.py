@@ -10,7 +10,9 @@
   history.drift_nights in a row (warns before: one night's stall is routine at scale). The drifted links are
   localized like any other (link, NIC, node, rail).
 - intermittent: findings on N of the last M nights (history.intermittent_nights / _window), with a
-  clean night between, tonight included; it fails even on a night the part passes.
+  clean night between, tonight included; it fails even on a night the part passes. A node lost during
+  the run (analysis.lost) tonight and on another of the last M nights, complete or not, is intermittent
+  too.
 - recovered: a node, NIC or link that failed the night before and passes tonight (a warning: resume it).
 - trend: a rail plane's or the fleet's median against the pinned reference and the rolling median,
   beyond history.trend_tolerance (a warning: a change, not a part).
@@ -27,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.finding import make_finding
+from ..analysis.lost import KIND as LOST_KIND
 from ..analysis.localize import localize
 from ..records.naming import natural_key
 from ..rules import catalog, judge
@@ -67,7 +70,7 @@ def check_night(store: Store, tonight: dict, profile: Profile) -> tuple[list[dic
     ref = references(store, tonight, profile)
     out = _drift(store, tonight, ref, profile)
     out += _trend(store, tonight, ref, profile)
-    flapping = _intermittent(store, tonight, ref, profile)
+    flapping = _intermittent(store, tonight, ref, profile) + _lost_again(store, tonight, profile)
     out += flapping
     out += _recovered(store, tonight, ref, {f["subject"] for f in flapping})
     for f in out:
@@ -452,6 +455,40 @@ def _intermittent(store: Store, tonight: dict, ref: Reference, profile: Profile)
                            evidence=["nights: " + ", ".join(days),
                                      f"finding kinds: {', '.join(kinds)}",
                                      *list(dict.fromkeys(g.sort_values("night")["message"]))[-2:]], **fields)
+        fnd["subject"] = subject
+        fnd["series"] = [{"date": _day(w["started"]), "run_id": w["run_id"], "value": float(x),
+                          "pinned": bool(w.get("pinned")), "tonight": w["id"] == tonight["id"],
+                          "verdict": w["verdict"]} for w, x in zip(window, flags)]
+        out.append(fnd)
+    return out
+
+
+def _lost_again(store: Store, tonight: dict, profile: Profile) -> list[dict]:
+    """A node lost tonight (analysis.lost: a finding of kind "lost") and on another of the last M nights,
+    complete or not (a night that lost a node is incomplete): it fails as intermittent, to be repaired
+    rather than resumed."""
+    lost = store.findings([tonight["id"]])
+    lost = lost[lost["kind"] == LOST_KIND]
+    if lost.empty:
+        return []
+    nights = store.nights()
+    before = nights[(nights["started"] < tonight["started"]) |
+                    ((nights["started"] == tonight["started"]) & (nights["id"] < tonight["id"]))]
+    window = before.to_dict("records")[-(profile.get("history.intermittent_window") - 1):] + [tonight]
+    found = store.findings([w["id"] for w in window])
+    found = found[found["kind"] == LOST_KIND]
+    out = []
+    for subject, g in found.groupby("subject"):
+        fields = _scope_fields(g.iloc[0])
+        if subject not in set(lost["subject"]) or g["night"].nunique() < 2 or fields is None:
+            continue
+        flags = [w["id"] in set(g["night"]) for w in window]
+        node = fields["node"]
+        fnd = make_finding(severity="fail", kind="intermittent", metric=None, evidence=[
+            "nights: " + ", ".join(f"{_day(w['started'])} {'LOST' if x else 'kept'}" for w, x in zip(window, flags)),
+            *list(dict.fromkeys(g.sort_values("night")["message"]))[-2:]],
+            message=f"{node} was lost on {sum(flags)} of the last {len(window)} nights: drain {node} and repair it "
+                    f"rather than resume it", **fields)
         fnd["subject"] = subject
         fnd["series"] = [{"date": _day(w["started"]), "run_id": w["run_id"], "value": float(x),
                           "pinned": bool(w.get("pinned")), "tonight": w["id"] == tonight["id"],

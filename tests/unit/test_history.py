@@ -176,6 +176,33 @@ def test_an_incomplete_run_is_kept_as_incomplete_and_never_accepted(tmp_path, ca
     assert "cannot be the reference" in capsys.readouterr().err
 
 
+def test_a_node_lost_on_two_nights_is_intermittent(tmp_path, capsys):
+    """Issue 42: a node lost during a run (its rank died) is a finding of that night; lost again on another
+    of the last nights, complete or not, it fails as intermittent: repair it rather than resume it."""
+    from acceptance.analysis import analyze
+    from acceptance.analysis.output import write_outputs
+
+    def lost_night(n):
+        d = make_night(tmp_path, n)
+        run = json.loads((d / "run.json").read_text())
+        run.update(complete=False, exit_code=3, missing_ranks=[4], lost_nodes=["node03"],
+                   lost="this machine: rank 4 on node03 ended first (signal 9)")
+        (d / "run.json").write_text(json.dumps(run))
+        write_outputs(d, analyze(d))  # what `acceptance run` writes after an incomplete run
+        return d
+
+    h = str(tmp_path / "h")
+    assert main(["history", "check", str(lost_night(0)), "--history", h]) == 3
+    assert "FAIL intermittent" not in capsys.readouterr().out  # lost once: that night's own finding only
+    assert main(["history", "check", str(make_night(tmp_path, 1)), "--history", h]) == 0
+    assert main(["history", "check", str(lost_night(2)), "--history", h]) == 3
+    out = capsys.readouterr().out
+    assert "FAIL intermittent node03: node03 was lost on 2 of the last 3 nights: drain node03 and repair it" in out
+    judged = json.loads((tmp_path / "night02" / "history.json").read_text())
+    (f,) = [f for f in judged["findings"] if f["kind"] == "intermittent"]
+    assert [p["value"] for p in f["series"]] == [1.0, 0.0, 1.0]
+
+
 @pytest.mark.odd_records
 @pytest.mark.parametrize("broken, named", [
     ("run.json", "run.json"),
