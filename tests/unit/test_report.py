@@ -437,6 +437,19 @@ def test_findings_fold_warnings_and_transients_and_show_power(tmp_path):
     assert '<tr class="transient"><th>transient</th><td class="num">1</td>' in findings
 
 
+def test_the_banner_says_which_nodes_were_left_behind_and_why(tmp_path):
+    """Issue 42: a node lost during the run is said at the top of the report, with why and what it cost."""
+    analysis = small_analysis()
+    analysis.run.update(complete=False, exit_code=3, missing_ranks=[4, 5], lost_nodes=["node3"],
+                        lost="srun: tasks 4-5 on node3 ended first (Killed); the launcher then stopped the job")
+    banner = render(analysis, tmp_path).read_text(encoding="utf-8")
+    banner = banner[banner.index('<header id="verdict"'):banner.index("</header>")]
+    assert "<strong>Left behind:</strong> 1 of 3 nodes lost during the run" in banner
+    assert "<li>node3: srun: tasks 4-5 on node3 ended first (Killed)" in banner
+    clean = render(small_analysis(), tmp_path / "clean").read_text(encoding="utf-8")
+    assert "Left behind" not in clean
+
+
 def test_helpers():
     assert compress_hosts(["node1", "node2", "node3", "node7", "login"]) == "login,node[1-3,7]"
     assert compress_hosts(["gpu001", "gpu002", "gpu010"]) == "gpu[001-002,010]"

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...analysis.lost import lost_nodes
 from ...records.naming import compress_ints
 from ...rules import catalog
 from ...runtime.overrides import describe as describe_overrides
@@ -88,7 +89,21 @@ def summary(analysis, recs: pd.DataFrame, run_dir: Path) -> dict:
         "record_info": f"{int(counts.get('info', 0)):,}",
         "baseline_id": fmt_text(analysis.baseline_id) if analysis.baseline_id else "",
         "overrides": describe_overrides(run.get("overrides") or {}) if isinstance(run.get("overrides"), dict) else [],
+        "left_behind": _left_behind(run),
     }
+
+
+def _left_behind(run: dict) -> dict | None:
+    """The nodes the run lost (analysis.lost), for the banner: who, why, and what it cost."""
+    lost = lost_nodes(run)
+    if not lost:
+        return None
+    nodes = (run.get("topology") or {}).get("nodes")
+    total = len(nodes) if isinstance(nodes, (dict, list)) else None
+    return {"nodes": [{"node": fmt_text(node), "why": fmt_text(why)} for node, why in lost],
+            "cost": (f"{len(lost)} of {total} nodes" if total else f"{len(lost)} node(s)")
+            + " lost during the run: the tests from the loss on did not finish (what each rank had measured of the "
+                                       "one in flight is kept), and the run is INCOMPLETE"}
 
 
 # --- 2. findings -----------------------------------------------------------------
