@@ -176,7 +176,12 @@ class Recorder:
     def __init__(self, rank: int, node: str, rail: int | None, iteration: int = 0, spill: Path | None = None):
         self.rank, self.node, self.rail, self.iteration = rank, node, rail, iteration
         self._pending: list[dict] = []
-        self._spill = open(spill, "a", buffering=1) if spill is not None else None  # line-buffered
+        self._spill = None
+        if spill is not None:
+            try:
+                self._spill = open(spill, "a", buffering=1)  # line-buffered: a killed rank's lines are written
+            except OSError:
+                pass  # the records still reach results.jsonl as each test ends; only a lost test's are not kept
 
     def bind(self, test: str, suite: str):
         """The `record(metric, value, unit, **fields)` callable handed to a test."""
