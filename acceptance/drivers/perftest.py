@@ -1,7 +1,8 @@
 """The perftest cross-check (suites/test_perftest.py): ib_write_bw and ib_write_lat on the pairs and
 rails the harness measures.
 
-Every scheduled node pair of the rail (RailPairs: the same schedule as rdma_write), in both
+The node pairs of perftest.rounds of the rail's scheduled rounds, spread evenly over the schedule
+(RailPairs: the same schedule as rdma_write; every round where the schedule has no more), in both
 directions. The destination runs the perftest server, the source (the writer) runs the client and
 records perftest's numbers (acceptance.tools.perftest.record_results). Whether it can run at all is
 decided from every rank's facts (rank_facts, gathered), so every rank decides the same.
@@ -22,6 +23,7 @@ from ..rules import judge
 from ..rules.profile import Profile
 from ..runtime.topology import Topology
 from ..tools import perftest
+from ..runtime.schedule import spread
 from .p2p import RailPairs
 
 # perftest failing to calibrate its clock on a busy CPU is not a fabric problem: try again, a moment
@@ -85,7 +87,8 @@ def skip_reason(every: list[dict], nodes: list[str], rails: set[int]) -> str | N
 
 def crosscheck(topology: Topology, rail: int, profile: Profile, record: Callable, progress: Callable[[], None],
                me: dict) -> list[str]:
-    """ib_write_bw and ib_write_lat on every pair of this rank's rail, both directions; `me` is this
+    """ib_write_bw and ib_write_lat on the pairs of perftest.rounds of this rank's rail's rounds, both
+    directions; `me` is this
     rank's rank_facts. Returns the failed tool runs, the pair, the rail and the tool's error named."""
     rp = RailPairs(topology, rail, progress)
     if not rp.active:
@@ -100,7 +103,7 @@ def crosscheck(topology: Topology, rail: int, profile: Profile, record: Callable
                            duration_s=profile.get("perftest.duration"), tx_depth=profile.get("verbs.tx_depth"), **side),
              perftest.Spec("lat", size=profile.get("latency.size"), iters=profile.get("latency.iters"), **side))
     problems = []
-    for comm, low, high in rp.pairs():
+    for comm, low, high in rp.pairs(spread(rp.rounds, profile.get("perftest.rounds"))):
         # The server's rail address: the host name may be the management network, or "(none)".
         hosts = comm.allgather(me["address"] or MPI.Get_processor_name())
         for origin in (0, 1):

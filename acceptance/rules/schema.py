@@ -175,6 +175,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "perftest": {
         "duration": Duration("5s", help="ib_write_bw run time per pair and direction (-D)"),
         "max_size": Size("8MiB", help="ib_write_bw message size: the sweep's largest, at most this"),
+        "rounds": Int(16, min=0, help="scheduled rounds the cross-check runs in, spread evenly over the schedule "
+                                      "(each node meets this many partners); 0 = every round. Every pair's "
+                                      "bandwidth is the screening's own; perftest's numbers beside it need a "
+                                      "sample, and every round costs seconds at 1,024 nodes"),
         "timeout": Duration("30s", positive=True, help="how much longer than its own test time (duration, or "
                             "iterations at 100 us) a perftest client may run before it is killed; keep it "
                             "below run.hang_timeout"),

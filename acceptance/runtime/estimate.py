@@ -19,7 +19,8 @@ The assumptions, named once (each a constant below):
   of confirmation per pairwise test (the suspects of a healthy fleet are few, and their pairs pack into a
   few rounds of disjoint pairs).
 - perftest: each tool run costs PERFTEST_START_S to start (server, TCP handshake) besides its own time;
-  ib_write_lat takes latency.iters samples, screening or not (acceptance.drivers.perftest).
+  ib_write_lat takes latency.iters samples, screening or not, in perftest.rounds of the scheduled rounds
+  (acceptance.drivers.perftest).
 - Collectives: all-reduce moves 2(N-1)/N of the buffer per rank (ring), all-to-all (N-1)/N, at the
   per-NIC link rate (busbw = the rate of one NIC: each GPU reaches the network through its own NIC);
   inside a node at the profile's node busbw bound, else NVLINK_GBYTES_S. Latency terms: all-reduce
@@ -423,7 +424,8 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     # perftest: the largest sweep size (at most perftest.max_size) for perftest.duration, and ib_write_lat.
     pf_lat = 2 * c.tool_start_s + profile.get("latency.iters") * c.latency_sample_s
     pf_bw = c.tool_start_s + profile.get("perftest.duration")
-    est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=rounds)}
+    pf_rounds = len(sched.spread(range(rounds), profile.get("perftest.rounds")))  # drivers.perftest's sample
+    est.tests["perftest"] = {"test_perftest_crosscheck": per_rounds(2 * (pf_bw + pf_lat), walk=pf_rounds)}
 
     memreg_sizes = sweep_sizes(profile.get("memreg.min_size"), profile.get("memreg.max_size"),
                               profile.get("memreg.factor"))
@@ -463,7 +465,9 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
 
     est.suites = {name: sum(est.tests[name].values()) for name in SUITES if name in est.tests}
     ranks = nodes * max(1, rails)
-    est.records = 2 * sched.pair_count(nodes, pattern) * rails * pair_records(len(sizes), bool(gpus))
+    pairs = sched.pair_count(nodes, pattern)
+    est.records = 2 * rails * (pairs * pair_records(len(sizes), bool(gpus))
+                               + pairs * pf_rounds // max(rounds, 1) * PERFTEST_RECORDS)
     est.overheads = {"launch": c.launch_s, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
                      "records at rank 0": est.records * RECORD_RANK0_S,
                      "analysis": est.records * ANALYSIS_PER_RECORD_S}
@@ -483,8 +487,9 @@ def switch_walk_seconds(nodes: int) -> float:
 
 def pair_records(sizes: int, gpus: bool) -> int:
     """Records of one pair-direction on one rail, over every pairwise test: the write and read sweeps and
-    latencies (write, read, atomic), perftest's, and with GPUs GPUDirect's sweep and latency."""
-    host = 2 * (2 * sizes) + 3 * LATENCY_RECORDS + PINGPONG_RECORDS + PERFTEST_RECORDS
+    latencies (write, read, atomic), and with GPUs GPUDirect's sweep and latency (perftest's are counted on
+    its own rounds)."""
+    host = 2 * (2 * sizes) + 3 * LATENCY_RECORDS + PINGPONG_RECORDS
     return host + (2 * sizes + LATENCY_RECORDS if gpus else 0)
 
 

@@ -100,6 +100,14 @@ def sample_rounds(n: int, k: int) -> list[int]:
     return [j * rounds // k for j in range(k)]  # distinct, since rounds / k >= 1
 
 
+def spread(items: Sequence, most: int) -> list:
+    """At most `most` of `items`, evenly spread over them (0: every one): the same on every rank."""
+    total = len(items)
+    if not most or most >= total:
+        return list(items)
+    return [items[j * total // most] for j in range(most)]
+
+
 def sample(n: int, k: int) -> list[list[tuple[int, int]]]:
     """K partners per node: each node gets k distinct partners for even n (k <= n - 1);
     for odd n, k - 1 for a node whose bye round is chosen (node r sits out round r), else k."""

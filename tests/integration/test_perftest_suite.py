@@ -35,8 +35,8 @@ def install_fakes(folder: Path, options: str = "") -> Path:
     return log
 
 
-def fake_nodes(root: Path) -> str:
-    for node in ("node1", "node2"):
+def fake_nodes(root: Path, nodes=("node1", "node2")) -> str:
+    for node in nodes:
         fakesysfs.ib_device(root / node, "mlx5_0")
     return f"{root}/{{node}}"
 
@@ -149,3 +149,19 @@ def test_the_profile_gates_ib_write_lat_on_the_job_traffic_class(acceptance_cli,
     assert all(r["verdict"] == "info" for r in recs if r["suite"] == "perftest" and r["metric"] == "latency_p99")
     calls = [line.split() for line in log.read_text().splitlines()]
     assert calls and all("--tclass=106" in c for c in calls), calls
+
+
+def test_the_cross_check_runs_in_perftest_rounds_of_the_schedule(acceptance_cli, tmp_path):
+    """4 nodes meet in 3 rounds; perftest.rounds = 1 measures the pairs of one of them, both ways, and
+    every node in it (the plan counts the same: runtime.estimate)."""
+    log = install_fakes(tmp_path / "bin")
+    one = tmp_path / "one.toml"
+    one.write_text('extends = "local"\n[perftest]\nrounds = 1\n')
+    nodes = [f"node{k}" for k in range(1, 5)]
+    env = {"ACCEPTANCE_SYSFS_ROOT": fake_nodes(tmp_path / "sys", nodes), "ACCEPTANCE_PERFTEST_DIR": str(tmp_path / "bin")}
+    p = acceptance_cli("run", "--profile", str(one), "--nodes", "4", *ARGS[3:], env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [json.loads(line) for line in (folder_of(p) / "results.jsonl").read_text().splitlines()]
+    pairs = {tuple(r["nodes"]) for r in recs if r["suite"] == "perftest" and r["metric"] == "bandwidth"}
+    assert len(pairs) == 4 and {n for pair in pairs for n in pair} == set(nodes), pairs  # 2 pairs, both ways
+    assert sorted(line.split()[0] for line in log.read_text().splitlines()) == ["client"] * 8 + ["server"] * 8

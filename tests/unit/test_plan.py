@@ -489,3 +489,17 @@ def test_the_plan_times_the_tests_the_suites_hold():
         assert whole or test in timed or test in model.UNTIMED_TESTS, (file, test)
     # ... and nothing the plan times is missing from the suites.
     assert timed - {t for _, t, _ in ids} == {"node checks", "port snapshots"}
+
+
+def test_perftest_runs_in_a_sample_of_the_rounds_however_many_the_schedule_has(tmp_path):
+    """perftest.rounds (16 by default) of the scheduled rounds, as drivers.perftest measures them: its cost
+    stays flat as screening grows to fill the budget; 0 walks every round."""
+    h100 = load_profile(H100)
+    cost = lambda p, pattern: model.estimate(p, 1024, 8, pattern).tests["perftest"]["test_perftest_crosscheck"]
+    assert cost(h100, "screen:64") == cost(h100, "screen:512") == 16 / 8 * cost(h100, "screen:8")
+    every = tmp_path / "every.toml"
+    every.write_text(f'extends = "{H100}"\n[perftest]\nrounds = 0\n')
+    assert cost(load_profile(str(every)), "screen:64") == 4 * cost(h100, "screen:64")
+    # its records are those rounds' too
+    assert model.estimate(load_profile(str(every)), 1024, 8, "screen:64").records > \
+        model.estimate(h100, 1024, 8, "screen:64").records

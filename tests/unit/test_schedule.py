@@ -327,3 +327,11 @@ def test_tree_aware_screening_measures_no_pair_twice(n, leaves, k):
     pairs = [p for r in rounds for p in r]
     assert len(pairs) == len(set(pairs)) == pair_count(n, f"screen:{k}")
     assert_rounds_cover_every_node(n, rounds)
+
+
+def test_spread_takes_at_most_that_many_evenly_and_every_one_for_zero():
+    from acceptance.runtime.schedule import spread
+    assert spread(list(range(10)), 4) == [0, 2, 5, 7]
+    assert spread(range(3), 16) == [0, 1, 2] and spread(range(5), 0) == [0, 1, 2, 3, 4]
+    rounds = [[(0, 1)], [(0, 2)], [(0, 3)]]
+    assert spread(rounds, 1) == [[(0, 1)]]
