@@ -455,12 +455,17 @@ def _intermittent(store: Store, tonight: dict, ref: Reference, profile: Profile)
                            evidence=["nights: " + ", ".join(days),
                                      f"finding kinds: {', '.join(kinds)}",
                                      *list(dict.fromkeys(g.sort_values("night")["message"]))[-2:]], **fields)
-        fnd["subject"] = subject
-        fnd["series"] = [{"date": _day(w["started"]), "run_id": w["run_id"], "value": float(x),
-                          "pinned": bool(w.get("pinned")), "tonight": w["id"] == tonight["id"],
-                          "verdict": w["verdict"]} for w, x in zip(window, flags)]
-        out.append(fnd)
+        out.append(_flagged(fnd, subject, window, flags, tonight))
     return out
+
+
+def _flagged(fnd: dict, subject: str, window: list[dict], flags: list[bool], tonight: dict) -> dict:
+    """An intermittent finding with its subject and its series: 1 on each night of the window it was flagged."""
+    fnd["subject"] = subject
+    fnd["series"] = [{"date": _day(w["started"]), "run_id": w["run_id"], "value": float(x),
+                      "pinned": bool(w.get("pinned")), "tonight": w["id"] == tonight["id"],
+                      "verdict": w["verdict"]} for w, x in zip(window, flags)]
+    return fnd
 
 
 def _lost_again(store: Store, tonight: dict, profile: Profile) -> list[dict]:
@@ -489,11 +494,7 @@ def _lost_again(store: Store, tonight: dict, profile: Profile) -> list[dict]:
             *list(dict.fromkeys(g.sort_values("night")["message"]))[-2:]],
             message=f"{node} was lost on {sum(flags)} of the last {len(window)} nights: drain {node} and repair it "
                     f"rather than resume it", **fields)
-        fnd["subject"] = subject
-        fnd["series"] = [{"date": _day(w["started"]), "run_id": w["run_id"], "value": float(x),
-                          "pinned": bool(w.get("pinned")), "tonight": w["id"] == tonight["id"],
-                          "verdict": w["verdict"]} for w, x in zip(window, flags)]
-        out.append(fnd)
+        out.append(_flagged(fnd, subject, window, flags, tonight))
     return out
 
 
