@@ -312,7 +312,8 @@ class RunFolder:
         return len(found), len({i for _, _, i in found})
 
     def _landed_tests(self, tests: set) -> set:
-        """Which of `tests` ((test, iteration)) have records in results.jsonl already."""
+        """Which of `tests` ((test, iteration)) have their records in results.jsonl already: a test_failed
+        record does not count, since rank 0 writes one as soon as a phase fails, before the test's records."""
         if not self.results.exists():
             return set()
         out = set()
@@ -323,7 +324,8 @@ class RunFolder:
                         rec = json.loads(line)
                     except ValueError:
                         continue
-                    out.add((rec.get("test"), rec.get("iteration")))
+                    if rec.get("metric") != FAILED_METRIC:
+                        out.add((rec.get("test"), rec.get("iteration")))
         return out & tests
 
     def append_records(self, records: Iterable[dict]) -> int:

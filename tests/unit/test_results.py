@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.records.results import (
+    FAILED_METRIC,
     REQUIRED_KEYS,
     Recorder,
     RecordError,
@@ -253,6 +254,16 @@ def test_a_rank_spills_its_records_as_it_makes_them_and_a_lost_tests_records_are
                                                                                     ("t::second", 12.0)] * 2
     assert not list((folder.path / "logs").glob("records-rank-*"))
     assert folder.salvage() == (0, 0)
+
+
+
+def test_a_failed_phase_written_before_a_tests_records_does_not_make_them_landed(tmp_path):
+    folder = RunFolder.create(tmp_path, "run")
+    rec = Recorder(rank=0, node="node1", rail=0, spill=folder.spill(0))
+    rec.bind("t::x", "rdma_write")("bandwidth", 10.0, "Gbit/s", size=8)
+    folder.append_records([make_record(test="t::x", suite="rdma_write", metric=FAILED_METRIC, value=None, unit="",
+                                       nodes=["node1"], ranks=[0], verdict="fail")])  # the call phase failed
+    assert folder.salvage() == (1, 1)  # the job was lost before teardown: the measured value is kept
 
 
 def test_a_spill_file_is_removed_at_the_end_only_when_its_records_landed(tmp_path):
