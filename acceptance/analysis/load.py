@@ -38,7 +38,7 @@ _CANONICAL = (rb'\{"test": (' + _S + rb', "suite": ' + _S + rb', "metric": ' + _
               + rb')?(?:, "ops": ' + _NUM + rb')?(?:, "ops_failed": ' + _NUM + rb')?(?:, "ops_missing": ' + _NUM
               + rb')?(?:, "op": ' + _S + rb')?(?:, "scope": ' + _S + rb')?(?:, "device": ' + _S + rb')?(?:, "port": '
               + _NUM + rb')?(?:, "saturated": ' + _S + rb')?(?:, "phase": ' + _S + rb')?(?:, "file": ' + _S + rb')?)(?:, "start": ' + _S
-              + rb')?\}\r?\n')
+              + rb')?(?:, "round": ' + _NUM + rb')?\}\r?\n')
 _LINE = re.compile(_CANONICAL + rb'|([^\n]*)\n')
 # segment group -> the key its text starts after, and the record keys it holds
 _SEGMENTS = {0: ("test", ("test", "suite", "metric")), 2: ("unit", ("unit", "size", "rail")),

@@ -1,7 +1,7 @@
 """Nodes the run lost, from run.json: a rank that died or whose node went (lost_nodes, named by the
 launcher or by this machine's watch of the ranks, with `lost` saying who said what), or a hang whose
 missing ranks are all on one node of several (the watchdog's report, `hang`; their stacks are in
-logs/rank-<r>.log). Each is a failing node finding of kind "lost" and a drain line "acceptance: lost:
+logs/rank-<r>.log), in any launch of the run (a relaunch leaves the lost node behind: `attempts`). Each is a failing node finding of kind "lost" and a drain line "acceptance: lost:
 <why>": the node is left out of the next run. A hang spread over several nodes, or a run of one node,
 names no node: it stays the run's (INCOMPLETE) and drains nobody."""
 
@@ -15,7 +15,15 @@ KIND = "lost"
 
 
 def lost_nodes(run: dict) -> list[tuple[str, str]]:
-    """(node, why) of each node the run lost, in the order run.json names them."""
+    """(node, why) of each node the run lost, in the order run.json names them: in the launches a relaunch
+    left behind (`attempts`, acceptance.cli.attempts), then in the last."""
+    earlier = [(e["node"], e["why"]) for a in run.get("attempts") or [] for e in a.get("left_behind") or []
+               if isinstance(e, dict) and "node" in e]
+    return list(dict.fromkeys(earlier + launch_lost(run)))
+
+
+def launch_lost(run: dict) -> list[tuple[str, str]]:
+    """(node, why) of each node the last launch lost, from its own fields of run.json."""
     node_of = _node_of(run.get("topology") or {})
     named = run.get("lost_nodes") or []
     if named:

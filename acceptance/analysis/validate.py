@@ -65,7 +65,8 @@ def is_node_name(name) -> bool:
 
 def topology_nodes(run: dict | None, source: str | Path = "run.json") -> frozenset[str] | None:
     """The node names of run.json's topology (`topology.nodes`: node -> ranks, or a list of
-    names), or None when it has none (a hand-made run folder, no run.json)."""
+    names) and of the launches before a relaunch (`attempts`: their `nodes`), or None when it has none
+    (a hand-made run folder, no run.json)."""
     topo = (run or {}).get("topology")
     if topo is None:
         return None
@@ -77,7 +78,8 @@ def topology_nodes(run: dict | None, source: str | Path = "run.json") -> frozens
     if not isinstance(nodes, (dict, list)):
         raise InputError(f"{source}: topology.nodes must be an object (node -> ranks) or a list of "
                          f"node names, got {type(nodes).__name__}")
-    return frozenset(str(n) for n in nodes)
+    earlier = [n for a in (run or {}).get("attempts") or [] if isinstance(a, dict) for n in a.get("nodes") or []]
+    return frozenset(str(n) for n in [*nodes, *earlier])
 
 
 def record_node_names(df: pd.DataFrame) -> set[str]:

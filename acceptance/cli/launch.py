@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -30,8 +31,9 @@ class Launcher:
     def check(self) -> None:
         """Raise LaunchError when this launcher cannot run here."""
 
-    def command(self, nodes: int, per_node: int) -> tuple[list[str], dict, str]:
-        """(argv prefix, environment, what it does in words)."""
+    def command(self, nodes: int, per_node: int, exclude: tuple[str, ...] = ()) -> tuple[list[str], dict, str]:
+        """(argv prefix, environment, what it does in words). `exclude`: nodes to leave out (a relaunch
+        after they were lost); LaunchError where this launcher cannot."""
         raise NotImplementedError
 
     @staticmethod
@@ -88,14 +90,18 @@ class Local(Launcher):
     name = "local"
     here = True
 
-    def command(self, nodes, per_node):
+    def command(self, nodes, per_node, exclude=()):
         # Imported here: topology imports mpi4py.MPI, which initializes MPI, and commands such
         # as `srun acceptance counters snapshot` must not start MPI in every task.
         from ..host.nics import ENV_DEVICE_MAP
-        from ..runtime.topology import ENV_NODES, ENV_RANKS_PER_NODE
+        from ..runtime.topology import ENV_EXCLUDE, ENV_NODES, ENV_RANKS_PER_NODE, virtual_nodes
         env = dict(os.environ)
-        n = nodes * per_node
         env[ENV_NODES], env[ENV_RANKS_PER_NODE] = str(nodes), str(per_node)
+        env.pop(ENV_EXCLUDE, None)
+        if exclude:
+            env[ENV_EXCLUDE] = ",".join(exclude)
+        nodes = len(virtual_nodes(nodes, env))
+        n = nodes * per_node
         devices = os.environ.get(ENV_DEVICE_MAP)
         exe = mpiexec()
         stack = stack_of(exe)
@@ -124,8 +130,11 @@ class Local(Launcher):
 class Mpirun(Launcher):
     name = "mpirun"
 
-    def command(self, nodes, per_node):
+    def command(self, nodes, per_node, exclude=()):
         from ..runtime.topology import ENV_NODES, ENV_RANKS_PER_NODE
+        if exclude:
+            raise LaunchError("--launcher mpirun: no relaunch without the lost hosts (the MPI library places "
+                              "the ranks); run under Slurm (srun) or name the hosts to your mpirun")
         env = dict(os.environ)
         for var in (ENV_NODES, ENV_RANKS_PER_NODE):
             env.pop(var, None)
@@ -142,12 +151,21 @@ class Srun(Launcher):
         if not shutil.which("srun"):
             raise LaunchError("--launcher srun: srun is not on PATH")
 
-    def command(self, nodes, per_node):
+    def command(self, nodes, per_node, exclude=()):
         env = dict(os.environ)
-        srun = ["srun", "--kill-on-bad-exit=1"]
-        if not os.environ.get("SLURM_NTASKS_PER_NODE") and os.environ.get("SLURM_JOB_NUM_NODES"):
+        # --no-kill: a node that fails ends this step, not the allocation, so a relaunch can run on the
+        # others (sbatch(1): each srun must ask for it too).
+        srun = ["srun", "--kill-on-bad-exit=1", "--no-kill"]
+        job_nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or nodes)
+        fixed = re.match(r"\d+", os.environ.get("SLURM_NTASKS_PER_NODE") or "")
+        if exclude:
+            # The allocation's nodes but the lost ones, each with the job's tasks per node.
+            per = int(fixed[0]) if fixed else per_node
+            left = job_nodes - len(exclude)
+            srun += [f"--nodes={left}", f"--ntasks={left * per}", f"--ntasks-per-node={per}",
+                     f"--exclude={','.join(exclude)}"]
+        elif not fixed and os.environ.get("SLURM_JOB_NUM_NODES"):
             # The job did not fix its tasks per node (an exclusive job of whole nodes): one rank per rail.
-            job_nodes = int(os.environ["SLURM_JOB_NUM_NODES"])
             srun += [f"--nodes={job_nodes}", f"--ntasks={job_nodes * per_node}", f"--ntasks-per-node={per_node}"]
         if os.environ.get("ACCEPTANCE_SRUN_MPI"):
             srun.append(f"--mpi={os.environ['ACCEPTANCE_SRUN_MPI']}")

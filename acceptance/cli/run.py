@@ -15,11 +15,12 @@ import traceback
 from collections import deque
 from pathlib import Path
 
-from . import launch, plan
+from . import attempts, launch, plan
 from . import lost as lost_reports
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
 from ..host import switchports
-from ..records.results import ENV_ITERATION, InputError, RunFolder
+from ..records.results import ENV_ITERATION, InputError, RunFolder, utc_now
+from ..runtime.resume import ENV_RESUME
 from ..records.naming import compress_ints
 from ..runtime.watchdog import END_GRACE_S
 from ..rules import switches
@@ -114,10 +115,10 @@ def cmd_run(args) -> int:
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
     try:
-        cmd, env, what = launcher.command(nodes, per_node)
+        _, _, what = launcher.command(nodes, per_node)
     except launch.LaunchError as e:
         raise UsageError(str(e)) from None
-    cmd += ["-m", "pytest", "-p", "acceptance.runtime.pytest_plugin", "-p", "no:cacheprovider",
+    cmd = ["-m", "pytest", "-p", "acceptance.runtime.pytest_plugin", "-p", "no:cacheprovider",
             "--run-dir", str(folder.path), "--profile", profile.source]
     if args.hang_timeout:
         cmd += ["--hang-timeout", str(args.hang_timeout)]
@@ -128,7 +129,7 @@ def cmd_run(args) -> int:
     if not any(_is_path(a) for a in pytest_args):
         cmd.append(str(_suites_path(args.suites)))
     cmd += pytest_args
-    env["PYTHONHASHSEED"] = "0"  # every rank must collect the same tests in the same order
+    env = {"PYTHONHASHSEED": "0"}  # every rank must collect the same tests in the same order
     if limit is not None:  # the ranks resolve rdma_write.pattern "auto" against the limit checked here
         env[plan.ENV_BUDGET] = repr(limit)
     env["ACCEPTANCE_COMMAND"] = shlex.join(["acceptance", *args.argv])
@@ -142,7 +143,8 @@ def cmd_run(args) -> int:
     # emulated fabric has no subnet management to walk it with: nothing is read, nothing said).
     walk_from = switchports.fabric_ports()
     _switch_ports(folder, "before", walk_from)
-    code = _burn_in(cmd, env, folder, args.iterations, args.duration, end_bound, watch_here=launcher.here)
+    launches = LaunchPass(launcher, nodes, per_node, cmd, env, folder, end_bound, profile)
+    code = _burn_in(launches, folder, args.iterations, args.duration)
     _switch_ports(folder, "after", walk_from)
     if code in (EXIT_OK, EXIT_FAILED):
         # The verdict decides: a pass needs measurements in bounds.
@@ -162,26 +164,14 @@ def _switch_ports(folder: RunFolder, when: str, walk_from: list) -> None:
             print(f"acceptance: {when} the run: {line}", flush=True)
 
 
-def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | None,
-             duration: float | None, end_bound: float, watch_here: bool = False) -> int:
+def _burn_in(launch_pass: "LaunchPass", folder: RunFolder, iterations: int | None,
+             duration: float | None) -> int:
     """Launch the suites once, or repeatedly for a burn-in; the worst exit code wins."""
     start = time.monotonic()
     codes: list[int] = []
     while True:
-        k = len(codes)
-        env[ENV_ITERATION] = str(k)
-        lost: list = []
-        # Every rank here: which ended first is seen directly (acceptance.cli.lost.DeathWatch).
-        watch = lost_reports.DeathWatch() if watch_here else None
-        rc, overran = run_child(cmd, {**env, **watch.env()} if watch else env, lost, folder, end_bound)
-        watched = watch.lost() if watch else None
-        code = final_code(folder, rc, overran, lost)
+        code = launch_pass(len(codes))
         codes.append(code)
-        _salvage(folder, k)
-        if code == EXIT_INCOMPLETE:
-            _record_lost(folder, lost_reports.first_of(lost, watched))
-            print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {folder.path}/run.json and logs/",
-                  file=sys.stderr)
         elapsed = time.monotonic() - start
         done = (code in (EXIT_USAGE, EXIT_INCOMPLETE) or (iterations is None and duration is None)
                 or (iterations is not None and len(codes) >= iterations)
@@ -203,10 +193,84 @@ def _burn_in(cmd: list[str], env: dict, folder: RunFolder, iterations: int | Non
     return final
 
 
-def _salvage(folder: RunFolder, iteration: int) -> None:
+class LaunchPass:
+    """One pass of the suites: a launch, and where a node is lost, launches of what is left on the nodes
+    that survive (acceptance.cli.attempts), each bounded like the first. Nodes lost in one pass of a
+    burn-in stay out of the passes after it."""
+
+    def __init__(self, launcher: launch.Launcher, nodes: int, per_node: int, tail: list[str], env: dict,
+                 folder: RunFolder, end_bound: float, profile):
+        self.launcher, self.nodes, self.per_node, self.tail = launcher, nodes, per_node, tail
+        self.env, self.folder, self.end_bound, self.profile = env, folder, end_bound, profile
+        self.excluded: tuple[str, ...] = ()
+
+    def command(self) -> tuple[list[str], dict, str]:
+        cmd, env, what = self.launcher.command(self.nodes, self.per_node, self.excluded)
+        return cmd + self.tail, {**env, **self.env}, what
+
+    def __call__(self, iteration: int) -> int:
+        attempt, resume = 1, None
+        cmd, env, _ = self.command()
+        while True:
+            env = {**env, ENV_ITERATION: str(iteration)}
+            env.pop(ENV_RESUME, None)
+            if resume is not None:
+                env[ENV_RESUME] = str(resume)
+            started = utc_now()
+            code, rc = self._launch(cmd, env)
+            if code != EXIT_INCOMPLETE:
+                if attempt > 1:
+                    attempts.record_launch(self.folder, attempt, started, utc_now(), again=False)
+                return code
+            run = _read_run(self.folder)
+            decision = attempts.decide(run, attempt, self.profile) if run else None
+            cut = attempts.Cut() if decision is not None and decision.again else None
+            _salvage(self.folder, iteration, cut)
+            if cut is None:
+                if decision is not None and decision.lost:
+                    print(f"acceptance: {decision.why}", file=sys.stderr, flush=True)
+                if attempt > 1:
+                    attempts.record_launch(self.folder, attempt, started, utc_now(), again=False)
+                print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {self.folder.path}/run.json and logs/",
+                      file=sys.stderr)
+                return code
+            print(f"acceptance: {decision.why}", flush=True)
+            attempts.set_aside_failures(self.folder, cut.tests)
+            self._keep_junit(attempt)
+            run = attempts.record_launch(self.folder, attempt, started, utc_now(), again=True)
+            resume = attempts.write_resume(self.folder, run, attempt + 1, iteration, decision, cut)
+            self.excluded = decision.lost
+            try:
+                cmd, env, what = self.command()
+            except launch.LaunchError as e:
+                print(f"acceptance: not launching again: {e}", file=sys.stderr)
+                return EXIT_INCOMPLETE
+            print(f"acceptance: {what}", flush=True)
+            attempt += 1
+
+    def _launch(self, cmd: list[str], env: dict) -> tuple[int, int]:
+        """One launch: (its exit code, the launcher's own status)."""
+        lost: list = []
+        # Every rank here: which ended first is seen directly (acceptance.cli.lost.DeathWatch).
+        watch = lost_reports.DeathWatch() if self.launcher.here else None
+        rc, overran = run_child(cmd, {**env, **watch.env()} if watch else env, lost, self.folder, self.end_bound)
+        watched = watch.lost() if watch else None
+        code = final_code(self.folder, rc, overran, lost)
+        if code == EXIT_INCOMPLETE:
+            _record_lost(self.folder, lost_reports.first_of(lost, watched))
+        return code, rc
+
+    def _keep_junit(self, attempt: int) -> None:
+        """A relaunch writes junit.xml anew, for its own tests: the launch before keeps its own in logs/."""
+        if self.folder.junit.exists():
+            os.replace(self.folder.junit, self.folder.path / "logs" / f"junit-launch{attempt}.xml")
+
+
+def _salvage(folder: RunFolder, iteration: int, cut: "attempts.Cut | None" = None) -> None:
     """The records of a test in flight when the job ended (a rank lost, a hang, a stop): what each rank
-    had measured of it, kept in results.jsonl (RunFolder.salvage) and said in run.json."""
-    kept, ranks = folder.salvage()
+    had measured of it, kept in results.jsonl (RunFolder.salvage) and said in run.json. With `cut` (a
+    relaunch follows), the rounds that had not ended are set aside, to be measured again."""
+    kept, ranks = folder.salvage(cut)
     if kept:
         print(f"acceptance: kept {kept:,} records of the test in flight from {ranks} rank(s) "
               f"(what they had measured of it when the job ended)", flush=True)

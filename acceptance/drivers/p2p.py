@@ -42,6 +42,7 @@ class RailPairs:
         self.rail = rail
         self.progress = progress or (lambda: None)
         self.started: str | None = None  # when the pair in hand began (records' `start`)
+        self.round: int | None = None    # the scheduled round in hand, by its index (records' `round`)
         if not self.active:
             return
         self.comm = topology.rail_comm
@@ -50,7 +51,9 @@ class RailPairs:
         self.world_ranks = [r for r, _ in members]
         self.nodes = [n for _, n in members]
         self.pairing = topology.pairing  # the run's pattern (runtime.schedule.Pairing)
-        self.rounds = self.pairing.rounds(self.nodes, rail)
+        numbered = self.pairing.numbered(self.nodes, rail)
+        self.rounds = [pairs for _, pairs in numbered]
+        self._index = {id(pairs): r for r, pairs in numbered}  # a round of the schedule (or of a spread of it)
 
     def pairs(self, rounds: list[list[tuple[int, int]]] | None = None):
         """Yield (pair communicator, low, high) for each round (default: the schedule's) this rank takes
@@ -61,6 +64,7 @@ class RailPairs:
         for pairs in self.rounds if rounds is None else rounds:
             # A rank with a bye (or done early) waits here, asleep, rather than spinning in Split.
             pulse.wait(self.comm)
+            self.round = self._index.get(id(pairs))  # None in a confirmation's own rounds
             color, key = MPI.UNDEFINED, 0
             for i, (low, high) in enumerate(pairs):
                 if self.index in (low, high):
@@ -101,7 +105,8 @@ class RailPairs:
                 if self.index == low:
                     judge.record(record, profile, suite, metric, None, missing="fail", rail=self.rail, nodes=nodes,
                                  ranks=ranks, engine=engine.NAME, memory=memory, op=op, samples=0,
-                                 detail=f"not measured: {why}", start=self.started, phase=phase)
+                                 detail=f"not measured: {why}", start=self.started, phase=phase,
+                                 round=self.round)
             finally:
                 if link is not None:
                     link.free()
@@ -204,7 +209,8 @@ class PairwiseDriver:
         """([src node, dst node], [src rank, dst rank], the fields every record of that direction carries)."""
         _, _, nodes, ranks = self.rp.direction(low, high, origin)
         return nodes, ranks, dict(rail=self.rail, nodes=nodes, ranks=ranks, engine=self.engine.NAME,
-                                  memory=self.memory, op=self.op, start=self.rp.started, phase=self.phase)
+                                  memory=self.memory, op=self.op, start=self.rp.started, phase=self.phase,
+                                  round=self.rp.round)
 
     def judged(self, metric: str, value, **fields) -> tuple[float | None, str]:
         return judge.record(self.record, self.profile, self.suite, metric, value, **fields)

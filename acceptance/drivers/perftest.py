@@ -129,12 +129,12 @@ def crosscheck(topology: Topology, rail: int, profile: Profile, record: Callable
                                 judge.record(record, profile, perftest.SUITE,
                                              "bandwidth" if spec.kind == "bw" else "latency_p50", None,
                                              size=spec.size, rail=rail, nodes=nodes, ranks=ranks,
-                                             engine=perftest.ENGINE, samples=0,
+                                             engine=perftest.ENGINE, samples=0, round=rp.round,
                                              detail=f"not measured: {spec.tool_name} {e} in {CLOCK_TRIES} tries")
                             break
                         problems.append(f"{nodes[0]} -> {nodes[1]} rail {rail}: {spec.tool_name}: {e}")
                 progress()
             if not is_server:
                 perftest.record_results(record, profile, results.get("bw"), results.get("lat"),
-                                        {"rail": rail, "nodes": nodes, "ranks": ranks})
+                                        {"rail": rail, "nodes": nodes, "ranks": ranks, "round": rp.round})
     return problems

@@ -21,7 +21,7 @@ import secrets
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "nodes", "ranks",
                  "engine", "memory", "iteration", "time", "samples", "threshold", "verdict")
@@ -40,8 +40,10 @@ REQUIRED_KEYS = ("test", "suite", "metric", "value", "unit", "size", "rail", "no
 # without rdma_write.confirm.
 # file: a test_failed record's test file (its module's node id), which a record made for the whole
 # file (port counters, whose test is the file) explains.
+# round: a pairwise suite's scheduled round (its index in the rail's schedule): a relaunch after a lost
+# node keeps the rounds that ended and measures the rest again (acceptance.cli.attempts).
 OPTIONAL_KEYS = ("bound", "detail", "ops", "ops_failed", "ops_missing", "op", "scope", "device", "port",
-                 "saturated", "start", "phase", "file")
+                 "saturated", "start", "phase", "file", "round")
 PHASES = ("screen", "confirm", "reference", "full", "alone")
 # The run folder's schema (run.json "schema"). 1 (run.json without "schema"): records had no op / scope /
 # device / port / saturated fields; acceptance.analysis.load derives them as version 1 did, from the
@@ -113,7 +115,7 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
                 ops_missing: int | None = None, op: str | None = None, scope: str | None = None,
                 device: str | None = None, port: int | None = None,
                 saturated: str | None = None, start: str | None = None,
-                phase: str | None = None, file: str | None = None) -> dict[str, Any]:
+                phase: str | None = None, file: str | None = None, round: int | None = None) -> dict[str, Any]:
     """One results.jsonl line, checked so a bad record fails the test that made it."""
     if verdict not in VERDICTS:
         raise RecordError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
@@ -161,8 +163,12 @@ def make_record(*, test: str, suite: str, metric: str, value: float | int | None
         rec["phase"] = phase
     if file is not None:
         rec["file"] = str(file)
-    if start is not None:  # last: analysis.load reads every field before it and skips this one
+    if start is not None:  # analysis.load reads every field before it and skips this one and round
         rec["start"] = str(start)
+    if round is not None:
+        if isinstance(round, bool) or not isinstance(round, numbers.Integral) or round < 0:
+            raise RecordError(f"round of {metric!r} must be a round index >= 0, got {round!r}")
+        rec["round"] = int(round)
     return rec
 
 
@@ -289,27 +295,35 @@ class RunFolder:
         """A rank's records of the test in progress, as it makes them (Recorder)."""
         return self.path / "logs" / f"records-rank-{rank}.jsonl"
 
-    def salvage(self) -> tuple[int, int]:
+    def salvage(self, cut: Callable[[list[dict]], set[int]] | None = None) -> tuple[int, int]:
         """After the launcher is done: the records the ranks' spill files still hold (a test in flight
         when a rank was lost, the run hung or was stopped) appended to results.jsonl, then the files
-        removed; (records kept, ranks they came from). A line cut short by the kill is dropped, and so is
-        a test whose records landed already (its ranks were stopped just after it ended)."""
+        removed; (records kept, ranks they came from). A line cut short by the kill is
+        dropped, and so is a test whose records landed already (its ranks were stopped just after it ended).
+
+        cut(records) names (by position) records to set aside rather than keep, because a relaunch
+        measures them again (a round that had not ended): they go to logs/superseded.jsonl, never lost."""
         files = sorted((self.path / "logs").glob("records-rank-*.jsonl"))
-        found: list[tuple[tuple, str, int]] = []  # ((test, iteration), line, which file)
+        found: list[tuple[tuple, str, int, dict]] = []  # ((test, iteration), line, which file, record)
         for i, f in enumerate(files):
             for line in f.read_text(errors="replace").splitlines():
                 try:
                     rec = json.loads(line)
                 except ValueError:
                     continue  # the last line of a rank killed while writing it
-                found.append(((rec.get("test"), rec.get("iteration")), line + "\n", i))
+                found.append(((rec.get("test"), rec.get("iteration")), line + "\n", i, rec))
         if found:
-            landed = self._landed_tests({key for key, _, _ in found})
+            landed = self._landed_tests({entry[0] for entry in found})
             found = [entry for entry in found if entry[0] not in landed]
-            self.append_lines(line for _, line, _ in found)
+            aside = cut([entry[3] for entry in found]) if cut is not None else set()
+            if aside:
+                with open(self.path / "logs" / "superseded.jsonl", "a") as f:
+                    f.writelines(found[j][1] for j in sorted(aside))
+                found = [entry for j, entry in enumerate(found) if j not in aside]
+            self.append_lines(line for _, line, _, _ in found)
         for f in files:
             f.unlink(missing_ok=True)
-        return len(found), len({i for _, _, i in found})
+        return len(found), len({i for _, _, i, _ in found})
 
     def _landed_tests(self, tests: set) -> set:
         """Which of `tests` ((test, iteration)) have their records in results.jsonl already: a test_failed

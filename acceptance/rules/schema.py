@@ -58,6 +58,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                "(the plan's models were within 30% of measured suites: docs/plan.md): it "
                                "fills (1 - budget_margin) x the budget, so that a run under a Slurm time limit "
                                "ends before it; 0 fills the budget to the second"),
+        "attempts": Int(2, min=1, help="launches of one pass at most: when a node is lost (a rank killed, its "
+                                       "node down, a hang of its ranks alone), `acceptance run` names it and "
+                                       "launches the work left again on the surviving nodes, in the same run "
+                                       "folder and Slurm allocation, up to this many launches in all; 1: never "
+                                       "(the run is then INCOMPLETE)"),
+        "lost_max": Float(0.2, below=1, help="the share of the nodes that may be lost before `acceptance run` stops "
+                                             "relaunching: more lost than this is a fabric or power event, not a "
+                                             "node's, and the run ends INCOMPLETE"),
     },
     "topology": {
         "rails": Int(0, help="expected rails per node; 0 = one per rank on the node"),

@@ -17,6 +17,7 @@ docs/pytest-under-mpi.md describes the design for users.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import hashlib
 import os
@@ -51,7 +52,8 @@ from ..records.results import (
     utc_now,
 )
 from . import estimate
-from .schedule import Pairing
+from .resume import ENV_RESUME, read_resume
+from .schedule import Pairing, Resume
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
 from .watchdog import END_GRACE_S, Phase, Watchdog
@@ -247,6 +249,8 @@ class CollectivePlugin:
         self.iteration = int(os.environ.get(ENV_ITERATION, "0"))
         self._hang_lock = threading.Lock()
         self._items: list[pytest.Item] = []
+        # A relaunch after a lost node (acceptance.cli.attempts): resume.json, read by rank 0 and shared.
+        self.resume: dict | None = None
         self._logfile = None
         # pytest's capture replaces fds 1 and 2 during tests; a HANG report
         # written from the watchdog thread must still reach the terminal.
@@ -302,6 +306,8 @@ class CollectivePlugin:
         self.watchdog.disarm()
         self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration,
                                  spill=self.folder.spill(self.rank))
+        if os.environ.get(ENV_RESUME):
+            self.resume = self.world.bcast(read_resume(os.environ[ENV_RESUME]) if self.rank == 0 else None, root=0)
         self.topology.pairing, self.schedule = self._pairing(self.folder.run_id)
         self.topology.rail_mode = self.rail_mode
         if self.rank == 0:
@@ -315,7 +321,9 @@ class CollectivePlugin:
         derived from the run id, kept in run.json "schedule" so a run can be repeated); each rail's leaves
         where the switch tree is known. Exits 2 on a pattern that cannot be used."""
         requested = self.profile.get("rdma_write.pattern")
-        nodes = len(self.topology.nodes)
+        # A relaunch keeps the first launch's plan: its nodes decide the pattern, and its schedule is walked.
+        nodes = len({n for members in self.resume["planned"].values() for n in members}) if self.resume \
+            else len(self.topology.nodes)
         try:
             pattern, self.profile, gave_up = estimate.pattern_for_ranks(self.profile, nodes, len(self.topology.rails),
                                                                         self.rail_mode)
@@ -326,7 +334,8 @@ class CollectivePlugin:
             seed = int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16)
         leaves = ({rail: {n: leaf for leaf, ns in tree.leaves.items() for n in ns}
                    for rail, tree in self.fabric.trees.items()} if self.fabric else {})
-        pairing = Pairing(pattern, seed, leaves)
+        resume = Resume(self.resume["planned"], frozenset(self.resume["lost"])) if self.resume else None
+        pairing = Pairing(pattern, seed, leaves, resume)
         return pairing, pairing.to_json(nodes, requested, gave_up)
 
     @staticmethod
@@ -350,6 +359,10 @@ class CollectivePlugin:
         software: dict[str, dict] = {}
         for info, c in zip(self.topology.ranks, census):
             software.setdefault(info.node, c["versions"])
+        if self.resume:  # a relaunch: this launch's ranks; the run's start, plan and earlier launches stay
+            self.folder.update_run(topology=self.topology.to_json(), processes=[[c["host"], c["pid"]] for c in census],
+                                   complete=False, end=None, exit_code=None, missing_ranks=[])
+            return
         if self.iteration > 0 and self.folder.read_run().get("iterations"):
             # A later burn-in iteration: the run started with iteration 0.
             self.folder.update_run(iterations=self.iteration + 1, complete=False, end=None, exit_code=None)
@@ -416,6 +429,16 @@ class CollectivePlugin:
         if report.failed:
             self.forced_exit = EXIT_USAGE
 
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """A relaunch leaves out the tests whose records landed before the node was lost."""
+        if not self.resume:
+            return
+        done = set(self.resume["landed"])
+        left = [item for item in items if item.nodeid not in done]
+        if len(left) < len(items):
+            config.hook.pytest_deselected(items=[item for item in items if item.nodeid in done])
+            items[:] = left
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
         ids = [item.nodeid for item in session.items]
@@ -462,6 +485,10 @@ class CollectivePlugin:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item):
+        if self.resume and self.topology is not None:  # the test in flight takes up at its first round not ended
+            base = self.topology.pairing
+            self.topology.pairing = dataclasses.replace(
+                base, resume=dataclasses.replace(base.resume, first=self.resume["first"].get(item.nodeid, {})))
         self._arm(item.nodeid, "setup", self._timeout(item))
         return (yield)
 

@@ -366,13 +366,25 @@ def choose_pattern(n: int, fits: Callable[[str], bool]) -> tuple[str, list[str]]
 
 
 @dataclass(frozen=True)
+class Resume:
+    """Where a relaunch takes up the schedule after a lost node (acceptance.cli.attempts): each rail's
+    members in the first launch (its rounds are theirs), the nodes lost since (left out of every pair),
+    and for the test in hand each rail's first round not known to have ended (0: the whole schedule)."""
+    planned: Mapping[int, Sequence[str]]
+    lost: frozenset[str]
+    first: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Pairing:
     """A run's node pairing, the same on every rank: a resolved pattern (not "auto"), the seed of a
     screening draw, and where the switch tree is known each rail's leaf of each node (by node name;
-    rail None: every rail, as acceptance.switchtree.fabric.Fabric.trees keys it)."""
+    rail None: every rail, as acceptance.switchtree.fabric.Fabric.trees keys it). In a relaunch,
+    `resume` keeps the first launch's rounds."""
     pattern: str
     seed: int = 0
     leaves: Mapping[int | None, Mapping[str, Hashable]] = field(default_factory=dict)
+    resume: Resume | None = None
 
     def leaves_of(self, nodes: Sequence[str], rail: int | None) -> list[Hashable] | None:
         """The leaf of each of `nodes` on `rail` (nodes the tree lacks share one unnamed leaf), or None."""
@@ -381,7 +393,26 @@ class Pairing:
 
     def rounds(self, nodes: Sequence[str], rail: int | None = None) -> list[list[tuple[int, int]]]:
         """The rounds over a rail's members, `nodes` in rail-communicator order (schedule())."""
-        return schedule(len(nodes), self.pattern, self.seed, self.leaves_of(nodes, rail))
+        return [pairs for _, pairs in self.numbered(nodes, rail)]
+
+    def numbered(self, nodes: Sequence[str], rail: int | None = None) -> list[tuple[int, list[tuple[int, int]]]]:
+        """(index in the schedule, round) for each round to measure over a rail's members. In a relaunch:
+        the first launch's rounds over its members, from the first round not known to have ended, each
+        without the pairs of a lost node (so a round stays disjoint and keeps its index), as indices
+        into `nodes`; a round left with no pair is dropped."""
+        if self.resume is None:
+            return list(enumerate(schedule(len(nodes), self.pattern, self.seed, self.leaves_of(nodes, rail))))
+        members = list(self.resume.planned.get(rail, ()) or nodes)
+        index = {node: i for i, node in enumerate(nodes)}
+        out = []
+        for r, pairs in enumerate(schedule(len(members), self.pattern, self.seed, self.leaves_of(members, rail))):
+            if r < self.resume.first.get(rail, 0):
+                continue
+            kept = [tuple(sorted((index[members[a]], index[members[b]]))) for a, b in pairs
+                    if members[a] in index and members[b] in index]
+            if kept:
+                out.append((r, kept))
+        return out
 
     def screening(self) -> bool:
         """A screening pattern (screen:K): fewer sizes and samples (runtime.screening)."""

@@ -24,6 +24,9 @@ from .schedule import ALL_PAIRS, Pairing
 # Set by `acceptance run` for local emulation: ranks r*R .. r*R+R-1 form node r+1.
 ENV_NODES = "ACCEPTANCE_VIRTUAL_NODES"
 ENV_RANKS_PER_NODE = "ACCEPTANCE_RANKS_PER_NODE"
+# Virtual nodes left out (comma-separated names): a relaunch after a lost node runs the others, which keep
+# their names (node1, node2, node4, ... once node3 is lost).
+ENV_EXCLUDE = "ACCEPTANCE_VIRTUAL_EXCLUDE"
 # The RDMA NIC a launcher bound to this rank (e.g. mlx5_3), for profiles that map NICs to rails.
 ENV_NIC = "ACCEPTANCE_NIC"
 
@@ -57,6 +60,12 @@ def emulation(env: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
     return nodes, per_node
 
 
+def virtual_nodes(nodes: int, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The virtual nodes of local emulation that run: node1..nodeN but those ENV_EXCLUDE names."""
+    left_out = {n for n in env.get(ENV_EXCLUDE, "").split(",") if n}
+    return [name for name in (f"node{k}" for k in range(1, nodes + 1)) if name not in left_out]
+
+
 def rail_of(local_rank: int, nic: str | None, nic_rails: Mapping[str, int]) -> int:
     if nic and nic in nic_rails:
         return nic_rails[nic]
@@ -75,10 +84,11 @@ def local_identity(world: MPI.Comm, nic_rails: Mapping[str, int],
     emu = emulation(env)
     if emu is not None:
         nodes, per_node = emu
-        if nodes * per_node != size:
-            raise TopologyError(f"local emulation of {nodes} nodes x {per_node} ranks needs "
-                                f"{nodes * per_node} ranks, but the job has {size}")
-        node, local_rank = f"node{rank // per_node + 1}", rank % per_node
+        names = virtual_nodes(nodes, env)
+        if len(names) * per_node != size:
+            raise TopologyError(f"local emulation of {len(names)} nodes x {per_node} ranks needs "
+                                f"{len(names) * per_node} ranks, but the job has {size}")
+        node, local_rank = names[rank // per_node], rank % per_node
     else:
         node = env.get("SLURMD_NODENAME") or host
         local_rank = int(env["SLURM_LOCALID"]) if "SLURM_LOCALID" in env else shared_rank
