@@ -1,7 +1,8 @@
 """Nodes the run lost, from run.json: a rank that died or whose node went (lost_nodes, named by the
 launcher or by this machine's watch of the ranks, with `lost` saying who said what), or a hang whose
-missing ranks are all on one node of several (the watchdog's report, `hang`; their stacks are in
-logs/rank-<r>.log), in any launch of the run (a relaunch leaves the lost node behind: `attempts`). Each is a failing node finding of kind "lost" and a drain line "acceptance: lost:
+missing ranks are all on one node of several, or whose silent ranks are (the watchdog's report, `hang`,
+and `silent_ranks`: those that did not even say where they were; their stacks are in logs/rank-<r>.log),
+in any launch of the run (a relaunch leaves the lost node behind: `attempts`). Each is a failing node finding of kind "lost" and a drain line "acceptance: lost:
 <why>": the node is left out of the next run. A hang spread over several nodes, or a run of one node,
 names no node: it stays the run's (INCOMPLETE) and drains nobody."""
 
@@ -29,12 +30,21 @@ def launch_lost(run: dict) -> list[tuple[str, str]]:
     if named:
         why = run.get("lost") or "a rank on it ended first"
         return [(node, why) for node in named]
+    if not run.get("hang") or len(set(node_of.values())) < 2:
+        return []
     missing = [r for r in run.get("missing_ranks") or [] if isinstance(r, int)]
     hung = {node_of.get(r) for r in missing}
-    if run.get("hang") and missing and len(hung) == 1 and None not in hung and len(set(node_of.values())) > 1:
-        node = hung.pop()
-        return [(node, f"hung: rank {compress_ints(missing)} on it did not reach the next step within the hang "
-                       f"timeout while every other node's did (stacks in logs/rank-<r>.log)")]
+    if missing and len(hung) == 1 and None not in hung:
+        return [(hung.pop(), f"hung: rank {compress_ints(missing)} on it did not reach the next step within the "
+                             f"hang timeout while every other node's did (stacks in logs/rank-<r>.log)")]
+    # Ranks waiting inside a test for a stuck partner miss the sync point too; but a stopped process (or
+    # one stuck holding the interpreter) alone cannot say where it is.
+    silent = [r for r in run.get("silent_ranks") or [] if isinstance(r, int)]
+    hung = {node_of.get(r) for r in silent}
+    if silent and len(hung) == 1 and None not in hung:
+        return [(hung.pop(), f"hung: rank {compress_ints(silent)} on it stopped answering: it neither reached the "
+                             f"next step within the hang timeout nor said where it was, while every other "
+                             f"node's ranks did (stacks in logs/rank-<r>.log)")]
     return []
 
 

@@ -29,7 +29,7 @@ from ..records.results import FAILED_METRIC, RunFolder
 RESUME_FILE = "resume.json"
 SUPERSEDED = "superseded.jsonl"
 # What a launch's own fields are in run.json; each moves into its `attempts` entry before a relaunch.
-PER_LAUNCH = ("lost_nodes", "missing_ranks", "hang", "lost", "launcher_exit_code")
+PER_LAUNCH = ("lost_nodes", "missing_ranks", "silent_ranks", "hang", "lost", "launcher_exit_code")
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def record_launch(folder: RunFolder, attempt: int, start: str, end: str, again: 
     attempts = [*(run.get("attempts") or []), entry]
     if not again:
         return folder.update_run(attempts=attempts)
-    return folder.update_run(attempts=attempts, lost_nodes=[], missing_ranks=[], hang=None, lost=None,
+    return folder.update_run(attempts=attempts, lost_nodes=[], missing_ranks=[], silent_ranks=[], hang=None, lost=None,
                              launcher_exit_code=None, complete=False, end=None, exit_code=None)
 
 

@@ -48,21 +48,8 @@ def format_seconds(seconds: float) -> str:
 def longest_step(profile: Profile, est: model.Estimate) -> tuple[float, str]:
     """(seconds, what): the longest stretch between two progress() calls, which the hang timeout must
     cover (docs/pytest-under-mpi.md): a bandwidth sweep shows progress after each size, a latency test
-    after each pair, a collective sweep after each size."""
-    gbits, sizes, c = est.rate_gbits, est.sizes, est.costs
-    largest = max(sizes) if sizes else 0
-    size_step = (model.sweep_direction_seconds(profile, [largest], gbits, c.iter_s, c.verify_bytes_per_s, c.check_s,
-                                               est.transfer.iterations if est.transfer else None)
-                 if largest else 0.0)
-    lat = 2 * model.latency_direction_seconds(est.latency_iters, profile.get("latency.warmup"), kinds=2,
-                                              sample_s=c.latency_sample_s)
-    sweep = sweep_from_profile(profile)
-    sweep_max = max(sweep.sizes)
-    iters = sweep.iters(sweep_max)
-    collective = (iters + sweep.warmup(iters)) * 2 * sweep_max * 8 / (gbits * 1e9)  # all-reduce moves ~2x the buffer
-    return max((size_step, f"one size ({format_size(largest)}) of test_write_bandwidth, one direction"),
-               (lat, "a pair of test_write_latency: both directions"),
-               (collective, f"one size ({format_size(sweep_max)}) of test_allreduce"))
+    after each pair, a collective sweep after each size, its first with NCCL's setup (the estimate's)."""
+    return est.longest
 
 
 def step_problem(profile: Profile, est: model.Estimate) -> str | None:
@@ -71,10 +58,11 @@ def step_problem(profile: Profile, est: model.Estimate) -> str | None:
     timeout = profile.get("run.hang_timeout")
     if seconds < timeout:
         return None
+    shrink = ("leave out the all-to-all over that many ranks (collectives.alltoall_max_ranks)" if "connections" in what
+              else "shrink the sweep (sweep.bytes_per_size, sweep.max_iters, sweep.max_time_per_size, latency.iters)")
     return (f"the longest step ({what}) takes about {format_seconds(seconds)} at {est.rate_gbits:g} Gbit/s, not "
             f"within profile {profile.name}'s run.hang_timeout of {format_seconds(timeout)}: every such step "
-            f"would end as a HANG; raise run.hang_timeout or shrink the sweep (sweep.bytes_per_size, "
-            f"sweep.max_iters, sweep.max_time_per_size, latency.iters)")
+            f"would end as a HANG; raise run.hang_timeout or {shrink}")
 
 
 def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, pattern: str | None = None,
@@ -140,11 +128,18 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         "limit_seconds": limit, "limit_from": limit_from, "fits": fits, "gave_up": gave_up,
         "longest_step": {"seconds": round(step, 2), "what": step_what,
                          "hang_timeout": profile.get("run.hang_timeout")},
+        "relaunch_reserve": ({"seconds": round(sum(est.reserve.values()), 1), "attempts": model.attempts(profile),
+                              **{k: round(v, 1) for k, v in est.reserve.items()}} if est.reserve else None),
+        "setup": {scope: {"ranks": part["ranks"], "init": round(part["init"], 1),
+                          "connections": None if part["connections"] is None else round(part["connections"], 1)}
+                  for scope, part in est.setup.items()},
+        "collectives_shortened": {key: profile.get(key) for key in ("sweep.max_iters", "collectives.alltoall_max_ranks")},
         "costs": model.cost_sources(engine, profile),
         "profile_costs": {f"plan.{key}": profile.get(f"plan.{key}") for key in (*model.PLAN_KEYS, "rate")
                           if profile.get(f"plan.{key}") is not None},
     }
     plan["change"] = [] if fits else what_to_change(plan, profile, rate)
+    plan["step_problem"] = step_problem(profile, est)  # with the profile "auto" resolved, as the ranks run it
     return plan
 
 
@@ -228,7 +223,9 @@ def what_to_change(plan: dict, profile: Profile, rate: str | None) -> list[str]:
                    f"({format_seconds(plan['estimated_seconds_concurrent'])})")
     name, seconds = max(plan["suites"].items(), key=lambda kv: kv[1])
     pairwise = "fewer rounds (--pattern screen:K, or auto) or a smaller sweep (sweep.max_size, sweep.bytes_per_size)"
-    hint = {"collective": "a smaller sweep.max_size or sweep.bytes_per_size, or leave it out: -- -m 'not collective'",
+    hint = {"collective": "a smaller sweep (sweep.max_size, sweep.bytes_per_size, sweep.max_iters), the all-to-all "
+                          "over fewer ranks (collectives.alltoall_max_ranks: its connections), or leave it out: "
+                          "-- -m 'not collective'",
             "perftest": "a shorter perftest.duration, or fewer rounds (--pattern screen:K)",
             "incast": "a shorter incast.duration", "rdma_write": pairwise, "gpudirect": pairwise,
             "intranode": "a smaller intranode.size or intranode.iters"}.get(name)
@@ -275,6 +272,15 @@ def plan_text(plan: dict) -> str:
         rows.append((f"  {name}", format_seconds(seconds)))
     for name, seconds in plan["overheads"].items():
         rows.append((f"  {name}", format_seconds(seconds)))
+    reserve = plan["relaunch_reserve"]
+    if reserve:
+        rows.append(("  relaunch reserve", f"{format_seconds(reserve['seconds'])}   (run.attempts {reserve['attempts']}: "
+                                           f"room for one relaunch after a lost node: launch "
+                                           f"{format_seconds(reserve['launch'])} + world setup "
+                                           f"{format_seconds(reserve['world setup'])} + the longest step "
+                                           f"{format_seconds(reserve['longest step'])})"))
+    if any(part["init"] or part["connections"] for part in plan["setup"].values()):
+        rows.append(("setup", setup_text(plan["setup"])))
     rows.append(("estimated duration", f"{format_seconds(plan['estimated_seconds'])}   (rails {other}: "
                                        f"{format_seconds(plan[f'estimated_seconds_{other}'])})"))
     if plan["limit_seconds"] is not None:
@@ -292,6 +298,25 @@ def plan_text(plan: dict) -> str:
     rows += costs_rows(plan["costs"])
     width = max(len(label) for label, _ in rows) + 1
     return "\n".join(f"{label + ':':<{width}} {value}" for label, value in rows)
+
+
+def setup_text(setup: dict) -> str:
+    """NCCL's setup: each communicator's init, the all-to-all's connections, and what was left out."""
+    names = {"world": "the world's", "rails": "each rail's", "node": "each node's"}
+    world = [f"the world's {format_seconds(p['init'])} (world setup)" for s, p in setup.items()
+             if s == "world" and p["init"]]
+    inits = [f"{names[s]} {format_seconds(p['init'])}" for s, p in setup.items() if p["init"] and s != "world"]
+    conns = [f"{s} {format_seconds(p['connections'])}" for s, p in setup.items() if p["connections"]]
+    left = [f"{s} ({p['ranks']:,} ranks)" for s, p in setup.items() if p["connections"] is None]
+    parts = []
+    if world or inits:
+        parts.append("communicators' init: " + ", ".join(world + ([", ".join(inits) + " (in collective)"] if inits
+                                                                   else [])))
+    if conns:
+        parts.append(f"all-to-all connections {', '.join(conns)} (in collective)")
+    if left:
+        parts.append(f"all-to-all left out over {', '.join(left)} (gave up)")
+    return "; ".join(parts)
 
 
 def coverage_text(cov: dict) -> str:
@@ -368,7 +393,12 @@ def add_parser(sub) -> None:
                "             needs; then the suspects are measured again (confirmation)\n"
                "  auto       all-pairs when it fits the budget, else screen:K with the largest K that fits\n"
                "             (2 <= K <= N-1, where screening meets every pair), with perftest and incast\n"
-               "             shortened to 1 s and 0.5 s when that buys rounds; the hardware profiles use it\n\n"
+               "             shortened to 1 s and 0.5 s when that buys rounds; where even screen:2 does not\n"
+               "             fit, fewer iterations at the sizes without a bound (sweep.max_iters) and the\n"
+               "             all-to-all left out over the largest communicators, whose first call connects\n"
+               "             every peer (collectives.alltoall_max_ranks); the hardware profiles use it\n\n"
+               "The estimate counts NCCL's setup (each communicator's init, the all-to-all's connections) and,\n"
+               "with run.attempts > 1, room for one relaunch (launch + world setup + the longest step).\n\n"
                "The limit is the budget (--budget, else run.budget) or, inside a Slurm job, its time left,\n"
                "whichever is smaller. Exit 2 when the estimate exceeds it, saying what to change, or when\n"
                "the longest step cannot fit run.hang_timeout; `acceptance run` checks the same first.\n\n"
@@ -435,8 +465,7 @@ def cmd_plan(args) -> int:
                          fabric=fabric, names=tree_nodes)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    problem = step_problem(profile, model.estimate(profile, nodes, args.rails, plan["pattern"], plan["rail_mode"],
-                                                   args.rate))
+    problem = plan["step_problem"]
     if args.json:
         print(json.dumps(plan, indent=1))
     else:

@@ -205,6 +205,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                   "a healthy PAM4 link sits orders of magnitude under it)"),
     },
     "collectives": {
+        "alltoall_max_ranks": Int(0, min=0, help="the all-to-all runs only over communicators of at most this many "
+                                               "ranks (0: every one): its first call connects every rank to each "
+                                               "of its peers, which over thousands of ranks takes longer than a "
+                                               "maintenance window (docs/plan.md); rdma_write.pattern \"auto\" "
+                                               "sets it where the budget needs"),
     },
     "intranode": {
         "size": Size("256MiB", help="bytes of each host <-> device and GPU -> GPU copy"),
@@ -224,6 +229,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "pair_setup": Duration(None, help="connecting one pair for one pairwise test"),
         "collective_iteration": Duration(None, help="one collective iteration's fixed part"),
         "collective_setup": Duration(None, help="the first world collective's setup (connecting every rank)"),
+        "alltoall_connect": Duration(None, help="one peer's connection on an all-to-all's first call (NCCL connects "
+                                                "send/recv peers on demand), else NVIDIA/nccl-tests#78's 2.5 s"),
         "collective_step": Duration(None, help="one step of an all-reduce's latency term (2 log2(n) steps)"),
         "alltoall_peer": Duration(None, help="one peer's message in an all-to-all"),
         "registration_call": Duration(None, help="one memory register or deregister call"),

@@ -26,6 +26,17 @@ The assumptions, named once (each a constant below):
   inside a node at the profile's node busbw bound, else NVLINK_GBYTES_S. Latency terms: all-reduce
   2 log2(N) steps of COLLECTIVE_STEP_S (a tree or recursive doubling at small sizes), all-to-all one
   message per peer, ALLTOALL_PEER_S each.
+- NCCL's setup (the hardware engines): a communicator's init on its first collective, WORLD_SETUP_PER_RANK_S
+  per rank up to WORLD_SETUP_MAX_S (NVIDIA/nccl#1156: 2.5 minutes at large scale), the world's its own
+  line ("world setup"), each rail's and node's in its all-reduce; and an all-to-all's first call connecting
+  every rank to each of its peers (NCCL connects send/recv peers on demand), ALLTOALL_CONNECT_PEER_S a peer
+  over the network (NVIDIA/nccl-tests#78: 10 minutes at 240 GPUs), NODE_CONNECT_PEER_S inside a node.
+  Where the acceptance does not fit, "auto" may time fewer iterations at the sizes without a bound
+  (sweep.max_iters) and leave out the all-to-all over the largest communicators
+  (collectives.alltoall_max_ranks), as it shortens perftest and incast (resolve).
+- Room for one relaunch (run.attempts > 1: a lost node's work is launched again on the survivors): the
+  launch, the world's setup and the longest step (the work in flight), counted in the total
+  (Estimate.reserve), so "auto" leaves it free.
 - Incast: senders + 1 rounds per rail of incast.duration and INCAST_ROUND_S.
 - Intranode: every GPU's copies and every GPU pair's, one at a time, at the profile's floors
   (h2d_min, d2h_min, p2p_min), else PCIE_GBYTES_S / NVLINK_GBYTES_S; all nodes at once.
@@ -86,9 +97,21 @@ ANALYSIS_PER_RECORD_S = 6.5e-6  # analysis and report, per record
 # walk per rail at once (host.switchports): ibqueryerrors queries the ports one after another.
 SWITCH_PORT_QUERY_S = 1e-3    # one switch port's PortCounters query (a MAD round trip and its handling)
 SWITCH_PORTS_PER_NODE = 3     # a non-blocking two-level tree: a leaf port down, one up, a spine port per node
-# The world communicator's setup on the hardware engines (NCCL's init: bootstrap all-gathers, topology,
-# connections), per rank of the world, where the profile's plan.collective_setup does not say.
+# NCCL's setup, on the hardware engines (the mpi engine's is in its launch; a profile whose [plan] states
+# collective_setup has fitted its own). A communicator's init (bootstrap all-gathers of N-1 steps each,
+# topology, its rings' and trees' connections) is made on its first collective (engines.nccl.communicator):
+# the world's, each rail's, each node's. It grows with the ranks, WORLD_SETUP_PER_RANK_S each (assumed),
+# up to what NCCL's init is reported to take at large scale, WORLD_SETUP_MAX_S, and no further (no larger
+# figure is published).
 WORLD_SETUP_PER_RANK_S = 0.01
+WORLD_SETUP_MAX_S = 150.0
+# An all-to-all's first call connects each rank to every one of its peers: NCCL makes send/recv connections
+# on demand, not at init. Over the network ALLTOALL_CONNECT_PEER_S a peer (NVIDIA/nccl-tests#78: the first
+# iteration of an all-to-all over 240 GPUs took about 10 minutes, 600 s / 239 peers, taken as linear in the
+# peers), inside a node NODE_CONNECT_PEER_S (NVIDIA/nccl#1487). A profile's plan.alltoall_connect replaces
+# both (a site that timed its own NCCL: the first size of test_alltoall less the second, over its peers).
+ALLTOALL_CONNECT_PEER_S = 600 / 239
+NODE_CONNECT_PEER_S = 0.214
 # Records of one pair-direction (acceptance.drivers.p2p, acceptance.tools.perftest.records): a bandwidth
 # sweep one value and the receiver's data check per size; a latency test its p50, p99, p99.9, max and
 # the data check (a write's also the ping-pong's four); perftest ib_write_bw's value and ib_write_lat's four.
@@ -121,9 +144,19 @@ _FITTED = ("measured: fitted with benchmarks/plan_accuracy.py to mpi-engine runs
 # Where a figure comes from. Every constant of this module not named here is an assumption: no
 # measurement or published figure stands behind it (the hardware's costs: no RDMA device or GPU here).
 SOURCES = {
-    "WORLD_SETUP_PER_RANK_S": "reported: NVIDIA/nccl#1156, a 2.5-minute NCCL init at large scale (\"above "
-                              "certain K GPUs\", the count not given), taken as linear in the ranks: 150 s "
-                              "at 15,000; NVIDIA/nccl#534 reports 5-6 s per communicator at 16 nodes",
+    "WORLD_SETUP_MAX_S": "reported: NVIDIA/nccl#1156 (kwen2501, 2024-01-23): \"2.5-minute init time at large "
+                         "scale (e.g. above certain K GPUs)\", NCCL's default init path; the count is not given: "
+                         "reached at 15,000 ranks (WORLD_SETUP_PER_RANK_S, assumed) and held there, no larger "
+                         "figure being published (assumed); NVIDIA/nccl#534 reports 5-6 s per communicator at "
+                         "16 nodes (2021)",
+    "ALLTOALL_CONNECT_PEER_S": "reported: NVIDIA/nccl-tests#78 (awan-10, 2021-03-11): \"10 minutes here for "
+                               "nccl-tests ... for the first iteration\" of an all-to-all over 240 GPUs (DGX-2, "
+                               "NCCL 2.8.3, every HCA; about 3 minutes with one), 600 s / 239 peers; NCCL makes "
+                               "send/recv connections on demand (sjeaugey, NVIDIA/nccl#415), so taken as linear "
+                               "in a rank's peers (assumed); NCCL 2.19.4 connects an all-to-all in rounds of 128 "
+                               "peers, so a newer NCCL may connect faster: state it in plan.alltoall_connect",
+    "NODE_CONNECT_PEER_S": "reported: NVIDIA/nccl#1487 (kiskra-nvidia, 2024-10-18): the first ncclSend/ncclRecv "
+                           "between two GPUs of a DGX H100 took 214 ms, the next ones 3-14 us",
     "RECORD_RANK0_S": "measured: benchmarks/rank0_scale.py, rank 0's phase of 1,024 ranks x 48 records in "
                       "494.55 ms of CPU on the 2-core development machine (benchmarks/README.md)",
     "ANALYSIS_PER_RECORD_S": "measured: benchmarks/report_scale.py, analysis and report of 4,190,208 records "
@@ -272,10 +305,17 @@ class Estimate:
     costs: Costs | None = None  # what one operation was figured to cost
     transfer: Transfer | None = None  # screening's transfer at the bounded sizes
     records: int = 0  # of the pairwise tests' scheduled rounds
+    # NCCL's setup per communicator scope ("world", "rails", "node"): {"ranks", "init", "connections"} in
+    # seconds (connections None: its all-to-all left out, collectives.alltoall_max_ranks)
+    setup: dict[str, dict] = field(default_factory=dict)
+    longest: tuple[float, str] = (0.0, "")  # the longest stretch between two progress() calls, and what
+    # Room for one relaunch (run.attempts > 1): {"launch", "world setup", "longest step"} in seconds; {} none.
+    # Not a cost of a run that loses no node, so apart from the overheads, but in the total "auto" fits.
+    reserve: dict[str, float] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
-        return sum(self.suites.values()) + sum(self.overheads.values())
+        return sum(self.suites.values()) + sum(self.overheads.values()) + sum(self.reserve.values())
 
 
 def _pairwise_rounds(profile, nodes: int, pattern: str) -> tuple[int, bool]:
@@ -305,6 +345,7 @@ class Costs:
     snapshot_s: float
     check_s: float
     collective_setup_s: float  # the first world collective's connections (not modelled unless a profile says)
+    alltoall_connect_s: float  # one peer's connection on an all-to-all's first call, where a profile states it
 
 
 # profile key under [plan] -> (Costs field, factor from the profile's unit: seconds, or Gbit/s to bytes/s)
@@ -314,12 +355,14 @@ PLAN_KEYS = {"iteration": ("iter_s", 1), "latency_sample": ("latency_sample_s", 
              "registration_call": ("reg_call_s", 1), "registration_rate": ("reg_bytes_per_s", 1e9 / 8),
              "tool_start": ("tool_start_s", 1), "incast_round": ("incast_round_s", 1),
              "node_checks": ("preflight_s", 1), "port_snapshot": ("snapshot_s", 1), "launch": ("launch_s", 1),
-             "check": ("check_s", 1), "collective_setup": ("collective_setup_s", 1)}
+             "check": ("check_s", 1), "collective_setup": ("collective_setup_s", 1),
+             "alltoall_connect": ("alltoall_connect_s", 1)}
 
 
 # Costs field -> (the hardware's constant, the mpi engine's own or None: the hardware's serves both).
 # The hardware's collective iteration has no fixed part of its own (its steps carry it) and no profile
-# but the softroce rig's states the world collective's setup: both 0 unless a [plan] sets them.
+# but the softroce rig's states the world collective's setup: both 0 unless a [plan] sets them. NCCL's
+# setup (WORLD_SETUP_*, *_CONNECT_PEER_S) is Setup's, which a [plan]'s alltoall_connect replaces.
 COST_CONSTANTS = {
     "iter_s": ("ITER_OVERHEAD_S", "MPI_ITER_S"), "latency_sample_s": ("LATENCY_SAMPLE_S", "MPI_LATENCY_SAMPLE_S"),
     "collective_iter_s": (None, "MPI_COLLECTIVE_ITER_S"),
@@ -330,11 +373,14 @@ COST_CONSTANTS = {
     "preflight_s": ("PREFLIGHT_S", "MPI_PREFLIGHT_S"), "launch_s": ("LAUNCH_S", "MPI_LAUNCH_S"),
     "reg_bytes_per_s": ("REG_BYTES_PER_S", None), "tool_start_s": ("PERFTEST_START_S", None),
     "incast_round_s": ("INCAST_ROUND_S", None), "snapshot_s": ("COUNTER_SNAPSHOT_S", None),
-    "check_s": ("CHECK_OVERHEAD_S", None), "collective_setup_s": (None, None),
+    "check_s": ("CHECK_OVERHEAD_S", None), "collective_setup_s": (None, None), "alltoall_connect_s": (None, None),
 }
 # The figures every estimate uses besides an engine's Costs.
 OTHER_CONSTANTS = ("CONFIRM_ROUNDS", "OUTCOME_PER_RANK_S", "RECORD_RANK0_S", "ANALYSIS_PER_RECORD_S",
-                   "SWITCH_PORT_QUERY_S", "SWITCH_PORTS_PER_NODE", "WORLD_SETUP_PER_RANK_S")
+                   "SWITCH_PORT_QUERY_S", "SWITCH_PORTS_PER_NODE")
+# NCCL's setup on the hardware engines (Setup), where the profile's [plan] does not state its own.
+SETUP_CONSTANTS = ("WORLD_SETUP_PER_RANK_S", "WORLD_SETUP_MAX_S")
+CONNECT_CONSTANTS = ("ALLTOALL_CONNECT_PEER_S", "NODE_CONNECT_PEER_S")
 # Stand-ins for a profile's rates where it sets none (_gbytes).
 FALLBACKS = {"NVLINK_GBYTES_S": ("intranode.p2p_min", "collectives.node_allreduce_busbw_min",
                                  "collectives.node_alltoall_busbw_min"),
@@ -373,9 +419,56 @@ def cost_sources(engine: str | None, profile=None) -> dict[str, dict]:
             out[name] = {"value": globals()[name], "from": SOURCES.get(name, "assumed")}
     used = [name for name, keys in FALLBACKS.items()
             if profile is None or any(_gbytes(profile, key, None) is None for key in keys)]
-    for name in (*used, *OTHER_CONSTANTS):
+    setup = setup_costs(profile, mpi, costs("mpi" if mpi else engine, profile)) if profile is not None else None
+    nccl = [*(SETUP_CONSTANTS if setup is None or setup.per_rank_s else ()),
+            *(CONNECT_CONSTANTS if setup is None or setup.net_peer_from is None else ())]
+    for name in (*used, *OTHER_CONSTANTS, *nccl):
         out[name] = {"value": globals()[name], "from": SOURCES.get(name, "assumed")}
     return out
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What NCCL's setup costs (the hardware engines; 0 on the mpi engine, whose costs are fitted with it,
+    and where a profile's [plan] states the collective setup of its own rig): a communicator's init on its
+    first collective, and an all-to-all's connections on its first call."""
+    per_rank_s: float
+    max_s: float
+    net_peer_s: float           # one peer's connection over the network
+    node_peer_s: float          # ... inside a node (NVLink)
+    net_peer_from: str | None   # "plan.alltoall_connect" where the profile states it
+
+    def init(self, ranks: int) -> float:
+        """A communicator's init: WORLD_SETUP_PER_RANK_S a rank, at most WORLD_SETUP_MAX_S."""
+        return min(ranks * self.per_rank_s, self.max_s) if ranks > 1 else 0.0
+
+    def connect(self, ranks: int, local: int) -> float:
+        """One rank's connections to each of its peers on an all-to-all's first call over `ranks` ranks,
+        `local` of them (itself included) on its own node."""
+        if ranks < 2:
+            return 0.0
+        local = max(1, min(local, ranks))
+        return (local - 1) * self.node_peer_s + (ranks - local) * self.net_peer_s
+
+
+def setup_costs(profile, mpi: bool, c: Costs) -> Setup:
+    """NCCL's setup as the estimate counts it (Setup)."""
+    hardware = not mpi and profile.get("plan.collective_setup") is None
+    if profile.get("plan.alltoall_connect") is not None:
+        peer = c.alltoall_connect_s
+        return Setup(WORLD_SETUP_PER_RANK_S if hardware else 0.0, WORLD_SETUP_MAX_S if hardware else 0.0,
+                     peer, peer, "plan.alltoall_connect")
+    if not hardware:
+        return Setup(0.0, 0.0, 0.0, 0.0, "none")
+    return Setup(WORLD_SETUP_PER_RANK_S, WORLD_SETUP_MAX_S, ALLTOALL_CONNECT_PEER_S, NODE_CONNECT_PEER_S, None)
+
+
+def attempts(profile) -> int:
+    """run.attempts: launches of one pass at most (1 where the profile's schema has no such key)."""
+    try:
+        return int(profile.get("run.attempts"))
+    except KeyError:
+        return 1
 
 
 # Long: one costing per suite, in the order `acceptance plan` prints them, on the run's shared
@@ -457,7 +550,8 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     k = max(1, min(profile.get("incast.senders"), nodes - 1))
     est.tests["incast"] = {"test_incast": rail_times * (k + 1) * (profile.get("incast.duration") + c.incast_round_s)}
 
-    est.tests["collective"] = _collectives(profile, nodes, rails, rail_times, gbits, c)
+    setup = setup_costs(profile, mpi, c)
+    collective_steps = _collectives(est, profile, nodes, rails, rail_times, gbits, c, setup)
 
     est.tests["preflight"] = {"node checks": c.preflight_s}
     snapshots = 2 * SUITE_FILES if profile.get("counters.enabled") else 0
@@ -473,8 +567,19 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
                      "analysis": est.records * ANALYSIS_PER_RECORD_S}
     if profile.get("preflight.link_layer") == "InfiniBand":
         est.overheads["switch-port walks"] = switch_walk_seconds(nodes)
-    if not mpi and profile.get("plan.collective_setup") is None:  # a profile's own figure is in the all-reduce
-        est.overheads["world setup"] = ranks * WORLD_SETUP_PER_RANK_S
+    if setup.per_rank_s:  # the hardware engines' (a profile's own figure is in the world all-reduce)
+        est.overheads["world setup"] = setup.init(ranks)
+    # The longest step: one size of a bandwidth sweep in one direction (its progress() comes after each
+    # size), a pair of a latency test, or one size of a collective sweep, its first with its setup.
+    largest = max(sizes) if sizes else 0
+    size_step = (sweep_direction_seconds(profile, [largest], gbits, c.iter_s, c.verify_bytes_per_s, c.check_s,
+                                         est.transfer.iterations if est.transfer else None) if largest else 0.0)
+    lat_step = 2 * latency_direction_seconds(lat_iters, lat_warm, kinds=2, sample_s=c.latency_sample_s)
+    est.longest = max((size_step, f"one size ({format_size(largest)}) of test_write_bandwidth, one direction"),
+                      (lat_step, "a pair of test_write_latency: both directions"), collective_steps)
+    if attempts(profile) > 1:
+        est.reserve = {"launch": c.launch_s, "world setup": est.overheads.get("world setup", c.collective_setup_s),
+                       "longest step": est.longest[0]}
     return est
 
 
@@ -493,18 +598,24 @@ def pair_records(sizes: int, gpus: bool) -> int:
     return host + (2 * sizes + LATENCY_RECORDS if gpus else 0)
 
 
-def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float, c: Costs) -> dict[str, float]:
+def _collectives(est: Estimate, profile, nodes: int, rails: int, rail_times: int, gbits: float, c: Costs,
+                 setup: Setup) -> tuple[float, str]:
     """All-reduce and all-to-all over the world (nodes x rails ranks), each rail (nodes ranks) and each
-    node (rails ranks), every sweep size, with their data checks."""
+    node (rails ranks), every sweep size, with their data checks and NCCL's setup: each communicator's
+    init in its all-reduce (the world's is the overhead "world setup"), each all-to-all's connections in
+    its first size. Fills est.tests["collective"] and est.setup; returns the longest size (seconds, what).
+    An all-to-all over more than collectives.alltoall_max_ranks ranks is left out (0 s)."""
     sweep = sweep_from_profile(profile)
     nic = gbits / 8  # GB/s: busbw of a ring over NICs is one NIC's rate
-    node_ar = _gbytes(profile, "collectives.node_allreduce_busbw_min", NVLINK_GBYTES_S)
-    node_aa = _gbytes(profile, "collectives.node_alltoall_busbw_min", NVLINK_GBYTES_S)
+    node_bw = {"allreduce": _gbytes(profile, "collectives.node_allreduce_busbw_min", NVLINK_GBYTES_S),
+               "alltoall": _gbytes(profile, "collectives.node_alltoall_busbw_min", NVLINK_GBYTES_S)}
+    limit = profile.get("collectives.alltoall_max_ranks") or 0
 
-    def sweep_seconds(op: str, n: int, busbw: float) -> float:
+    def size_seconds(op: str, n: int, busbw: float) -> list[float]:
+        """Each sweep size's time (a step: the driver's progress() comes after each size)."""
         if n < 2:
-            return 0.0
-        total = 0.0
+            return []
+        out = []
         for size in sweep.sizes:
             iters = sweep.iters(size)
             if op == "allreduce":
@@ -512,17 +623,42 @@ def _collectives(profile, nodes: int, rails: int, rail_times: int, gbits: float,
             else:
                 moved = max(size, 8 * n)  # a block of at least one float64 per peer (nccl-tests' count)
                 step = (n - 1) * c.alltoall_peer_s + (n - 1) / n * moved / (busbw * 1e9)
-            total += ((iters + sweep.warmup(iters)) * (step + c.collective_iter_s)
-                      + check_seconds(profile, iters, size, c.verify_bytes_per_s))
-        return total
+            out.append((iters + sweep.warmup(iters)) * (step + c.collective_iter_s)
+                       + check_seconds(profile, iters, size, c.verify_bytes_per_s))
+        return out
 
-    out = {}
+    tests: dict[str, float] = {}
+    longest = (0.0, "")
+    world_init = setup.init(nodes * rails) + c.collective_setup_s  # made by the first world all-reduce
+    # (scope, ranks, ranks of one node in it, times one after another)
+    scopes = (("world", nodes * rails, rails, 1), ("rails", nodes, 1, rail_times), ("node", rails, rails, 1))
     for op in ("allreduce", "alltoall"):
-        out[f"test_{op}[world]"] = sweep_seconds(op, nodes * rails, nic)
-        out[f"test_{op}[rails]"] = rail_times * sweep_seconds(op, nodes, nic)
-        out[f"test_{op}[node]"] = sweep_seconds(op, rails, node_ar if op == "allreduce" else node_aa)
-    out["test_allreduce[world]"] += c.collective_setup_s  # the first collective over the world connects it
-    return out
+        for scope, n, local, times in scopes:
+            name = f"test_{op}[{scope}]"
+            part = est.setup.setdefault(scope, {"ranks": n, "init": 0.0, "connections": 0.0})
+            if op == "alltoall" and limit and n > limit and n > 1:
+                tests[name], part["connections"] = 0.0, None  # left out: the suite skips it
+                continue
+            steps = size_seconds(op, n, nic if scope != "node" else node_bw[op])
+            if not steps:
+                tests[name] = 0.0
+                continue
+            if op == "allreduce":
+                first = world_init if scope == "world" else setup.init(n)
+                part["init"] = world_init - c.collective_setup_s if scope == "world" else times * first
+                what = "the communicator's setup" if scope != "world" else "the world's setup"
+                counted = first if scope != "world" else c.collective_setup_s  # the world's: its own line
+            else:
+                first = counted = setup.connect(n, local)
+                part["connections"] = times * first
+                what = f"its connections to {n - 1:,} peers"
+            tests[name] = times * (sum(steps) + counted)
+            label = f"test_{op}[{scope}]" + (f" ({n:,} ranks)" if scope != "node" else "")
+            candidates = [(steps[0] + first, f"the first size ({format_size(sweep.sizes[0])}) of {label}, with {what}"),
+                          (max(steps), f"one size ({format_size(sweep.sizes[steps.index(max(steps))])}) of {label}")]
+            longest = max(longest, *candidates)
+    est.tests["collective"] = tests
+    return longest
 
 
 # ---- auto and the budget -------------------------------------------------------------------------
@@ -587,23 +723,112 @@ def resolve(profile, nodes: int, rails: int, rail_mode: str = "concurrent", budg
     """(the pattern to run, the profile to run it with, what was given up): resolve_pattern, and where
     "auto" under a budget could not keep all-pairs, the same again with perftest and incast at SHORTEST
     when that buys more screening rounds or makes the acceptance fit (coverage before a longer
-    cross-check). Every rank computes the same answer from the same inputs."""
+    cross-check); and where even that leaves screen:2 over the budget (or a step over run.hang_timeout),
+    the collectives shortened (collective_cuts), the first of them in order that fits (none: the one
+    nearest to fitting). Every rank computes the same answer from the same inputs."""
     chosen, gave_up = resolve_pattern(profile, nodes, rails, rail_mode, budget, rate, pattern)
     asked = pattern or profile.get("rdma_write.pattern")
     if sched.parse_pattern(asked)[0] != sched.AUTO or budget is None or chosen == sched.ALL_PAIRS:
         return chosen, profile, gave_up
-    short, cuts = shortened(profile)
-    if not cuts:
-        return chosen, profile, gave_up
-    again, gave_up_again = resolve_pattern(short, nodes, rails, rail_mode, budget, rate, pattern)
+    target = auto_target(profile, budget)
 
     def score(p: str, prof) -> tuple[bool, float]:
         kind, k = sched.parse_pattern(p)
-        return (estimate(prof, nodes, rails, p, rail_mode, rate).total <= auto_target(profile, budget),
+        return (estimate(prof, nodes, rails, p, rail_mode, rate).total <= target,
                 math.inf if kind == sched.ALL_PAIRS else k)
-    if score(again, short) <= score(chosen, profile):
-        return chosen, profile, gave_up
-    return again, short, gave_up_again + [f"{cut} (to fit {again})" for cut in cuts]
+
+    def fits(p: str, prof) -> bool:
+        est = estimate(prof, nodes, rails, p, rail_mode, rate)
+        return est.total <= target and est.longest[0] < prof.get("run.hang_timeout")
+
+    best = (chosen, profile, gave_up)
+    short, cuts = shortened(profile)
+    if cuts:
+        again, gave_up_again = resolve_pattern(short, nodes, rails, rail_mode, budget, rate, pattern)
+        if score(again, short) > score(chosen, profile):
+            best = (again, short, gave_up_again + [f"{cut} (to fit {again})" for cut in cuts])
+    if fits(best[0], best[1]):
+        return best
+    base, base_cuts = (short, cuts) if cuts else (profile, [])
+    nearest, least = best, estimate(best[1], nodes, rails, best[0], rail_mode, rate).total
+    over = least > target  # else only a step is over the hang timeout: nothing is cut unless that mends it
+    for cut_profile, what in collective_cuts(base, nodes, rails):
+        again, gave_up_again = resolve_pattern(cut_profile, nodes, rails, rail_mode, budget, rate, pattern)
+        found = (again, cut_profile, gave_up_again + [f"{cut} (to fit {again})" for cut in (*base_cuts, *what)])
+        if fits(again, cut_profile):
+            return found
+        total = estimate(cut_profile, nodes, rails, again, rail_mode, rate).total
+        if over and total < least:
+            nearest, least = found, total
+    return nearest  # none fits: the nearest, so the plan names the least that would make it fit
+
+
+def collective_cuts(profile, nodes: int, rails: int) -> list[tuple[object, list[str]]]:
+    """The shorter collectives "auto" may fall back to, in the order of what they give up, each (profile,
+    one line per key it changed): fewer iterations at the sweep's sizes without a bound, then the
+    all-to-all left out over the world, then over each rail too (collectives.alltoall_max_ranks), each of
+    these with and without the fewer iterations. An all-to-all's connections do not shrink with its sizes
+    (Setup.connect): over thousands of ranks only leaving it out saves them."""
+    iters_cut = fewer_iterations(profile)
+    world, rail, node = nodes * rails, nodes, rails
+    limits = sorted({n for n in (rail, node) if n < world}, reverse=True)
+    setup = setup_costs(profile, profile.get("run.engine") == "mpi", costs(profile.get("run.engine"), profile))
+    out = []
+    for k in range(len(limits) + 1):
+        left = []
+        values = copy.deepcopy(profile.values)
+        if k:
+            limit = limits[k - 1]
+            values["collectives"]["alltoall_max_ranks"] = limit
+            for scope, n, local in (("world", world, rails), ("rails", rail, 1), ("node", node, rails)):
+                if n > limit:
+                    connect, why = setup.connect(n, local), ""
+                    if connect:
+                        source = "NVIDIA/nccl-tests#78" if setup.net_peer_from is None else setup.net_peer_from
+                        why = (f": its first call would connect each rank to its {n - 1:,} peers, about "
+                               f"{_seconds(connect)} at {setup.net_peer_s:.3g} s a peer, {source}")
+                    left.append(f"test_alltoall[{scope}], left out over its {n:,} ranks (collectives.alltoall_max_"
+                                f"ranks = {limit}){why}; collectives.alltoall_busbw_min is not judged there")
+        variants = [([], None)] if k else []
+        if iters_cut:
+            variants.append(([iters_cut[1]], iters_cut[0]))
+        for lines, max_iters in variants:
+            v = copy.deepcopy(values)
+            if max_iters is not None:
+                v["sweep"]["max_iters"] = max_iters
+            out.append((dataclasses.replace(profile, values=v), [*lines, *left]))
+    return out
+
+
+def fewer_iterations(profile) -> tuple[int, str] | None:
+    """(sweep.max_iters, the line saying so): the most iterations the sweep times at a size where a bound
+    starts (a collective's busbw by size, a pairwise bandwidth's, with its window), so every bounded size
+    keeps its count and only the sizes without a bound (the latency-bound small ones) time fewer; None
+    where that is no fewer."""
+    from .screening import _bounds, bounded_sizes
+    sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
+    sizes = list(sweep.sizes)
+    keep = [sweep.iters(s, s * window) for s in bounded_sizes(profile)]
+    for _, table in _bounds(profile, "sizemap", ("collective",)):
+        for start, _value in table:
+            at = next((s for s in sizes if s >= start), None)
+            if at is not None:
+                keep.append(sweep.iters(at))
+    need = max([sweep.min_iters, *keep])
+    if need >= sweep.max_iters:
+        return None
+    return need, (f"sweep.max_iters {sweep.max_iters} -> {need}: a size without a bound times at most {need} "
+                  f"iterations (the collectives' small sizes, the smallest pairwise size), a size with a bound as "
+                  f"many as before")
+
+
+def _seconds(s: float) -> str:
+    """"45 s", "12 min", "5 h 40 min", "1 d 22 h": a rough duration for a line of text."""
+    for unit, sub, name, sub_name in ((86400, 3600, "d", "h"), (3600, 60, "h", "min"), (60, 1, "min", "s")):
+        if s >= unit:
+            whole = round(s / sub) * sub
+            return f"{whole // unit:.0f} {name} {whole % unit // sub:.0f} {sub_name}"
+    return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
 
 
 def ranks_budget(profile, env=None) -> float | None:

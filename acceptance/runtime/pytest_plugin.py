@@ -17,7 +17,6 @@ docs/pytest-under-mpi.md describes the design for users.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import faulthandler
 import hashlib
 import os
@@ -52,7 +51,7 @@ from ..records.results import (
     utc_now,
 )
 from . import estimate
-from .resume import ENV_RESUME, read_resume
+from . import resume
 from .schedule import Pairing, Resume
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
@@ -68,8 +67,10 @@ GRACE_S = 15.0
 ROOT_LATE_S = 1.0
 # Startup over thousands of ranks (imports on a shared file system) is slow: never less than this.
 CENSUS_MIN_S = 300.0
-# How long rank 0 waits for the missing ranks to say where they are stuck.
+# How long rank 0 waits for the missing ranks to say where they are stuck; and then, for those still
+# silent (a stopped process says nothing, a busy machine's may be late), before calling them silent.
 NOTE_WAIT_S = 1.0
+SILENT_WAIT_S = 10.0
 # Lines of a failure text quoted in a HANG report.
 HANG_TEXT_LINES = 12
 MARKERS = {
@@ -306,8 +307,8 @@ class CollectivePlugin:
         self.watchdog.disarm()
         self.recorder = Recorder(self.rank, self.topology.node, self.topology.rail, self.iteration,
                                  spill=self.folder.spill(self.rank))
-        if os.environ.get(ENV_RESUME):
-            self.resume = self.world.bcast(read_resume(os.environ[ENV_RESUME]) if self.rank == 0 else None, root=0)
+        if os.environ.get(resume.ENV_RESUME):
+            self.resume = self.world.bcast(resume.read(os.environ[resume.ENV_RESUME]) if self.rank == 0 else None)
         self.topology.pairing, self.schedule = self._pairing(self.folder.run_id)
         self.topology.rail_mode = self.rail_mode
         if self.rank == 0:
@@ -430,21 +431,15 @@ class CollectivePlugin:
             self.forced_exit = EXIT_USAGE
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """A relaunch leaves out the tests whose records landed before the node was lost."""
-        if not self.resume:
-            return
-        done = set(self.resume["landed"])
-        left = [item for item in items if item.nodeid not in done]
-        if len(left) < len(items):
-            config.hook.pytest_deselected(items=[item for item in items if item.nodeid in done])
-            items[:] = left
+        if self.resume:
+            resume.leave_out_landed(config, items, self.resume)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
         ids = [item.nodeid for item in session.items]
         digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
         self._arm("session", "collection", self.default_timeout)
-        groups = self._agree((digest, len(ids)), _group_by_digest, "session", "collection")
+        groups = self._agree((digest, len(ids)), _group, "session", "collection")
         if len(groups) == 1:
             self.watchdog.disarm()
             return
@@ -485,10 +480,8 @@ class CollectivePlugin:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item):
-        if self.resume and self.topology is not None:  # the test in flight takes up at its first round not ended
-            base = self.topology.pairing
-            self.topology.pairing = dataclasses.replace(
-                base, resume=dataclasses.replace(base.resume, first=self.resume["first"].get(item.nodeid, {})))
+        if self.resume and self.topology is not None:
+            self.topology.pairing = resume.pairing_for(item.nodeid, self.topology.pairing, self.resume)
         self._arm(item.nodeid, "setup", self._timeout(item))
         return (yield)
 
@@ -662,11 +655,18 @@ class CollectivePlugin:
         notes = self.sync.collect_notes(NOTE_WAIT_S, f"{nodeid} ({when})") if mpi_ok else {}
         if self.rank in missing:
             notes[self.rank] = _main_thread_location()
+        silent = [r for r in missing if r not in notes]
+        if silent and mpi_ok:
+            notes.update(self.sync.collect_notes(SILENT_WAIT_S, f"{nodeid} ({when})"))
+            silent = [r for r in missing if r not in notes]
         for rank in notes:
             if rank not in missing:
                 notes[rank] = "the sync point (arrived in time)"
         where = [f"  {outcomes.describe(ranks, self.labels)} at {place}"
                  for place, ranks in _group(notes).items()]
+        if silent and mpi_ok:  # analysis.lost: silent ranks all on one node make that node the hung one
+            where.append(f"  {outcomes.describe(silent, self.labels)} said nothing (stopped, or stuck without "
+                         f"releasing the interpreter)")
         if not mpi_ok:
             where.append("  (MPI thread level below MPI_THREAD_MULTIPLE: the watchdog thread made no MPI call, so "
                          "ranks waiting at the sync point are listed too; each rank's stack is in its log)")
@@ -677,7 +677,7 @@ class CollectivePlugin:
         finally:
             if self.folder is not None:
                 self.folder.update_run(end=utc_now(), complete=False, exit_code=EXIT_INCOMPLETE,
-                                       missing_ranks=missing, hang=report)
+                                       missing_ranks=missing, hang=report, **({"silent_ranks": silent} if mpi_ok else {}))
             self._say(f"\nacceptance: run folder {self.folder.path if self.folder else '(none)'}; "
                       f"stacks of every rank in logs/rank-<r>.log")
             self._abort(mpi_ok)
@@ -766,13 +766,6 @@ def _bounded(what: str, seconds: float, out):
         faulthandler.cancel_dump_traceback_later()
 
 
-def _group_by_digest(got: dict) -> dict:
-    groups: dict = {}
-    for rank in sorted(got):
-        groups.setdefault(got[rank], []).append(rank)
-    return groups
-
-
 def _main_thread_location() -> str:
     """'file.py:12 in test_x: time.sleep(300)' for the innermost frame of the main thread."""
     frame = sys._current_frames().get(threading.main_thread().ident)
@@ -782,11 +775,12 @@ def _main_thread_location() -> str:
     return f"{last.filename}:{last.lineno} in {last.name}: {(last.line or '').strip()}"
 
 
-def _group(notes: dict) -> dict:
-    by_where: dict[str, list[int]] = {}
-    for rank in sorted(notes):
-        by_where.setdefault(notes[rank], []).append(rank)
-    return by_where
+def _group(by_rank: dict) -> dict:
+    """value -> the ranks that gave it (a collection's digest, a hang note's place)."""
+    groups: dict = {}
+    for rank in sorted(by_rank):
+        groups.setdefault(by_rank[rank], []).append(rank)
+    return groups
 
 
 def _report_text(rep) -> str:
