@@ -20,6 +20,7 @@ from . import lost as lost_reports
 from .common import EPILOG, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, EXIT_USAGE, UsageError, positive, seconds
 from ..host import switchports
 from ..records.results import ENV_ITERATION, InputError, RunFolder, utc_now
+from ..runtime import status
 from ..runtime.resume import ENV_RESUME
 from ..records.naming import compress_ints
 from ..runtime.watchdog import END_GRACE_S
@@ -111,7 +112,7 @@ def cmd_run(args) -> int:
     nodes = args.nodes or profile.get("run.nodes")
     per_node = args.ranks_per_node or profile.get("run.ranks_per_node")
     tree, routes = _switch_tree(profile, args.topology, args.routes)
-    limit = _check_budget(profile, launcher.name, nodes, per_node, args.budget, args.iterations, args.duration)
+    limit, estimate = _check_budget(profile, launcher.name, nodes, per_node, args.budget, args.iterations, args.duration)
     folder = RunFolder.create(args.output or Path.cwd() / "reports")
 
     try:
@@ -143,7 +144,7 @@ def cmd_run(args) -> int:
     # emulated fabric has no subnet management to walk it with: nothing is read, nothing said).
     walk_from = switchports.fabric_ports()
     _switch_ports(folder, "before", walk_from)
-    launches = LaunchPass(launcher, nodes, per_node, cmd, env, folder, end_bound, profile)
+    launches = LaunchPass(launcher, nodes, per_node, cmd, env, folder, end_bound, profile, estimate)
     code = _burn_in(launches, folder, args.iterations, args.duration)
     _switch_ports(folder, "after", walk_from)
     if code in (EXIT_OK, EXIT_FAILED):
@@ -199,9 +200,10 @@ class LaunchPass:
     burn-in stay out of the passes after it."""
 
     def __init__(self, launcher: launch.Launcher, nodes: int, per_node: int, tail: list[str], env: dict,
-                 folder: RunFolder, end_bound: float, profile):
+                 folder: RunFolder, end_bound: float, profile, estimate: float | None = None):
         self.launcher, self.nodes, self.per_node, self.tail = launcher, nodes, per_node, tail
         self.env, self.folder, self.end_bound, self.profile = env, folder, end_bound, profile
+        self.estimate = estimate  # the plan's, of one pass: the ranks say how much of it is left
         self.excluded: tuple[str, ...] = ()
 
     def command(self) -> tuple[list[str], dict, str]:
@@ -209,13 +211,15 @@ class LaunchPass:
         return cmd + self.tail, {**env, **self.env}, what
 
     def __call__(self, iteration: int) -> int:
-        attempt, resume = 1, None
+        attempt, resume, began = 1, None, time.monotonic()
         cmd, env, _ = self.command()
         while True:
             env = {**env, ENV_ITERATION: str(iteration)}
             env.pop(ENV_RESUME, None)
             if resume is not None:
                 env[ENV_RESUME] = str(resume)
+            if self.estimate is not None:
+                env[status.ENV_ESTIMATE] = repr(max(0.0, self.estimate - (time.monotonic() - began)))
             started = utc_now()
             code, rc = self._launch(cmd, env)
             if code != EXIT_INCOMPLETE:
@@ -306,16 +310,17 @@ def post_run(folder: RunFolder, drain: bool, report: bool = True) -> int:
 
 
 def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str | None,
-                  iterations: int | None = None, duration: float | None = None) -> float | None:
+                  iterations: int | None = None, duration: float | None = None) -> tuple[float | None, float | None]:
     """Before anything starts: exit 2 (UsageError) when the plan's estimate of the whole acceptance exceeds
     the budget or the Slurm job's time left, or a burn-in (every pass, or its duration and one more pass)
-    cannot end within the job; the limit of one pass in seconds (None: no limit)."""
+    cannot end within the job; (the limit of one pass in seconds (None: no limit), the plan's estimate of
+    one pass (None: nothing pairwise to plan))."""
     if launcher == "srun":  # the allocation's nodes and tasks, as Srun.command launches them
         nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or nodes)
         per_node = int(re.match(r"\d+", os.environ.get("SLURM_NTASKS_PER_NODE") or str(per_node))[0])
     rails = profile.get("topology.rails") or per_node
     if nodes < 2:
-        return None  # nothing pairwise to plan; the suites skip what needs two nodes
+        return None, None  # nothing pairwise to plan; the suites skip what needs two nodes
     checked = plan.check_before_run(profile, nodes, rails, budget)
     left, one = checked["slurm_seconds_left"], checked["estimated_seconds"]
     burn = one * iterations if iterations else duration + one if duration else None
@@ -329,7 +334,7 @@ def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str
         print(f"acceptance: plan {plan.format_seconds(checked['estimated_seconds'])} with {checked['pattern']} "
               f"(rails {checked['rail_mode']}), within {checked['limit_from']} "
               f"({plan.format_seconds(checked['limit_seconds'])})", flush=True)
-    return checked["limit_seconds"]
+    return checked["limit_seconds"], checked["estimated_seconds"]
 
 
 def _switch_tree(profile, topology: str | None, routes: str | None) -> tuple[Path | None, Path | None]:

@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..rules import catalog, judge
-from ..runtime import pulse
+from ..runtime import pulse, status
 from ..rules.profile import Profile
 from ..runtime.screening import screening_iters, screening_latency_iters, screening_sizes
 from . import confirm
@@ -61,10 +61,12 @@ class RailPairs:
 
         Collective over the rail communicator; a rank with a bye gets no pair that round.
         """
-        for pairs in self.rounds if rounds is None else rounds:
+        walked = self.rounds if rounds is None else rounds
+        for k, pairs in enumerate(walked, 1):
             # A rank with a bye (or done early) waits here, asleep, rather than spinning in Split.
             pulse.wait(self.comm)
             self.round = self._index.get(id(pairs))  # None in a confirmation's own rounds
+            status.round_begun(k, len(walked), "round" if self.round is not None else "confirmation round")
             color, key = MPI.UNDEFINED, 0
             for i, (low, high) in enumerate(pairs):
                 if self.index in (low, high):

@@ -118,6 +118,21 @@ def format_duration(seconds: float) -> str:
     return f"{_plain(d / _DURATION_UNITS['ns'])}ns"
 
 
+def human_seconds(seconds: float) -> str:
+    """Human durations for a person to read (format_duration is what reads back): "0.04 s", "45 s",
+    "12 min 5 s", "3 h 12 min", "2 d 4 h"."""
+    if seconds < 0.01:
+        return "under 0.01 s"
+    if seconds < 10:
+        return f"{seconds:.2g} s"
+    # Round to the smallest unit shown first, so 3599.7 s reads "1 h 0 min", not "59 min 60 s".
+    for unit, sub, name, sub_name in ((86400, 3600, "d", "h"), (3600, 60, "h", "min"), (60, 1, "min", "s")):
+        whole = round(seconds / sub) * sub
+        if whole >= unit:
+            return f"{whole // unit} {name} {whole % unit // sub} {sub_name}"
+    return f"{round(seconds)} s"
+
+
 def format_rate(gbits: float, unit: str = "Gbit/s") -> str:
     """Gbit/s as "400Gbit/s", or with unit "GB/s" in bytes ("48GB/s"), exactly."""
     if unit == "GB/s":

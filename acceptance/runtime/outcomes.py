@@ -97,3 +97,22 @@ def merge(summaries: Mapping[int, dict], labels: Mapping[int, str]) -> dict:
             "longrepr": "inconsistent outcome across ranks (a rank-local skip or xfail means that node differs):\n"
                         + "\n".join(lines),
             "ranks": odd}
+
+
+def collection_message(groups: dict, lists: dict, labels: Mapping[int, str]) -> str:
+    """Why the ranks' collections differ: groups (digest -> ranks), lists (a speaker rank -> its test ids)."""
+    base_ranks = next(ranks for ranks in groups.values() if 0 in ranks)
+    base = set(lists[0])
+    lines = ["collected tests differ between ranks; all ranks must collect the same tests "
+             "(fix: a fixed PYTHONHASHSEED, the same checkout on every node, no rank-dependent parametrize)",
+             f"  {describe(base_ranks, labels)}: {len(lists[0])} tests"]
+    for ranks in groups.values():
+        if ranks is base_ranks:
+            continue
+        other = set(lists[ranks[0]])
+        lines.append(f"  {describe(ranks, labels)}: {len(other)} tests")
+        for nodeid in sorted(other - base)[:10]:
+            lines.append(f"    only there: {nodeid}")
+        for nodeid in sorted(base - other)[:10]:
+            lines.append(f"    missing there: {nodeid}")
+    return "\n".join(lines)

@@ -51,7 +51,7 @@ from ..records.results import (
     utc_now,
 )
 from . import estimate
-from . import resume
+from . import resume, status
 from .schedule import Pairing, Resume
 from .sync import Agreement, Missing, RootLost
 from .topology import Topology, TopologyError, local_identity
@@ -221,9 +221,7 @@ def record(request):
     Fields default to this rank's node, rank and rail; the suite is the
     module's SUITE attribute or its file name without `test_`.
     """
-    module = request.node.module
-    suite = getattr(module, "SUITE", None) or Path(module.__file__).stem.removeprefix("test_")
-    return _plugin(request).recorder.bind(request.node.nodeid, suite)
+    return _plugin(request).recorder.bind(request.node.nodeid, _suite_of(request.node))
 
 
 class CollectivePlugin:
@@ -252,6 +250,7 @@ class CollectivePlugin:
         self._items: list[pytest.Item] = []
         # A relaunch after a lost node (acceptance.cli.attempts): resume.json, read by rank 0 and shared.
         self.resume: dict | None = None
+        self.status: status.Status | None = None
         self._logfile = None
         # pytest's capture replaces fds 1 and 2 during tests; a HANG report
         # written from the watchdog thread must still reach the terminal.
@@ -436,6 +435,10 @@ class CollectivePlugin:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self._items = list(session.items)
+        if self.rank == 0 and self.folder is not None:  # what rank 0 says every status.EVERY_S seconds
+            estimate = os.environ.get(status.ENV_ESTIMATE)
+            self.status = status.Status(self.folder.path, self._stderr, float(estimate) if estimate else None)
+            self.status.start(len(self._items))
         ids = [item.nodeid for item in session.items]
         digest = hashlib.sha256("\n".join(ids).encode()).hexdigest()
         self._arm("session", "collection", self.default_timeout)
@@ -447,24 +450,7 @@ class CollectivePlugin:
         speakers = {ranks[0] for ranks in groups.values()}
         lists = self._agree(ids if self.rank in speakers else None,
                             lambda got: {r: got[r] for r in speakers}, "session", "collection diff")
-        self._exit(EXIT_USAGE, self._collection_message(groups, lists))
-
-    def _collection_message(self, groups: dict, lists: dict) -> str:
-        base_ranks = next(ranks for ranks in groups.values() if 0 in ranks)
-        base = set(lists[0])
-        lines = ["collected tests differ between ranks; all ranks must collect the same tests "
-                 "(fix: a fixed PYTHONHASHSEED, the same checkout on every node, no rank-dependent parametrize)",
-                 f"  {outcomes.describe(base_ranks, self.labels)}: {len(lists[0])} tests"]
-        for ranks in groups.values():
-            if ranks is base_ranks:
-                continue
-            other = set(lists[ranks[0]])
-            lines.append(f"  {outcomes.describe(ranks, self.labels)}: {len(other)} tests")
-            for nodeid in sorted(other - base)[:10]:
-                lines.append(f"    only there: {nodeid}")
-            for nodeid in sorted(base - other)[:10]:
-                lines.append(f"    missing there: {nodeid}")
-        return "\n".join(lines)
+        self._exit(EXIT_USAGE, outcomes.collection_message(groups, lists, self.labels))
 
     # ---- each test phase -------------------------------------------------
     def _timeout(self, item: pytest.Item) -> float:
@@ -482,6 +468,8 @@ class CollectivePlugin:
     def pytest_runtest_setup(self, item):
         if self.resume and self.topology is not None:
             self.topology.pairing = resume.pairing_for(item.nodeid, self.topology.pairing, self.resume)
+        if self.status is not None:
+            self.status.begin(item.nodeid, _suite_of(item), self._items.index(item) + 1)
         self._arm(item.nodeid, "setup", self._timeout(item))
         return (yield)
 
@@ -531,9 +519,7 @@ class CollectivePlugin:
         ranks = decision["ranks"]
         nodes = sorted({self.topology.ranks[r].node for r in ranks}, key=natural_key)
         rails = {self.topology.ranks[r].rail for r in ranks}
-        module = getattr(item, "module", None)
-        suite = getattr(module, "SUITE", None) or Path(getattr(module, "__file__", item.nodeid)).stem.removeprefix("test_")
-        return make_record(test=item.nodeid, suite=suite, metric=FAILED_METRIC, value=None, unit="", nodes=nodes,
+        return make_record(test=item.nodeid, suite=_suite_of(item), metric=FAILED_METRIC, value=None, unit="", nodes=nodes,
                            ranks=ranks, rail=rails.pop() if len(rails) == 1 else None, iteration=self.iteration,
                            samples=0, verdict="fail", file=getattr(item.getparent(pytest.Module), "nodeid", None),
                            detail=f"{when}: {outcomes.failure_headline(decision, summaries)}")
@@ -551,6 +537,8 @@ class CollectivePlugin:
             self._say("acceptance: no tests were selected (check the paths and the -m / -k expression)")
         if self.rank == 0:
             self.folder.update_run(end=utc_now(), complete=code != EXIT_INCOMPLETE, exit_code=code)
+            if self.status is not None:
+                self.status.stop()
         session.exitstatus = code
         return result
 
@@ -773,6 +761,12 @@ def _main_thread_location() -> str:
         return "unknown"
     last = traceback.extract_stack(frame)[-1]
     return f"{last.filename}:{last.lineno} in {last.name}: {(last.line or '').strip()}"
+
+
+def _suite_of(item) -> str:
+    """A test's suite: its module's SUITE, else its file's name without `test_`."""
+    module = getattr(item, "module", None)
+    return getattr(module, "SUITE", None) or Path(getattr(module, "__file__", item.nodeid)).stem.removeprefix("test_")
 
 
 def _group(by_rank: dict) -> dict:

@@ -132,7 +132,8 @@ def test_empty_file_gets_defaults(tmp_path):
     assert set(p.values) == set(SCHEMA)
     assert {k: p.values[k] for k in ("run", "topology", "preflight", "latency")} == {
         "run": {"engine": "auto", "engines": {}, "hang_timeout": 120.0, "nodes": 2, "ranks_per_node": 2,
-                "rail_mode": "concurrent", "budget": None, "budget_margin": 0.1},
+                "rail_mode": "concurrent", "budget": None, "budget_margin": 0.1,
+                "attempts": 2, "lost_max": 0.2},
         "topology": {"rails": 0, "nic_rails": {}, "switches": None, "routes": None},
         "preflight": {"memlock_min": 64 * 2**20, "same_versions": True, "rdma_devices": None, "port_rate": None,
                       "mtu": None, "link_layer": None, "hugepages_min": 0, "gpus_per_node": None,
@@ -271,7 +272,8 @@ nic_rails = { mlx5_1 = 1 }
     assert p.name == "child"  # a name is not inherited
     assert p.description == "base"
     assert p.values["run"] == {"engine": "auto", "engines": {}, "hang_timeout": 10.0, "nodes": 4, "ranks_per_node": 2,
-                                "rail_mode": "concurrent", "budget": None, "budget_margin": 0.1}
+                                "rail_mode": "concurrent", "budget": None, "budget_margin": 0.1,
+                "attempts": 2, "lost_max": 0.2}
     assert p.values["topology"]["nic_rails"] == {"mlx5_0": 0, "mlx5_1": 1}
 
 
