@@ -42,6 +42,11 @@ def add_parser(sub) -> None:
                "          the job's --ntasks-per-node if it set one, else --ranks-per-node (default: the\n"
                "          profile's run.ranks_per_node) ranks on each node of the job\n"
                "  mpirun  the system mpirun with --nodes x --ranks-per-node ranks, real host names\n\n"
+               "A lost node (a rank killed, its node down, its ranks alone hung) is named, drained and left\n"
+               "behind: what was left runs again on the other nodes, in the same run folder and allocation\n"
+               "(srun --exclude; local: without that virtual node; not with mpirun), at most run.attempts\n"
+               "launches (2) and while no more than run.lost_max of the nodes (0.2) are lost. Rank 0 prints\n"
+               "every 20 s how far the run is, and keeps it in the run folder's status.json.\n\n"
                "Anything after -- goes to pytest, e.g. -- -m 'preflight or rail' -x\n" + EPILOG)
     run.add_argument("--profile", metavar="NAME|PATH|auto",
                      help="thresholds profile: a built-in name (acceptance profiles), a TOML file, or auto: the "

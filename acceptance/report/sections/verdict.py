@@ -99,11 +99,21 @@ def _left_behind(run: dict) -> dict | None:
     if not lost:
         return None
     nodes = (run.get("topology") or {}).get("nodes")
-    total = len(nodes) if isinstance(nodes, (dict, list)) else None
-    return {"nodes": [{"node": fmt_text(node), "why": fmt_text(why)} for node, why in lost],
-            "cost": (f"{len(lost)} of {total} nodes" if total else f"{len(lost)} node(s)")
-            + " lost during the run: the tests from the loss on did not finish (what each rank had measured of the "
-                                       "one in flight is kept), and the run is INCOMPLETE"}
+    launches = [a for a in run.get("attempts") or [] if isinstance(a, dict)]
+    planned = launches[0].get("nodes") if launches else nodes
+    total = len(planned) if isinstance(planned, (dict, list)) else None
+    lost_text = f"{len(lost)} of {total} nodes" if total else f"{len(lost)} node(s)"
+    rows = [{"node": fmt_text(node), "why": fmt_text(why)} for node, why in lost]
+    if launches and run.get("complete") is True:  # acceptance.cli.attempts: the rest was launched again
+        left = len(nodes) if isinstance(nodes, (dict, list)) else "the other"
+        return {"nodes": rows, "cost": f"{lost_text} lost during the run and left behind; what was left was launched "
+                                       f"again on the other {left} ({len(launches)} launches in all), in the same run "
+                                       f"folder: the rounds that had ended are kept, the lost nodes' pairs after that "
+                                       f"were not measured, and the tests after the loss (the world collectives "
+                                       f"among them) ran on {left} nodes"}
+    return {"nodes": rows,
+            "cost": lost_text + " lost during the run: the tests from the loss on did not finish (what each rank had "
+                                "measured of the one in flight is kept), and the run is INCOMPLETE"}
 
 
 # --- 2. findings -----------------------------------------------------------------
