@@ -153,9 +153,10 @@ class Srun(Launcher):
 
     def command(self, nodes, per_node, exclude=()):
         env = dict(os.environ)
-        # --no-kill: a node that fails ends this step, not the allocation, so a relaunch can run on the
-        # others (sbatch(1): each srun must ask for it too).
-        srun = ["srun", "--kill-on-bad-exit=1", "--no-kill"]
+        # Not --no-kill: a step asked with it outlives a failed node and ignores --kill-on-bad-exit (srun(1)).
+        # The job's own --no-kill (the sbatch scripts) keeps the allocation; this step ends with the node,
+        # and `acceptance run` starts the next one on the others (srun --exclude).
+        srun = ["srun", "--kill-on-bad-exit=1"]
         job_nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or nodes)
         fixed = re.match(r"\d+", os.environ.get("SLURM_NTASKS_PER_NODE") or "")
         if exclude:
@@ -173,7 +174,8 @@ class Srun(Launcher):
             # Each rank's MPI traffic leaves through its own rail: interface <prefix><local rank>.
             # Set per rank, before MPI starts, so it must happen in the rank's own shell.
             srun += ["/bin/sh", "-c", f'FI_TCP_IFACE="${{{ENV_RAIL_IFACE}}}$SLURM_LOCALID" exec "$0" "$@"']
-        return [*srun, *self.python()], env, f"srun over Slurm job {os.environ.get('SLURM_JOB_ID', '?')}"
+        return [*srun, *self.python()], env, (f"srun over Slurm job {os.environ.get('SLURM_JOB_ID', '?')}"
+                                              + (f", without {', '.join(exclude)}" if exclude else ""))
 
 
 def resolve(choice: str) -> Launcher:

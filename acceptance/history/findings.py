@@ -470,8 +470,8 @@ def _flagged(fnd: dict, subject: str, window: list[dict], flags: list[bool], ton
 
 def _lost_again(store: Store, tonight: dict, profile: Profile) -> list[dict]:
     """A node lost tonight (analysis.lost: a finding of kind "lost") and on another of the last M nights,
-    complete or not (a night that lost a node is incomplete): it fails as intermittent, to be repaired
-    rather than resumed."""
+    complete or not (one that lost a node is incomplete unless a relaunch on the others finished it): it
+    fails as intermittent, to be repaired rather than resumed."""
     lost = store.findings([tonight["id"]])
     lost = lost[lost["kind"] == LOST_KIND]
     if lost.empty:

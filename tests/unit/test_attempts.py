@@ -127,7 +127,22 @@ def test_the_launchers_leave_the_lost_nodes_out(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "8")
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2")
     monkeypatch.setattr(launch.shutil, "which", lambda name: "/usr/bin/" + name)
-    cmd, _, _ = launch.LAUNCHERS["srun"].command(8, 2, ("node3", "node5"))
-    assert {"--no-kill", "--nodes=6", "--ntasks=12", "--ntasks-per-node=2", "--exclude=node3,node5"} <= set(cmd)
+    cmd, _, what = launch.LAUNCHERS["srun"].command(8, 2, ("node3", "node5"))
+    assert what.endswith(", without node3, node5")
+    assert {"--nodes=6", "--ntasks=12", "--ntasks-per-node=2", "--exclude=node3,node5"} <= set(cmd)
+    assert "--no-kill" not in cmd  # it would keep the step alive past a failed node and ignore -K
     with pytest.raises(launch.LaunchError, match="no relaunch"):
         launch.LAUNCHERS["mpirun"].command(8, 2, ("node3",))
+
+
+def test_the_reports_banner_says_what_the_relaunch_cost():
+    from acceptance.report.sections import verdict
+    first = {"attempt": 1, "nodes": NODES, "left_behind": [{"node": "node3", "why": "srun: Killed"}]}
+    second = {"attempt": 2, "nodes": [n for n in NODES if n != "node3"], "left_behind": []}
+    run = {"topology": _topology(second["nodes"]), "attempts": [first, second], "complete": True}
+    box = verdict.context_left_behind(run)
+    assert box["nodes"] == [{"node": "node3", "why": "srun: Killed"}]
+    assert box["cost"].startswith("1 of 8 nodes lost during the run and left behind; what was left was launched "
+                                  "again on the other 7 (2 launches in all)")
+    assert "INCOMPLETE" in verdict.context_left_behind({**run, "attempts": [], "lost_nodes": ["node3"],
+                                                        "complete": False})["cost"]

@@ -35,5 +35,5 @@ def test_srun_sets_each_ranks_rail_interface(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_NUM_NODES", "4")
     monkeypatch.delenv("SLURM_NTASKS_PER_NODE", raising=False)
     cmd, _, _ = launch.LAUNCHERS["srun"].command(4, 2)
-    assert cmd[:6] == ["srun", "--kill-on-bad-exit=1", "--no-kill", "--nodes=4", "--ntasks=8", "--ntasks-per-node=2"]
+    assert cmd[:5] == ["srun", "--kill-on-bad-exit=1", "--nodes=4", "--ntasks=8", "--ntasks-per-node=2"]
     assert 'FI_TCP_IFACE="${ACCEPTANCE_RAIL_IFACE_PREFIX}$SLURM_LOCALID"' in " ".join(cmd)

@@ -89,11 +89,11 @@ def summary(analysis, recs: pd.DataFrame, run_dir: Path) -> dict:
         "record_info": f"{int(counts.get('info', 0)):,}",
         "baseline_id": fmt_text(analysis.baseline_id) if analysis.baseline_id else "",
         "overrides": describe_overrides(run.get("overrides") or {}) if isinstance(run.get("overrides"), dict) else [],
-        "left_behind": _left_behind(run),
+        "left_behind": context_left_behind(run),
     }
 
 
-def _left_behind(run: dict) -> dict | None:
+def context_left_behind(run: dict) -> dict | None:
     """The nodes the run lost (analysis.lost), for the banner: who, why, and what it cost."""
     lost = lost_nodes(run)
     if not lost:
