@@ -22,7 +22,7 @@ from ..switchtree.fabric import Fabric
 from ..rules.switches import fabric_for, kept_fabric
 from ..measure.sweep import sweep_from_profile
 from ..rules.profile import Profile, load_profile
-from ..rules.units import format_size
+from ..rules.units import format_size, human_seconds
 from ..runtime import estimate as model
 from ..runtime.schedule import coverage, pair_count, parse_pattern, schedule
 
@@ -31,18 +31,6 @@ ENV_BUDGET = model.ENV_BUDGET           # the limit `acceptance run` hands the r
 RAIL_MODES = ("concurrent", "serial")
 
 
-def format_seconds(seconds: float) -> str:
-    """Human durations: "0.04 s", "45 s", "12 min 5 s", "3 h 12 min", "2 d 4 h"."""
-    if seconds < 0.01:
-        return "under 0.01 s"
-    if seconds < 10:
-        return f"{seconds:.2g} s"
-    # Round to the smallest unit shown first, so 3599.7 s reads "1 h 0 min", not "59 min 60 s".
-    for unit, sub, name, sub_name in ((86400, 3600, "d", "h"), (3600, 60, "h", "min"), (60, 1, "min", "s")):
-        whole = round(seconds / sub) * sub
-        if whole >= unit:
-            return f"{whole // unit} {name} {whole % unit // sub} {sub_name}"
-    return f"{round(seconds)} s"
 
 
 def longest_step(profile: Profile, est: model.Estimate) -> tuple[float, str]:
@@ -60,8 +48,8 @@ def step_problem(profile: Profile, est: model.Estimate) -> str | None:
         return None
     shrink = ("leave out the all-to-all over that many ranks (collectives.alltoall_max_ranks)" if "connections" in what
               else "shrink the sweep (sweep.bytes_per_size, sweep.max_iters, sweep.max_time_per_size, latency.iters)")
-    return (f"the longest step ({what}) takes about {format_seconds(seconds)} at {est.rate_gbits:g} Gbit/s, not "
-            f"within profile {profile.name}'s run.hang_timeout of {format_seconds(timeout)}: every such step "
+    return (f"the longest step ({what}) takes about {human_seconds(seconds)} at {est.rate_gbits:g} Gbit/s, not "
+            f"within profile {profile.name}'s run.hang_timeout of {human_seconds(timeout)}: every such step "
             f"would end as a HANG; raise run.hang_timeout or {shrink}")
 
 
@@ -217,10 +205,10 @@ def what_to_change(plan: dict, profile: Profile, rate: str | None) -> list[str]:
         cheaper = model.resolve_pattern(profile, plan["nodes"], plan["rails"], plan["rail_mode"], limit, rate, "auto")[0]
         cheap = model.estimate(profile, plan["nodes"], plan["rails"], cheaper, plan["rail_mode"], rate).total
         if cheap <= limit:
-            out.append(f"--pattern {cheaper} (or rdma_write.pattern = \"auto\"): {format_seconds(cheap)}")
+            out.append(f"--pattern {cheaper} (or rdma_write.pattern = \"auto\"): {human_seconds(cheap)}")
     if plan["rail_mode"] == "serial" and plan["estimated_seconds_concurrent"] <= limit:
         out.append(f"every rail at once: run.rail_mode = \"concurrent\" "
-                   f"({format_seconds(plan['estimated_seconds_concurrent'])})")
+                   f"({human_seconds(plan['estimated_seconds_concurrent'])})")
     name, seconds = max(plan["suites"].items(), key=lambda kv: kv[1])
     pairwise = "fewer rounds (--pattern screen:K, or auto) or a smaller sweep (sweep.max_size, sweep.bytes_per_size)"
     hint = {"collective": "a smaller sweep (sweep.max_size, sweep.bytes_per_size, sweep.max_iters), the all-to-all "
@@ -229,7 +217,7 @@ def what_to_change(plan: dict, profile: Profile, rate: str | None) -> list[str]:
             "perftest": "a shorter perftest.duration, or fewer rounds (--pattern screen:K)",
             "incast": "a shorter incast.duration", "rdma_write": pairwise, "gpudirect": pairwise,
             "intranode": "a smaller intranode.size or intranode.iters"}.get(name)
-    out.append(f"the largest part is {name} ({format_seconds(seconds)})" + (f": {hint}" if hint else ""))
+    out.append(f"the largest part is {name} ({human_seconds(seconds)})" + (f": {hint}" if hint else ""))
     return out
 
 
@@ -269,31 +257,31 @@ def plan_text(plan: dict) -> str:
         ("rate", f"{plan['rate_gbits']:g} Gbit/s   ({plan['rate_from']})"),
     ]
     for name, seconds in plan["suites"].items():
-        rows.append((f"  {name}", format_seconds(seconds)))
+        rows.append((f"  {name}", human_seconds(seconds)))
     for name, seconds in plan["overheads"].items():
-        rows.append((f"  {name}", format_seconds(seconds)))
+        rows.append((f"  {name}", human_seconds(seconds)))
     reserve = plan["relaunch_reserve"]
     if reserve:
-        rows.append(("  relaunch reserve", f"{format_seconds(reserve['seconds'])}   (run.attempts {reserve['attempts']}: "
+        rows.append(("  relaunch reserve", f"{human_seconds(reserve['seconds'])}   (run.attempts {reserve['attempts']}: "
                                            f"room for one relaunch after a lost node: launch "
-                                           f"{format_seconds(reserve['launch'])} + world setup "
-                                           f"{format_seconds(reserve['world setup'])} + the longest step "
-                                           f"{format_seconds(reserve['longest step'])})"))
+                                           f"{human_seconds(reserve['launch'])} + world setup "
+                                           f"{human_seconds(reserve['world setup'])} + the longest step "
+                                           f"{human_seconds(reserve['longest step'])})"))
     if any(part["init"] or part["connections"] for part in plan["setup"].values()):
         rows.append(("setup", setup_text(plan["setup"])))
-    rows.append(("estimated duration", f"{format_seconds(plan['estimated_seconds'])}   (rails {other}: "
-                                       f"{format_seconds(plan[f'estimated_seconds_{other}'])})"))
+    rows.append(("estimated duration", f"{human_seconds(plan['estimated_seconds'])}   (rails {other}: "
+                                       f"{human_seconds(plan[f'estimated_seconds_{other}'])})"))
     if plan["limit_seconds"] is not None:
         verdict = "fits" if plan["fits"] else "DOES NOT FIT"
-        rows.append(("limit", f"{format_seconds(plan['limit_seconds'])}   ({plan['limit_from']}): {verdict}"))
+        rows.append(("limit", f"{human_seconds(plan['limit_seconds'])}   ({plan['limit_from']}): {verdict}"))
     else:
         rows.append(("limit", "none (no run.budget, --budget or Slurm job)"))
     for item in plan["gave_up"]:
         rows.append(("gave up", item))
     step = plan["longest_step"]
     fits = "fits" if step["seconds"] < step["hang_timeout"] else "DOES NOT FIT"
-    rows.append(("longest step", f"{format_seconds(step['seconds'])}   ({step['what']}); run.hang_timeout "
-                                 f"{format_seconds(step['hang_timeout'])}: {fits} (the deadline bounds a step, "
+    rows.append(("longest step", f"{human_seconds(step['seconds'])}   ({step['what']}); run.hang_timeout "
+                                 f"{human_seconds(step['hang_timeout'])}: {fits} (the deadline bounds a step, "
                                  f"not a test)"))
     rows += costs_rows(plan["costs"])
     width = max(len(label) for label, _ in rows) + 1
@@ -303,10 +291,10 @@ def plan_text(plan: dict) -> str:
 def setup_text(setup: dict) -> str:
     """NCCL's setup: each communicator's init, the all-to-all's connections, and what was left out."""
     names = {"world": "the world's", "rails": "each rail's", "node": "each node's"}
-    world = [f"the world's {format_seconds(p['init'])} (world setup)" for s, p in setup.items()
+    world = [f"the world's {human_seconds(p['init'])} (world setup)" for s, p in setup.items()
              if s == "world" and p["init"]]
-    inits = [f"{names[s]} {format_seconds(p['init'])}" for s, p in setup.items() if p["init"] and s != "world"]
-    conns = [f"{s} {format_seconds(p['connections'])}" for s, p in setup.items() if p["connections"]]
+    inits = [f"{names[s]} {human_seconds(p['init'])}" for s, p in setup.items() if p["init"] and s != "world"]
+    conns = [f"{s} {human_seconds(p['connections'])}" for s, p in setup.items() if p["connections"]]
     left = [f"{s} ({p['ranks']:,} ranks)" for s, p in setup.items() if p["connections"] is None]
     parts = []
     if world or inits:
@@ -349,7 +337,7 @@ def costs_rows(costs: dict) -> list[tuple[str, str]]:
     """One row for the assumed costs (no source), one naming the rest (--json has each source)."""
     assumed = [f"{name}={v['value']:g}" for name, v in costs.items() if v["from"] == "assumed"]
     sourced = [name for name, v in costs.items() if v["from"] != "assumed"]
-    rows = [("costs assumed", ", ".join(assumed) + "   (no source: acceptance/runtime/estimate.py)")] if assumed else []
+    rows = [("costs assumed", ", ".join(assumed) + "   (no source: acceptance/runtime/estimate.py, setup_costs.py)")] if assumed else []
     if sourced:
         rows.append(("costs sourced", ", ".join(sourced) + "   (measured or the profile's: --json says where)"))
     return rows
@@ -357,8 +345,8 @@ def costs_rows(costs: dict) -> list[tuple[str, str]]:
 
 def over_limit_message(plan: dict) -> str:
     """The exit-2 message: the estimate, the limit, and what to change."""
-    lines = [f"the estimate ({format_seconds(plan['estimated_seconds'])} with {plan['pattern']}, rails "
-             f"{plan['rail_mode']}) exceeds {plan['limit_from']} ({format_seconds(plan['limit_seconds'])}); change:"]
+    lines = [f"the estimate ({human_seconds(plan['estimated_seconds'])} with {plan['pattern']}, rails "
+             f"{plan['rail_mode']}) exceeds {plan['limit_from']} ({human_seconds(plan['limit_seconds'])}); change:"]
     return "\n".join(lines + [f"  - {c}" for c in plan["change"]])
 
 

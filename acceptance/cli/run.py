@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import shlex
@@ -26,6 +27,7 @@ from ..records.naming import compress_ints
 from ..runtime.watchdog import END_GRACE_S
 from ..rules import switches
 from ..rules.profile import load_profile
+from ..rules.units import human_seconds
 
 
 def add_parser(sub) -> None:
@@ -189,7 +191,7 @@ def _burn_in(launch_pass: "LaunchPass", folder: RunFolder, iterations: int | Non
             else:
                 left, of = max(0.0, duration - elapsed), ""
             print(f"acceptance: burn-in iteration {len(codes)}{of} done (exit {code}), "
-                  f"elapsed {plan.format_seconds(elapsed)}, remaining {'0 s' if done else '~' + plan.format_seconds(left)}", flush=True)
+                  f"elapsed {human_seconds(elapsed)}, remaining {'0 s' if done else '~' + human_seconds(left)}", flush=True)
         if done:
             break
     final = max(codes)
@@ -211,13 +213,10 @@ class LaunchPass:
         self.estimate = estimate  # the plan's, of one pass: the ranks say how much of it is left
         self.excluded: tuple[str, ...] = ()
 
-    def command(self) -> tuple[list[str], dict, str]:
-        cmd, env, what = self.launcher.command(self.nodes, self.per_node, self.excluded)
-        return cmd + self.tail, {**env, **self.env}, what
-
     def __call__(self, iteration: int) -> int:
         attempt, resume, began = 1, None, time.monotonic()
-        cmd, env, _ = self.command()
+        cmd, env, _ = self.launcher.command(self.nodes, self.per_node, self.excluded)
+        cmd, env = cmd + self.tail, {**env, **self.env}
         while True:
             env = {**env, ENV_ITERATION: str(iteration)}
             env.pop(ENV_RESUME, None)
@@ -228,11 +227,18 @@ class LaunchPass:
             started = utc_now()
             code, rc = self._launch(cmd, env)
             if code != EXIT_INCOMPLETE:
+                _salvage(self.folder, iteration)  # nothing, unless a test's records never landed
                 if attempt > 1:
                     attempts.record_launch(self.folder, attempt, started, utc_now(), again=False)
                 return code
             run = _read_run(self.folder)
             decision = attempts.decide(run, attempt, self.profile) if run else None
+            if decision is not None and decision.again:
+                try:  # before anything is set aside: a launcher that cannot leave the node out (mpirun)
+                    cmd, env, what = self.launcher.command(self.nodes, self.per_node, decision.lost)
+                    cmd, env = cmd + self.tail, {**env, **self.env}
+                except launch.LaunchError as e:
+                    decision = dataclasses.replace(decision, again=False, why=f"not launching again: {e}")
             cut = attempts.Cut() if decision is not None and decision.again else None
             _salvage(self.folder, iteration, cut)
             if cut is None:
@@ -249,11 +255,6 @@ class LaunchPass:
             run = attempts.record_launch(self.folder, attempt, started, utc_now(), again=True)
             resume = attempts.write_resume(self.folder, run, attempt + 1, iteration, decision, cut)
             self.excluded = decision.lost
-            try:
-                cmd, env, what = self.command()
-            except launch.LaunchError as e:
-                print(f"acceptance: not launching again: {e}", file=sys.stderr)
-                return EXIT_INCOMPLETE
             print(f"acceptance: {what}", flush=True)
             attempt += 1
 
@@ -330,15 +331,15 @@ def _check_budget(profile, launcher: str, nodes: int, per_node: int, budget: str
     left, one = checked["slurm_seconds_left"], checked["estimated_seconds"]
     burn = one * iterations if iterations else duration + one if duration else None
     if burn and left is not None and burn > left:
-        what = f"--iterations {iterations}" if iterations else f"--duration {plan.format_seconds(duration)}"
-        raise UsageError(f"the burn-in ({what}, about {plan.format_seconds(one)} a pass) needs about "
-                         f"{plan.format_seconds(burn)}, more than the Slurm job's time left "
-                         f"({plan.format_seconds(left)}): fewer iterations, a shorter --duration, or a longer "
+        what = f"--iterations {iterations}" if iterations else f"--duration {human_seconds(duration)}"
+        raise UsageError(f"the burn-in ({what}, about {human_seconds(one)} a pass) needs about "
+                         f"{human_seconds(burn)}, more than the Slurm job's time left "
+                         f"({human_seconds(left)}): fewer iterations, a shorter --duration, or a longer "
                          f"allocation (--time)")
     if checked["limit_seconds"] is not None:
-        print(f"acceptance: plan {plan.format_seconds(checked['estimated_seconds'])} with {checked['pattern']} "
+        print(f"acceptance: plan {human_seconds(checked['estimated_seconds'])} with {checked['pattern']} "
               f"(rails {checked['rail_mode']}), within {checked['limit_from']} "
-              f"({plan.format_seconds(checked['limit_seconds'])})", flush=True)
+              f"({human_seconds(checked['limit_seconds'])})", flush=True)
     return checked["limit_seconds"], checked["estimated_seconds"]
 
 

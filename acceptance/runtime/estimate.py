@@ -30,10 +30,11 @@ The assumptions, named once (each a constant below):
   per rank up to WORLD_SETUP_MAX_S (NVIDIA/nccl#1156: 2.5 minutes at large scale), the world's its own
   line ("world setup"), each rail's and node's in its all-reduce; and an all-to-all's first call connecting
   every rank to each of its peers (NCCL connects send/recv peers on demand), ALLTOALL_CONNECT_PEER_S a peer
-  over the network (NVIDIA/nccl-tests#78: 10 minutes at 240 GPUs), NODE_CONNECT_PEER_S inside a node.
-  Where the acceptance does not fit, "auto" may time fewer iterations at the sizes without a bound
-  (sweep.max_iters) and leave out the all-to-all over the largest communicators
-  (collectives.alltoall_max_ranks), as it shortens perftest and incast (resolve).
+  over the network (NVIDIA/nccl-tests#78: 10 minutes at 240 GPUs), NODE_CONNECT_PEER_S inside a node
+  (acceptance.runtime.setup_costs: those figures, their sources, Setup). Where the acceptance does not
+  fit, "auto" may time fewer iterations at the sizes without a bound (sweep.max_iters) and leave out the
+  all-to-all over the largest communicators (collectives.alltoall_max_ranks: setup_costs.collective_cuts),
+  as it shortens perftest and incast (resolve).
 - Room for one relaunch (run.attempts > 1: a lost node's work is launched again on the survivors): the
   launch, the world's setup and the longest step (the work in flight), counted in the total
   (Estimate.reserve), so "auto" leaves it free.
@@ -67,7 +68,9 @@ from ..measure.sweep import sizes as sweep_sizes, sweep_from_profile
 from ..rules import catalog
 from ..rules.units import format_duration, format_size, parse_duration, parse_rate
 from . import schedule as sched
+from . import setup_costs as nccl_setup
 from .screening import Transfer, screening_iters, screening_latency_iters, screening_sizes, screening_transfer
+from .setup_costs import Setup, collective_cuts, setup_costs
 
 ITER_OVERHEAD_S = 5e-6        # per timed or warmup bandwidth iteration, beyond the wire time
 LATENCY_SAMPLE_S = 5e-6       # one latency sample (round trip and harness)
@@ -97,21 +100,6 @@ ANALYSIS_PER_RECORD_S = 6.5e-6  # analysis and report, per record
 # walk per rail at once (host.switchports): ibqueryerrors queries the ports one after another.
 SWITCH_PORT_QUERY_S = 1e-3    # one switch port's PortCounters query (a MAD round trip and its handling)
 SWITCH_PORTS_PER_NODE = 3     # a non-blocking two-level tree: a leaf port down, one up, a spine port per node
-# NCCL's setup, on the hardware engines (the mpi engine's is in its launch; a profile whose [plan] states
-# collective_setup has fitted its own). A communicator's init (bootstrap all-gathers of N-1 steps each,
-# topology, its rings' and trees' connections) is made on its first collective (engines.nccl.communicator):
-# the world's, each rail's, each node's. It grows with the ranks, WORLD_SETUP_PER_RANK_S each (assumed),
-# up to what NCCL's init is reported to take at large scale, WORLD_SETUP_MAX_S, and no further (no larger
-# figure is published).
-WORLD_SETUP_PER_RANK_S = 0.01
-WORLD_SETUP_MAX_S = 150.0
-# An all-to-all's first call connects each rank to every one of its peers: NCCL makes send/recv connections
-# on demand, not at init. Over the network ALLTOALL_CONNECT_PEER_S a peer (NVIDIA/nccl-tests#78: the first
-# iteration of an all-to-all over 240 GPUs took about 10 minutes, 600 s / 239 peers, taken as linear in the
-# peers), inside a node NODE_CONNECT_PEER_S (NVIDIA/nccl#1487). A profile's plan.alltoall_connect replaces
-# both (a site that timed its own NCCL: the first size of test_alltoall less the second, over its peers).
-ALLTOALL_CONNECT_PEER_S = 600 / 239
-NODE_CONNECT_PEER_S = 0.214
 # Records of one pair-direction (acceptance.drivers.p2p, acceptance.tools.perftest.records): a bandwidth
 # sweep one value and the receiver's data check per size; a latency test its p50, p99, p99.9, max and
 # the data check (a write's also the ping-pong's four); perftest ib_write_bw's value and ib_write_lat's four.
@@ -141,22 +129,11 @@ ENV_BUDGET = "ACCEPTANCE_BUDGET"  # the limit `acceptance run` checked, in secon
 
 _FITTED = ("measured: fitted with benchmarks/plan_accuracy.py to mpi-engine runs on a shared 2-core machine "
            "(docs/plan.md, \"Measured\")")
-# Where a figure comes from. Every constant of this module not named here is an assumption: no
-# measurement or published figure stands behind it (the hardware's costs: no RDMA device or GPU here).
+# Where a figure comes from. Every constant of this module (and of setup_costs) not named here is an
+# assumption: no measurement or published figure stands behind it (the hardware's costs: no RDMA device
+# or GPU here).
 SOURCES = {
-    "WORLD_SETUP_MAX_S": "reported: NVIDIA/nccl#1156 (kwen2501, 2024-01-23): \"2.5-minute init time at large "
-                         "scale (e.g. above certain K GPUs)\", NCCL's default init path; the count is not given: "
-                         "reached at 15,000 ranks (WORLD_SETUP_PER_RANK_S, assumed) and held there, no larger "
-                         "figure being published (assumed); NVIDIA/nccl#534 reports 5-6 s per communicator at "
-                         "16 nodes (2021)",
-    "ALLTOALL_CONNECT_PEER_S": "reported: NVIDIA/nccl-tests#78 (awan-10, 2021-03-11): \"10 minutes here for "
-                               "nccl-tests ... for the first iteration\" of an all-to-all over 240 GPUs (DGX-2, "
-                               "NCCL 2.8.3, every HCA; about 3 minutes with one), 600 s / 239 peers; NCCL makes "
-                               "send/recv connections on demand (sjeaugey, NVIDIA/nccl#415), so taken as linear "
-                               "in a rank's peers (assumed); NCCL 2.19.4 connects an all-to-all in rounds of 128 "
-                               "peers, so a newer NCCL may connect faster: state it in plan.alltoall_connect",
-    "NODE_CONNECT_PEER_S": "reported: NVIDIA/nccl#1487 (kiskra-nvidia, 2024-10-18): the first ncclSend/ncclRecv "
-                           "between two GPUs of a DGX H100 took 214 ms, the next ones 3-14 us",
+    **nccl_setup.SOURCES,
     "RECORD_RANK0_S": "measured: benchmarks/rank0_scale.py, rank 0's phase of 1,024 ranks x 48 records in "
                       "494.55 ms of CPU on the 2-core development machine (benchmarks/README.md)",
     "ANALYSIS_PER_RECORD_S": "measured: benchmarks/report_scale.py, analysis and report of 4,190,208 records "
@@ -362,7 +339,7 @@ PLAN_KEYS = {"iteration": ("iter_s", 1), "latency_sample": ("latency_sample_s", 
 # Costs field -> (the hardware's constant, the mpi engine's own or None: the hardware's serves both).
 # The hardware's collective iteration has no fixed part of its own (its steps carry it) and no profile
 # but the softroce rig's states the world collective's setup: both 0 unless a [plan] sets them. NCCL's
-# setup (WORLD_SETUP_*, *_CONNECT_PEER_S) is Setup's, which a [plan]'s alltoall_connect replaces.
+# setup (WORLD_SETUP_*, *_CONNECT_PEER_S) is Setup's (setup_costs), which a [plan]'s alltoall_connect replaces.
 COST_CONSTANTS = {
     "iter_s": ("ITER_OVERHEAD_S", "MPI_ITER_S"), "latency_sample_s": ("LATENCY_SAMPLE_S", "MPI_LATENCY_SAMPLE_S"),
     "collective_iter_s": (None, "MPI_COLLECTIVE_ITER_S"),
@@ -378,13 +355,15 @@ COST_CONSTANTS = {
 # The figures every estimate uses besides an engine's Costs.
 OTHER_CONSTANTS = ("CONFIRM_ROUNDS", "OUTCOME_PER_RANK_S", "RECORD_RANK0_S", "ANALYSIS_PER_RECORD_S",
                    "SWITCH_PORT_QUERY_S", "SWITCH_PORTS_PER_NODE")
-# NCCL's setup on the hardware engines (Setup), where the profile's [plan] does not state its own.
-SETUP_CONSTANTS = ("WORLD_SETUP_PER_RANK_S", "WORLD_SETUP_MAX_S")
-CONNECT_CONSTANTS = ("ALLTOALL_CONNECT_PEER_S", "NODE_CONNECT_PEER_S")
 # Stand-ins for a profile's rates where it sets none (_gbytes).
 FALLBACKS = {"NVLINK_GBYTES_S": ("intranode.p2p_min", "collectives.node_allreduce_busbw_min",
                                  "collectives.node_alltoall_busbw_min"),
              "PCIE_GBYTES_S": ("intranode.h2d_min", "intranode.d2h_min")}
+
+
+def _figure(name: str) -> float:
+    """A cost constant by name, read when called: this module's, or NCCL's setup's (setup_costs)."""
+    return globals()[name] if name in globals() else getattr(nccl_setup, name)
 
 
 def _constant(field_name: str, mpi: bool) -> str | None:
@@ -420,47 +399,12 @@ def cost_sources(engine: str | None, profile=None) -> dict[str, dict]:
     used = [name for name, keys in FALLBACKS.items()
             if profile is None or any(_gbytes(profile, key, None) is None for key in keys)]
     setup = setup_costs(profile, mpi, costs("mpi" if mpi else engine, profile)) if profile is not None else None
-    nccl = [*(SETUP_CONSTANTS if setup is None or setup.per_rank_s else ()),
-            *(CONNECT_CONSTANTS if setup is None or setup.net_peer_from is None else ())]
+    # NCCL's setup on the hardware engines (Setup), where the profile's [plan] does not state its own.
+    nccl = [*(nccl_setup.SETUP_CONSTANTS if setup is None or setup.per_rank_s else ()),
+            *(nccl_setup.CONNECT_CONSTANTS if setup is None or setup.net_peer_from is None else ())]
     for name in (*used, *OTHER_CONSTANTS, *nccl):
-        out[name] = {"value": globals()[name], "from": SOURCES.get(name, "assumed")}
+        out[name] = {"value": _figure(name), "from": SOURCES.get(name, "assumed")}
     return out
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What NCCL's setup costs (the hardware engines; 0 on the mpi engine, whose costs are fitted with it,
-    and where a profile's [plan] states the collective setup of its own rig): a communicator's init on its
-    first collective, and an all-to-all's connections on its first call."""
-    per_rank_s: float
-    max_s: float
-    net_peer_s: float           # one peer's connection over the network
-    node_peer_s: float          # ... inside a node (NVLink)
-    net_peer_from: str | None   # "plan.alltoall_connect" where the profile states it
-
-    def init(self, ranks: int) -> float:
-        """A communicator's init: WORLD_SETUP_PER_RANK_S a rank, at most WORLD_SETUP_MAX_S."""
-        return min(ranks * self.per_rank_s, self.max_s) if ranks > 1 else 0.0
-
-    def connect(self, ranks: int, local: int) -> float:
-        """One rank's connections to each of its peers on an all-to-all's first call over `ranks` ranks,
-        `local` of them (itself included) on its own node."""
-        if ranks < 2:
-            return 0.0
-        local = max(1, min(local, ranks))
-        return (local - 1) * self.node_peer_s + (ranks - local) * self.net_peer_s
-
-
-def setup_costs(profile, mpi: bool, c: Costs) -> Setup:
-    """NCCL's setup as the estimate counts it (Setup)."""
-    hardware = not mpi and profile.get("plan.collective_setup") is None
-    if profile.get("plan.alltoall_connect") is not None:
-        peer = c.alltoall_connect_s
-        return Setup(WORLD_SETUP_PER_RANK_S if hardware else 0.0, WORLD_SETUP_MAX_S if hardware else 0.0,
-                     peer, peer, "plan.alltoall_connect")
-    if not hardware:
-        return Setup(0.0, 0.0, 0.0, 0.0, "none")
-    return Setup(WORLD_SETUP_PER_RANK_S, WORLD_SETUP_MAX_S, ALLTOALL_CONNECT_PEER_S, NODE_CONNECT_PEER_S, None)
 
 
 def attempts(profile) -> int:
@@ -752,7 +696,9 @@ def resolve(profile, nodes: int, rails: int, rail_mode: str = "concurrent", budg
     base, base_cuts = (short, cuts) if cuts else (profile, [])
     nearest, least = best, estimate(best[1], nodes, rails, best[0], rail_mode, rate).total
     over = least > target  # else only a step is over the hang timeout: nothing is cut unless that mends it
-    for cut_profile, what in collective_cuts(base, nodes, rails):
+    engine = base.get("run.engine")
+    setup = setup_costs(base, engine == "mpi", costs(engine, base))
+    for cut_profile, what in collective_cuts(base, nodes, rails, setup):
         again, gave_up_again = resolve_pattern(cut_profile, nodes, rails, rail_mode, budget, rate, pattern)
         found = (again, cut_profile, gave_up_again + [f"{cut} (to fit {again})" for cut in (*base_cuts, *what)])
         if fits(again, cut_profile):
@@ -761,74 +707,6 @@ def resolve(profile, nodes: int, rails: int, rail_mode: str = "concurrent", budg
         if over and total < least:
             nearest, least = found, total
     return nearest  # none fits: the nearest, so the plan names the least that would make it fit
-
-
-def collective_cuts(profile, nodes: int, rails: int) -> list[tuple[object, list[str]]]:
-    """The shorter collectives "auto" may fall back to, in the order of what they give up, each (profile,
-    one line per key it changed): fewer iterations at the sweep's sizes without a bound, then the
-    all-to-all left out over the world, then over each rail too (collectives.alltoall_max_ranks), each of
-    these with and without the fewer iterations. An all-to-all's connections do not shrink with its sizes
-    (Setup.connect): over thousands of ranks only leaving it out saves them."""
-    iters_cut = fewer_iterations(profile)
-    world, rail, node = nodes * rails, nodes, rails
-    limits = sorted({n for n in (rail, node) if n < world}, reverse=True)
-    setup = setup_costs(profile, profile.get("run.engine") == "mpi", costs(profile.get("run.engine"), profile))
-    out = []
-    for k in range(len(limits) + 1):
-        left = []
-        values = copy.deepcopy(profile.values)
-        if k:
-            limit = limits[k - 1]
-            values["collectives"]["alltoall_max_ranks"] = limit
-            for scope, n, local in (("world", world, rails), ("rails", rail, 1), ("node", node, rails)):
-                if n > limit:
-                    connect, why = setup.connect(n, local), ""
-                    if connect:
-                        source = "NVIDIA/nccl-tests#78" if setup.net_peer_from is None else setup.net_peer_from
-                        why = (f": its first call would connect each rank to its {n - 1:,} peers, about "
-                               f"{_seconds(connect)} at {setup.net_peer_s:.3g} s a peer, {source}")
-                    left.append(f"test_alltoall[{scope}], left out over its {n:,} ranks (collectives.alltoall_max_"
-                                f"ranks = {limit}){why}; collectives.alltoall_busbw_min is not judged there")
-        variants = [([], None)] if k else []
-        if iters_cut:
-            variants.append(([iters_cut[1]], iters_cut[0]))
-        for lines, max_iters in variants:
-            v = copy.deepcopy(values)
-            if max_iters is not None:
-                v["sweep"]["max_iters"] = max_iters
-            out.append((dataclasses.replace(profile, values=v), [*lines, *left]))
-    return out
-
-
-def fewer_iterations(profile) -> tuple[int, str] | None:
-    """(sweep.max_iters, the line saying so): the most iterations the sweep times at a size where a bound
-    starts (a collective's busbw by size, a pairwise bandwidth's, with its window), so every bounded size
-    keeps its count and only the sizes without a bound (the latency-bound small ones) time fewer; None
-    where that is no fewer."""
-    from .screening import _bounds, bounded_sizes
-    sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
-    sizes = list(sweep.sizes)
-    keep = [sweep.iters(s, s * window) for s in bounded_sizes(profile)]
-    for _, table in _bounds(profile, "sizemap", ("collective",)):
-        for start, _value in table:
-            at = next((s for s in sizes if s >= start), None)
-            if at is not None:
-                keep.append(sweep.iters(at))
-    need = max([sweep.min_iters, *keep])
-    if need >= sweep.max_iters:
-        return None
-    return need, (f"sweep.max_iters {sweep.max_iters} -> {need}: a size without a bound times at most {need} "
-                  f"iterations (the collectives' small sizes, the smallest pairwise size), a size with a bound as "
-                  f"many as before")
-
-
-def _seconds(s: float) -> str:
-    """"45 s", "12 min", "5 h 40 min", "1 d 22 h": a rough duration for a line of text."""
-    for unit, sub, name, sub_name in ((86400, 3600, "d", "h"), (3600, 60, "h", "min"), (60, 1, "min", "s")):
-        if s >= unit:
-            whole = round(s / sub) * sub
-            return f"{whole // unit:.0f} {name} {whole % unit // sub:.0f} {sub_name}"
-    return f"{s:.2g} s" if s < 10 else f"{s:.0f} s"
 
 
 def ranks_budget(profile, env=None) -> float | None:

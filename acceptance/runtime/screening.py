@@ -44,8 +44,11 @@ _PERCENTILE = re.compile(r"latency_p(\d+)$")
 SCREENING_NOISE = 0.01
 
 
-def _bounds(profile, kind: str, suites=PAIRWISE_SUITES):
-    """(metric name, profile value) of each bound of `suites` of `kind` that the profile sets."""
+def bounds_of(profile, kind: str, suites=PAIRWISE_SUITES):
+    """(metric name, profile value) of each bound of kind `kind` (catalog.BOUND_KINDS: "sizemap", a table
+    by size; "scalar", one value; ...) on a metric of `suites` (catalog suite names; default the pairwise
+    ones) that the profile sets, in the catalog's order. Screening's sizes and gated percentile read them,
+    and so does "auto"'s fewer_iterations (acceptance.runtime.setup_costs: the collectives' bounded sizes)."""
     for suite in suites:
         for m in catalog.suite(suite).metrics:
             if m.bound == kind and m.key:
@@ -67,7 +70,7 @@ def bounded_sizes(profile) -> list[int]:
     """The first sweep size at or above each size a bandwidth bound (rdma_write, gpudirect; fleet.bounds
     tables of theirs too) starts at, ascending."""
     sizes = list(sweep_from_profile(profile).sizes)
-    tables = [table for _, table in _bounds(profile, "sizemap")]
+    tables = [table for _, table in bounds_of(profile, "sizemap")]
     tables += [factor for _, factor in _fleet_tables(profile) if isinstance(factor, list)]
     keep = set()
     for table in tables:
@@ -87,7 +90,7 @@ def gated_percentile(profile) -> float:
     """The highest latency percentile a pairwise bound gates (50 when none is set): the engine's own, or
     ib_write_lat's (perftest.latency_*), whose suspects the engine's screening must find."""
     gated = [50.0]
-    for name, _ in _bounds(profile, "scalar", (*PAIRWISE_SUITES, "perftest")):
+    for name, _ in bounds_of(profile, "scalar", (*PAIRWISE_SUITES, "perftest")):
         match = _PERCENTILE.search(name)
         if match:
             digits = match[1]  # p50 -> 50, p99 -> 99, p999 -> 99.9

@@ -307,7 +307,11 @@ class LinkFault:
 
     def qdisc(self) -> list[str]:
         if self.kind == "throttle":
-            return ["tbf", "rate", self.value, "burst", "32kbit", "latency", "400ms"]
+            # A queue that holds what the harness has in flight (verbs.tx_depth 8 x 64 KiB in the softroce
+            # profile): a throttled link is slow, not lossy. With "latency 400ms" (100 KB at 2 Mbit/s) tbf
+            # dropped writes and READs, which rxe retransmitted: counter findings on both ends, and a READ
+            # that failed its retries. 600 KB is 2.4 s at 2 Mbit/s, inside rxe's 4.3 s ACK timeout.
+            return ["tbf", "rate", self.value, "burst", "32kbit", "limit", "600kb"]
         if self.kind == "loss":
             return ["netem", "loss", self.value]
         return ["netem", "delay", self.value]

@@ -14,7 +14,7 @@ FAKE_SLURM = Path(__file__).resolve().parents[1] / "fakeslurm"  # scontrol for d
 
 # How `acceptance run` says a duration (acceptance.cli.run.format_duration): "42 s", "1 min 21 s", "2 h 5 min", whatever the
 # machine's speed made it.
-DURATION = r"(?:\d+ d \d+ h|\d+ h \d+ min|\d+ min \d+ s|[\d.e+-]+ s|under 0\.01 s)"  # plan.format_seconds
+DURATION = r"(?:\d+ d \d+ h|\d+ h \d+ min|\d+ min \d+ s|[\d.e+-]+ s|under 0\.01 s)"  # rules.units.human_seconds
 
 
 def test_report_on_a_hand_made_folder_localizes_and_prints_drain_lines(acceptance_cli, tmp_path):

@@ -1,15 +1,19 @@
-"""The estimate of a whole acceptance (acceptance.runtime.estimate), screening's sizes and samples
-(acceptance.runtime.screening), and `acceptance plan` / `acceptance run --budget` (in process: fast)."""
+"""The estimate of a whole acceptance (acceptance.runtime.estimate), NCCL's setup and the collectives "auto"
+may shorten (acceptance.runtime.setup_costs), screening's sizes and samples (acceptance.runtime.screening),
+and `acceptance plan` / `acceptance run --budget` (in process: fast)."""
+import dataclasses
 import json
 
 import pytest
 
 from acceptance.cli import main
-from acceptance.cli.plan import format_seconds, make_plan, step_problem
+from acceptance.cli.plan import make_plan, step_problem
 from acceptance.runtime import estimate as model
+from acceptance.runtime import setup_costs
 from acceptance.runtime.screening import (SCREENING_NOISE, gated_percentile, screening_latency_iters,
                                           screening_sizes, screening_transfer)
 from acceptance.rules.profile import load_profile
+from acceptance.rules.units import human_seconds
 
 H100 = "h100-ndr400"
 
@@ -270,8 +274,8 @@ def test_plan_longest_step_against_the_hang_timeout(tmp_path):
 @pytest.mark.parametrize("seconds, text", [
     (0.04, "0.04 s"), (45, "45 s"), (725, "12 min 5 s"), (3 * 3600 + 12 * 60, "3 h 12 min"),
     (3599.7, "1 h 0 min"), (2 * 86400 + 4 * 3600, "2 d 4 h")])
-def test_format_seconds(seconds, text):
-    assert format_seconds(seconds) == text
+def test_the_plan_prints_human_seconds(seconds, text):
+    assert human_seconds(seconds) == text
 
 
 @pytest.mark.parametrize("nodes, rails, pattern, rate, words", [
@@ -315,10 +319,12 @@ def test_a_profiles_plan_section_replaces_the_engines_costs(tmp_path):
         (2e-3, 0.02, 4.0, 3.0, 0.05, 9.0))
     assert c.reg_bytes_per_s == pytest.approx(50e6)
     assert c.latency_sample_s == model.LATENCY_SAMPLE_S and c.launch_s == model.LAUNCH_S  # unset: the engine's
-    assert model.costs("verbs", load_profile(str(base))) == model.costs("verbs")
+    # base sets no [plan] of its own: the engine's, but for what local's [plan] states (alltoall_connect)
+    assert model.costs("verbs", load_profile(str(base))) == dataclasses.replace(model.costs("verbs"),
+                                                                                 alltoall_connect_s=0.001)
     a = make_plan(3, 2, str(base), pattern="all-pairs", slurm_left=None)
     b = make_plan(3, 2, str(rig), pattern="all-pairs", slurm_left=None)
-    assert a["profile_costs"] == {} and b["profile_costs"]["plan.tool_start"] == 4.0
+    assert a["profile_costs"] == {"plan.alltoall_connect": 0.001} and b["profile_costs"]["plan.tool_start"] == 4.0
     assert b["rate_gbits"] == pytest.approx(0.04) and "plan.rate" in b["rate_from"]
     assert make_plan(3, 2, str(rig), rate="1Gbit/s", slurm_left=None)["rate_from"] == "from --rate"
     for suite in ("rdma_write", "perftest", "incast", "memreg"):
@@ -395,9 +401,10 @@ def test_plan_text_lists_every_suite_and_the_limit(capsys):
     assert lines["node pairs per rail"].split()[0] == "2096128"
     assert all(f"  {s}" in lines for s in ("rdma_write", "collective", "preflight", "world setup", "relaunch reserve"))
     assert "estimated duration" in lines and lines["limit"].strip().startswith("none")
-    # No budget, so nothing is left out: the world all-to-all's connections (16,383 peers) are a step that no
-    # hang timeout of profile local covers, and the plan says so.
-    assert code == 2 and "test_alltoall[world] (16,384 ranks), with its connections to 16,383 peers" in err
+    # The world's setup over 16,384 ranks (2 min 30 s) is a step that no hang timeout of profile local covers
+    # (1 min), and the plan says so; local's all-to-all connects in milliseconds (its plan.alltoall_connect).
+    assert code == 2 and "test_allreduce[world] (16,384 ranks), with the world's setup" in err
+    assert "connections to 16,383 peers" not in err
 
 
 def test_plan_exits_2_over_the_budget_naming_what_to_change(capsys):
@@ -475,7 +482,8 @@ def test_the_world_s_setup_is_counted_on_the_hardware_engines(tmp_path):
     """NCCL's init grows with the ranks up to what it is reported to take at large scale (NVIDIA/nccl#1156:
     2.5 minutes), and no further: the world's on its own line, each rail's and node's in its all-reduce;
     the mpi engine's is in its launch, and a rig that states its own collective setup has no other."""
-    from acceptance.runtime.estimate import WORLD_SETUP_MAX_S, WORLD_SETUP_PER_RANK_S, estimate
+    from acceptance.runtime.estimate import estimate
+    from acceptance.runtime.setup_costs import WORLD_SETUP_MAX_S, WORLD_SETUP_PER_RANK_S
     h100 = load_profile(H100)
     est = estimate(h100, 1024, 8, "screen:16")
     assert est.overheads["world setup"] == pytest.approx(8192 * WORLD_SETUP_PER_RANK_S)
@@ -498,7 +506,7 @@ def test_an_all_to_all_connects_every_peer_on_its_first_call(tmp_path):
     """NCCL connects send/recv peers on demand: an all-to-all's first size connects each rank to every peer,
     2.5 s a peer over the network (NVIDIA/nccl-tests#78: 10 minutes at 240 GPUs), 214 ms inside a node
     (NVIDIA/nccl#1487); a profile's plan.alltoall_connect replaces both."""
-    from acceptance.runtime.estimate import ALLTOALL_CONNECT_PEER_S, NODE_CONNECT_PEER_S
+    from acceptance.runtime.setup_costs import ALLTOALL_CONNECT_PEER_S, NODE_CONNECT_PEER_S
     h100 = load_profile(H100)
     assert ALLTOALL_CONNECT_PEER_S * 239 == pytest.approx(600)
     est = model.estimate(h100, 128, 8, "screen:4")
@@ -564,7 +572,7 @@ def test_fewer_iterations_at_the_sizes_without_a_bound_before_an_all_to_all_is_l
     bounded size gets: 78 at 8MiB with a window of 64), and keeps every all-to-all."""
     (tmp_path / "site.toml").write_text(f'extends = "{H100}"\n[plan]\nalltoall_connect = "1ms"\n')
     site = load_profile(tmp_path / "site.toml")
-    assert model.fewer_iterations(site)[0] == 78
+    assert setup_costs.fewer_iterations(site)[0] == 78
     plan = make_plan(8192, 8, site, slurm_left=None)
     assert plan["fits"] and plan["collectives_shortened"] == {"sweep.max_iters": 78, "collectives.alltoall_max_ranks": 0}
     assert any(g.startswith("sweep.max_iters 1000 -> 78") for g in plan["gave_up"])
