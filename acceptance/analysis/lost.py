@@ -36,7 +36,7 @@ def launch_lost(run: dict) -> list[tuple[str, str]]:
     hung = {node_of.get(r) for r in missing}
     if missing and len(hung) == 1 and None not in hung:
         return [(hung.pop(), f"hung: rank {compress_ints(missing)} on it did not reach the next step within the "
-                             f"hang timeout while every other node's did (stacks in logs/rank-<r>.log)")]
+                             f"hang timeout while every other node's did (each rank's stacks in its log under logs/)")]
     # Ranks waiting inside a test for a stuck partner miss the sync point too; but a stopped process (or
     # one stuck holding the interpreter) alone cannot say where it is.
     silent = [r for r in run.get("silent_ranks") or [] if isinstance(r, int)]
@@ -44,7 +44,7 @@ def launch_lost(run: dict) -> list[tuple[str, str]]:
     if silent and len(hung) == 1 and None not in hung:
         return [(hung.pop(), f"hung: rank {compress_ints(silent)} on it stopped answering: it neither reached the "
                              f"next step within the hang timeout nor said where it was, while every other "
-                             f"node's ranks did (stacks in logs/rank-<r>.log)")]
+                             f"node's ranks did (each rank's stacks in its log under logs/)")]
     return []
 
 

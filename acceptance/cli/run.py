@@ -251,7 +251,7 @@ class LaunchPass:
                 return code
             print(f"acceptance: {decision.why}", flush=True)
             attempts.set_aside_failures(self.folder, cut.tests)
-            self._keep_junit(attempt)
+            self._keep_launch_files(attempt)
             run = attempts.record_launch(self.folder, attempt, started, utc_now(), again=True)
             resume = attempts.write_resume(self.folder, run, attempt + 1, iteration, decision, cut)
             self.excluded = decision.lost
@@ -270,10 +270,14 @@ class LaunchPass:
             _record_lost(self.folder, lost_reports.first_of(lost, watched))
         return code, rc
 
-    def _keep_junit(self, attempt: int) -> None:
-        """A relaunch writes junit.xml anew, for its own tests: the launch before keeps its own in logs/."""
-        if self.folder.junit.exists():
-            os.replace(self.folder.junit, self.folder.path / "logs" / f"junit-launch{attempt}.xml")
+    def _keep_launch_files(self, attempt: int) -> None:
+        """A relaunch writes junit.xml and the ranks' logs anew: the launch before keeps its own (its hang's
+        stacks among them) in logs/launch<k>/."""
+        kept = self.folder.path / "logs" / f"launch{attempt}"
+        kept.mkdir(parents=True, exist_ok=True)
+        for path in [self.folder.junit, *(self.folder.path / "logs").glob("rank-*.log")]:
+            if path.exists():
+                os.replace(path, kept / path.name)
 
 
 def _salvage(folder: RunFolder, iteration: int, cut: "attempts.Cut | None" = None) -> None:

@@ -62,6 +62,9 @@ def test_a_hung_node_is_left_behind_and_the_rest_measured(acceptance_cli):
     _left_behind(p, folder, run, "hung: rank 2 on it stopped answering")
     assert run["attempts"][0]["silent_ranks"] == [2]
     assert "rank [2@node3] said nothing (stopped" in run["attempts"][0]["hang"]
+    # The hung launch's logs, its stacks among them, are kept apart from the relaunch's.
+    assert "stack of every thread" in (folder / "logs" / "launch1" / "rank-1.log").read_text()
+    assert (folder / "logs" / "launch1" / "junit.xml").exists() and (folder / "junit.xml").exists()
 
 
 def test_one_launch_only_when_the_profile_says_so(acceptance_cli, tmp_path):

@@ -3,6 +3,7 @@ the plan, on its terminal and in status.json, at least every 30 s."""
 import io
 import json
 import threading
+import time
 
 from acceptance.runtime import status
 
@@ -23,8 +24,8 @@ def test_the_status_names_the_test_its_round_and_the_time_left_by_the_plan(tmp_p
     # A new test forgets the last one's round; past the estimate, the line says by how much.
     s.begin("suites/test_collectives.py::test_allreduce", "collective", 8)
     assert s.now()["round"] is None
-    s.estimate_s = 0.0
-    assert "past the plan's estimate" in status.Status.line(s.now())
+    s.started, s.estimate_s = time.monotonic() - 30, 10.0  # 30 s in, against a plan of 10 s
+    assert "; 20 s past the plan's estimate" in status.Status.line(s.now())
     assert status.EVERY_S <= 30
 
 
