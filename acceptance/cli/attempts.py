@@ -22,7 +22,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..analysis.lost import launch_lost
 from ..records.naming import natural_key
 from ..records.results import FAILED_METRIC, RunFolder
 
@@ -40,6 +39,13 @@ class Decision:
     lost: tuple[str, ...]       # every node lost so far, in all launches
     survivors: tuple[str, ...]
     why: str
+
+
+def launch_lost(run: dict) -> list[tuple[str, str]]:
+    """analysis.lost's, imported when a launch ended INCOMPLETE: the analysis package loads pandas, which
+    every command would otherwise pay for (node-check runs on every node every few minutes)."""
+    from ..analysis.lost import launch_lost as lost
+    return lost(run)
 
 
 def decide(run: dict, attempt: int, profile) -> Decision:

@@ -2,7 +2,7 @@
 its round on rank 0's rail (drivers.p2p.RailPairs reports each), the time elapsed and the time left by
 the plan's estimate (`acceptance run` passes it in ENV_ESTIMATE), on rank 0's terminal and in the run
 folder's status.json, rewritten whole each time, so that an operator (or a script) can see how far a
-long run is without reading its logs."""
+long run is without reading its logs. A run that ends removes it; one that dies keeps its last."""
 
 from __future__ import annotations
 
@@ -49,7 +49,12 @@ class Status:
         _round = None
 
     def stop(self) -> None:
+        """The run ended (every rank agreed on its code): no more lines, and no status.json left behind,
+        whose place is the run's own files then (a run that dies keeps its last one: where it was)."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        (self.folder / STATUS_FILE).unlink(missing_ok=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.every_s):
