@@ -11,7 +11,10 @@ import pytest
 # process per core beside them, so the machine runs them at about half its speed. Their verdicts must
 # not change: nothing they judge may depend on how fast this machine is.
 HOG_MARKERS = ("softroce", "e2e")
-HOG = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+# A hog ends with the test worker that started it (it is then another process's child), or after
+# `seconds`: a run stopped with Ctrl-C once left two busy for the next hour.
+HOG = ("import os, time\nend = time.monotonic() + {seconds}\n"
+       "while time.monotonic() < end and os.getppid() == {parent}:\n    pass\n")
 
 
 def pytest_addoption(parser):
@@ -65,8 +68,8 @@ def cpu_hog(request):
             request.node.get_closest_marker(m) for m in HOG_MARKERS):
         yield None
         return
-    # Each hog also stops by itself after an hour, should this process die without its teardown.
-    hogs = [subprocess.Popen([sys.executable, "-c", HOG.format(seconds=3600)], stdin=subprocess.DEVNULL)
+    # Each hog also stops by itself when this process dies without its teardown, and after an hour.
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG.format(seconds=3600, parent=os.getpid())], stdin=subprocess.DEVNULL)
             for _ in range(os.cpu_count() or 1)]
     try:
         yield hogs
