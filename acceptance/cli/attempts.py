@@ -112,19 +112,9 @@ class Cut:
 
 
 def landed_tests(folder: RunFolder, iteration: int, superseded: set[str]) -> list[str]:
-    """The tests of `iteration` whose records are in results.jsonl (a test_failed record alone does not
-    count: a phase that failed writes it at once), less those measured again."""
-    out: set[str] = set()
-    if folder.results.exists():
-        with open(folder.results, errors="replace") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("iteration") == iteration and rec.get("metric") != FAILED_METRIC:
-                    out.add(rec.get("test"))
-    return sorted(out - superseded - {None})
+    """The tests of `iteration` whose records landed in results.jsonl (RunFolder.landed: rank 0 marks
+    each test as it writes its records), less those measured again."""
+    return sorted(folder.landed(iteration) - superseded)
 
 
 def set_aside_failures(folder: RunFolder, tests: set[tuple[str, int]]) -> int:

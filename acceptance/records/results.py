@@ -291,6 +291,30 @@ class RunFolder:
             os.close(lock)
         return data
 
+    @property
+    def landed_file(self) -> Path:
+        """One line per test whose records rank 0 wrote to results.jsonl: {"test", "iteration"}."""
+        return self.path / "logs" / "landed.jsonl"
+
+    def mark_landed(self, test: str, iteration: int) -> None:
+        with open(self.landed_file, "a") as f:
+            f.write(json.dumps({"test": test, "iteration": iteration}) + "\n")
+
+    def landed(self, iteration: int) -> set[str]:
+        """The tests of `iteration` whose records landed (a relaunch leaves them out), without reading
+        results.jsonl, which at scale holds tens of millions of lines."""
+        if not self.landed_file.exists():
+            return set()
+        out = set()
+        for line in self.landed_file.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line cut short when its launch was lost
+            if isinstance(entry, dict) and entry.get("iteration") == iteration:
+                out.add(entry.get("test"))
+        return out - {None}
+
     def spill(self, rank: int) -> Path:
         """A rank's records of the test in progress, as it makes them (Recorder)."""
         return self.path / "logs" / f"records-rank-{rank}.jsonl"

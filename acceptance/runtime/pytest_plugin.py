@@ -492,6 +492,7 @@ class CollectivePlugin:
         def merge(got: dict) -> dict:
             if rep.when == "teardown":
                 self.folder.append_lines(got[rank][1] for rank in sorted(got))
+                self.folder.mark_landed(item.nodeid, self.iteration)
             summaries = {rank: got[rank][0] for rank in got}
             decision = outcomes.merge(summaries, self.labels)
             if decision["outcome"] == "failed":  # the failure reaches findings.json, whatever recorded

@@ -114,7 +114,12 @@ def test_the_tests_whose_records_landed_are_not_run_again_and_a_failure_record_o
     failed = make_record(test="t::a", suite="s", metric="test_failed", value=None, unit="", nodes=["node1"],
                          ranks=[0], verdict="fail")
     folder.append_records([_rec("t::done", 0, None), failed, _rec("t::other_iteration", 0, None, iteration=1)])
-    assert attempts.landed_tests(folder, 0, set()) == ["t::done"]
+    for test, iteration in (("t::done", 0), ("t::skipped_everywhere", 0), ("t::other_iteration", 1)):
+        folder.mark_landed(test, iteration)  # rank 0, as it writes a test's records (none for a skip)
+    with open(folder.landed_file, "a") as f:
+        f.write('{"test": "t::cut sh')  # the line a lost launch did not finish
+    assert attempts.landed_tests(folder, 0, set()) == ["t::done", "t::skipped_everywhere"]
+    assert attempts.landed_tests(folder, 0, {"t::done"}) == ["t::skipped_everywhere"]
     assert attempts.set_aside_failures(folder, {("t::a", 0)}) == 1
     assert "test_failed" not in folder.results.read_text()
     assert "test_failed" in (folder.path / "logs" / attempts.SUPERSEDED).read_text()
