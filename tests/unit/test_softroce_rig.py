@@ -10,7 +10,7 @@ import softroce  # noqa: E402
 
 
 @pytest.mark.parametrize("kind, text, qdisc", [
-    ("throttle", "node3:0:20mbit", ["tbf", "rate", "20mbit", "burst", "32kbit", "latency", "400ms"]),
+    ("throttle", "node3:0:20mbit", ["tbf", "rate", "20mbit", "burst", "32kbit", "limit", "600kb"]),
     ("loss", "2:1:1%", ["netem", "loss", "1%"]),
     ("delay", "node1:1:10ms", ["netem", "delay", "10ms"]),
 ])
