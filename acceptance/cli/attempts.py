@@ -48,14 +48,16 @@ def launch_lost(run: dict) -> list[tuple[str, str]]:
     return lost(run)
 
 
-def decide(run: dict, attempt: int, profile) -> Decision:
-    """After launch `attempt` (1 first) ended INCOMPLETE: launch again on the survivors when a node was
-    lost, launches are left (run.attempts) and no more than run.lost_max of the nodes are lost."""
-    planned = planned_nodes(run)
+def decide(run: dict, attempt: int, profile, iteration: int = 0) -> Decision:
+    """After launch `attempt` (1 first) of pass `iteration` ended INCOMPLETE: launch again on the
+    survivors when a node was lost, launches are left (run.attempts) and no more than run.lost_max of
+    the run's nodes are lost (in any pass of a burn-in)."""
+    every = planned_nodes(run, None)
     lost_now = [node for node, _ in launch_lost(run)]
     earlier = [e["node"] for a in run.get("attempts") or [] for e in a.get("left_behind") or []]
     lost = tuple(dict.fromkeys(earlier + lost_now))
-    survivors = tuple(n for n in planned if n not in lost)
+    survivors = tuple(n for n in planned_nodes(run, iteration) if n not in lost)
+    planned = every
     allowed, share = profile.get("run.attempts"), profile.get("run.lost_max")
     if not lost_now:
         why = "no single node was lost (a hang over several nodes, a stop, or a harness error)"
@@ -72,17 +74,28 @@ def decide(run: dict, attempt: int, profile) -> Decision:
     return Decision(False, lost, survivors, f"not launching again: {why}")
 
 
-def planned_nodes(run: dict) -> list[str]:
-    """The first launch's nodes, natural order."""
-    first = (run.get("attempts") or [{}])[0].get("nodes") if run.get("attempts") else None
-    return list(first) if first else sorted(((run.get("topology") or {}).get("nodes") or {}), key=natural_key)
+def _first_launch(run: dict, iteration: int | None) -> dict | None:
+    """The `attempts` entry of the first launch of pass `iteration` (None: of the run)."""
+    return next((a for a in run.get("attempts") or [] if a.get("attempt") == 1
+                 and (iteration is None or a.get("iteration", 0) == iteration)), None)
 
 
-def planned_rails(run: dict) -> dict[int, list[str]]:
-    """Each rail's members in the first launch (whose schedule a relaunch keeps), natural order."""
-    first = (run.get("attempts") or [{}])[0].get("rails") if run.get("attempts") else None
-    if first:
-        return {int(rail): list(nodes) for rail, nodes in first.items()}
+def planned_nodes(run: dict, iteration: int | None = None) -> list[str]:
+    """The nodes of the first launch of pass `iteration` (None: of the run), natural order."""
+    first = _first_launch(run, iteration)
+    return list(first["nodes"]) if first else sorted(((run.get("topology") or {}).get("nodes") or {}), key=natural_key)
+
+
+def planned_rails(run: dict, iteration: int = 0) -> dict[int, list[str]]:
+    """Each rail's members in the first launch of pass `iteration` (whose schedule its relaunch keeps)."""
+    first = _first_launch(run, iteration)
+    if first and first.get("rails"):
+        return {int(rail): list(nodes) for rail, nodes in first["rails"].items()}
+    return _rails(run)
+
+
+def _rails(run: dict) -> dict[int, list[str]]:
+    """Each rail's members in the launch run.json's topology is of, natural order."""
     members: dict[int, set] = defaultdict(set)
     for r in (run.get("topology") or {}).get("ranks") or []:
         members[int(r["rail"])].add(r["node"])
@@ -147,17 +160,17 @@ def set_aside_failures(folder: RunFolder, tests: set[tuple[str, int]]) -> int:
     return len(moved)
 
 
-def record_launch(folder: RunFolder, attempt: int, start: str, end: str, again: bool) -> dict:
-    """Keep launch `attempt` in run.json's `attempts` (its nodes, start and end, exit code, what it lost and
-    why); with `again`, its own fields are then cleared for the next launch."""
+def record_launch(folder: RunFolder, attempt: int, start: str, end: str, again: bool, iteration: int = 0) -> dict:
+    """Keep launch `attempt` of pass `iteration` in run.json's `attempts` (its nodes, start and end, exit
+    code, what it lost and why); with `again`, its own fields are then cleared for the next launch."""
     run = folder.read_run()
-    entry = {"attempt": attempt,
+    entry = {"attempt": attempt, "iteration": iteration,
              "nodes": sorted((run.get("topology") or {}).get("nodes") or {}, key=natural_key),
              "start": start, "end": end, "exit_code": run.get("exit_code"),
              "left_behind": [{"node": node, "why": why} for node, why in launch_lost(run)],
              **{key: run[key] for key in PER_LAUNCH if run.get(key) not in (None, [], "")}}
-    if attempt == 1:  # the schedule every relaunch keeps
-        entry["rails"] = {str(rail): nodes for rail, nodes in planned_rails(run).items()}
+    if attempt == 1:  # the schedule every relaunch of this pass keeps
+        entry["rails"] = {str(rail): nodes for rail, nodes in _rails(run).items()}
     attempts = [*(run.get("attempts") or []), entry]
     if not again:
         return folder.update_run(attempts=attempts)
@@ -170,7 +183,7 @@ def write_resume(folder: RunFolder, run: dict, attempt: int, iteration: int, dec
     and where the test in flight takes up again."""
     superseded = {t for t, i in cut.tests if i == iteration}
     data = {"attempt": attempt, "iteration": iteration,
-            "planned": {str(rail): nodes for rail, nodes in planned_rails(run).items()},
+            "planned": {str(rail): nodes for rail, nodes in planned_rails(run, iteration).items()},
             "lost": list(decision.lost),
             "landed": landed_tests(folder, iteration, superseded),
             "first": {test: {str(rail): r for rail, r in rails.items()} for test, rails in cut.first.items()}}

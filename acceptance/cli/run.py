@@ -229,10 +229,10 @@ class LaunchPass:
             if code != EXIT_INCOMPLETE:
                 _salvage(self.folder, iteration)  # nothing, unless a test's records never landed
                 if attempt > 1:
-                    attempts.record_launch(self.folder, attempt, started, utc_now(), again=False)
+                    attempts.record_launch(self.folder, attempt, started, utc_now(), again=False, iteration=iteration)
                 return code
             run = _read_run(self.folder)
-            decision = attempts.decide(run, attempt, self.profile) if run else None
+            decision = attempts.decide(run, attempt, self.profile, iteration) if run else None
             if decision is not None and decision.again:
                 try:  # before anything is set aside: a launcher that cannot leave the node out (mpirun)
                     cmd, env, what = self.launcher.command(self.nodes, self.per_node, decision.lost)
@@ -245,14 +245,14 @@ class LaunchPass:
                 if decision is not None and decision.lost:
                     print(f"acceptance: {decision.why}", file=sys.stderr, flush=True)
                 if attempt > 1:
-                    attempts.record_launch(self.folder, attempt, started, utc_now(), again=False)
+                    attempts.record_launch(self.folder, attempt, started, utc_now(), again=False, iteration=iteration)
                 print(f"acceptance: run INCOMPLETE (launcher exit {rc}); see {self.folder.path}/run.json and logs/",
                       file=sys.stderr)
                 return code
             print(f"acceptance: {decision.why}", flush=True)
             attempts.set_aside_failures(self.folder, cut.tests)
             self._keep_launch_files(attempt)
-            run = attempts.record_launch(self.folder, attempt, started, utc_now(), again=True)
+            run = attempts.record_launch(self.folder, attempt, started, utc_now(), again=True, iteration=iteration)
             resume = attempts.write_resume(self.folder, run, attempt + 1, iteration, decision, cut)
             self.excluded = decision.lost
             print(f"acceptance: {what}", flush=True)

@@ -151,3 +151,19 @@ def test_the_reports_banner_says_what_the_relaunch_cost():
                                   "again on the other 7 (2 launches in all)")
     assert "INCOMPLETE" in verdict.context_left_behind({**run, "attempts": [], "lost_nodes": ["node3"],
                                                         "complete": False})["cost"]
+
+
+def test_a_burn_in_pass_relaunches_on_its_own_schedule_and_counts_every_pass_lost(tmp_path):
+    folder = RunFolder.create(tmp_path, "r")
+    folder.write_run(_run(lost_nodes=["node3"], lost="x"))
+    attempts.record_launch(folder, 1, "t0", "t1", again=True, iteration=0)
+    seven = [n for n in NODES if n != "node3"]
+    folder.update_run(topology=_topology(seven), complete=True, exit_code=0)
+    attempts.record_launch(folder, 2, "t1", "t2", again=False, iteration=0)
+    # Pass 1 ran on the seven from its start, and lost node5.
+    folder.update_run(lost_nodes=["node5"], lost="y", complete=False, exit_code=3)
+    decision = attempts.decide(folder.read_run(), 1, _profile(lost_max=0.5), iteration=1)
+    assert decision.again and decision.lost == ("node3", "node5") and len(decision.survivors) == 6
+    assert not attempts.decide(folder.read_run(), 1, _profile(), iteration=1).again  # 2 of 8 > 0.2
+    run = attempts.record_launch(folder, 1, "t3", "t4", again=True, iteration=1)
+    assert attempts.planned_rails(run, 1)[0] == seven and attempts.planned_rails(run, 0)[0] == NODES
