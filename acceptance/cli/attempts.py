@@ -52,12 +52,11 @@ def decide(run: dict, attempt: int, profile, iteration: int = 0) -> Decision:
     """After launch `attempt` (1 first) of pass `iteration` ended INCOMPLETE: launch again on the
     survivors when a node was lost, launches are left (run.attempts) and no more than run.lost_max of
     the run's nodes are lost (in any pass of a burn-in)."""
-    every = planned_nodes(run, None)
+    planned = planned_nodes(run, None)  # the run's: the share lost counts every pass
     lost_now = [node for node, _ in launch_lost(run)]
     earlier = [e["node"] for a in run.get("attempts") or [] for e in a.get("left_behind") or []]
     lost = tuple(dict.fromkeys(earlier + lost_now))
     survivors = tuple(n for n in planned_nodes(run, iteration) if n not in lost)
-    planned = every
     allowed, share = profile.get("run.attempts"), profile.get("run.lost_max")
     if not lost_now:
         why = "no single node was lost (a hang over several nodes, a stop, or a harness error)"
