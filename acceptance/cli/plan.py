@@ -107,6 +107,7 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
         "coverage": plan_coverage(nodes, rails, chosen, fabric, names),
         "screening": parse_pattern(chosen)[0] == "screen",
         "sizes": est.sizes, "latency_iters": est.latency_iters,
+        "sample": sample_json(est, nodes),
         "screening_transfer": transfer_json(profile, est.transfer) if est.transfer else None,
         "records": est.records,
         "durations": {key: profile.get(key) for key in model.SHORTEST},
@@ -129,6 +130,27 @@ def make_plan(nodes: int, rails: int, profile: Profile | str | None = None, patt
     plan["change"] = [] if fits else what_to_change(plan, profile, rate)
     plan["step_problem"] = step_problem(profile, est)  # with the profile "auto" resolved, as the ranks run it
     return plan
+
+
+def sample_json(est, nodes: int) -> dict | None:
+    """plan["sample"]: what screening measures on every pair, and what on its sample of the rounds
+    (rdma_write.sample_rounds; runtime.screening.EVERY_PAIR); None when not screening."""
+    if est.transfer is None:
+        return None
+    total = nodes * (nodes - 1) // 2
+    return {"rounds": est.sample_rounds, "every_pair": {"test": "test_write_bandwidth", "sizes": est.every_sizes},
+            "sampled": "read bandwidth, latency (write, read, atomic), GPUDirect, and write bandwidth's other sizes",
+            "pairs": round(min(1.0, est.sample_rounds * (nodes // 2) / total), 6) if total else 0.0}
+
+
+def sample_text(sample: dict, rounds: int) -> str:
+    """"write bandwidth at 8MiB on every pair; read bandwidth, latency ... in 32 of the 1023 rounds (3.1% ...)"."""
+    every = ", ".join(format_size(s) for s in sample["every_pair"]["sizes"])
+    if sample["rounds"] >= rounds:
+        return f"every test in every round ({rounds} <= rdma_write.sample_rounds)"
+    return (f"write bandwidth at {every} on every scheduled pair; {sample['sampled']} in {sample['rounds']} of the "
+            f"{rounds} rounds, spread evenly (rdma_write.sample_rounds): {100 * sample['pairs']:.3g}% of node pairs "
+            f"per rail")
 
 
 def plan_coverage(nodes: int, rails: int, pattern: str, fabric: Fabric | None, names: list[str] | None) -> dict:
@@ -249,6 +271,8 @@ def plan_text(plan: dict) -> str:
         ("coverage", coverage_text(plan["coverage"])),
         ("sizes", f"{sizes}" + ("   (screening: the smallest and those with bounds)" if plan["screening"] else "")),
     ]
+    if plan["sample"]:
+        rows.append(("sample", sample_text(plan["sample"], plan["rounds"])))
     if plan["screening_transfer"]:
         rows.append(("screening", transfer_text(plan["screening_transfer"], plan["sizes"][0])))
     rows += [

@@ -22,7 +22,8 @@ from mpi4py import MPI
 from ..rules import catalog, judge
 from ..runtime import pulse, status
 from ..rules.profile import Profile
-from ..runtime.screening import screening_iters, screening_latency_iters, screening_sizes
+from ..runtime.screening import (every_pair, every_round_sizes, sampled_rounds, screening_iters,
+                                 screening_latency_iters, screening_sizes)
 from . import confirm
 from ..runtime.topology import Topology
 from ..measure.stats import iteration_time, percentiles
@@ -55,6 +56,10 @@ class RailPairs:
         self.rounds = [pairs for _, pairs in numbered]
         self._index = {id(pairs): r for r, pairs in numbered}  # a round of the schedule (or of a spread of it)
 
+    def number(self, pairs: list[tuple[int, int]]) -> int | None:
+        """A round of this rail's schedule (one of self.rounds) by its index in the schedule."""
+        return self._index.get(id(pairs))
+
     def pairs(self, rounds: list[list[tuple[int, int]]] | None = None):
         """Yield (pair communicator, low, high) for each round (default: the schedule's) this rank takes
         part in.
@@ -65,7 +70,7 @@ class RailPairs:
         for k, pairs in enumerate(walked, 1):
             # A rank with a bye (or done early) waits here, asleep, rather than spinning in Split.
             pulse.wait(self.comm)
-            self.round = self._index.get(id(pairs))  # None in a confirmation's own rounds
+            self.round = self.number(pairs)  # None in a confirmation's own rounds
             status.round_begun(k, len(walked), "round" if self.round is not None else "confirmation round")
             color, key = MPI.UNDEFINED, 0
             for i, (low, high) in enumerate(pairs):
@@ -155,9 +160,13 @@ class PairwiseDriver:
     def run(self) -> list[str]:
         if not self.rp.active:
             return self.problems
+        # Screening walks every round for write bandwidth, a sample of them for the rest (runtime.screening).
+        sample = (sampled_rounds(self.profile, self.rp.rounds)
+                  if self.screening and not every_pair(self.suite, self.metric) else None)
+        self.walked = self.rp.rounds if sample is None else sample
         self.rp.each_link(self.engine, self.link_size(), self.memory, self.problems, self.record, self.profile,
                           self.suite, self.metric, self.op, self.measure, slot_bytes=self.slot_bytes(),
-                          phase=self.phase)
+                          rounds=sample, phase=self.phase)
         if self.phase == "screen":
             self.after_confirmation(self.confirm())
         return self.problems
@@ -249,6 +258,12 @@ class Bandwidth(PairwiseDriver):
             self.screening_iters = screening_iters(self.profile, len(self.rp.nodes), len(self.topology.rails),
                                                    self.rp.pairing.pattern)
         self.load_check_sizes = tuple(screening_sizes(self.profile))
+        # Write bandwidth screens every round, at every screening size only in the sampled rounds (their
+        # indices) and at the bounded sizes in the others (runtime.screening.every_round_sizes).
+        self.sample: set[int] | None = None
+        if self.screening and self.rp.active and every_pair(self.suite, self.metric):
+            self.sample = {self.rp.number(p) for p in sampled_rounds(self.profile, self.rp.rounds)}
+            self.every_round_sizes = tuple(s for s in self.sweep.sizes if s in every_round_sizes(self.profile))
 
     def iters(self, size: int) -> int:
         """Timed iterations at `size`: screening's (runtime.screening) where it screens, else the sweep's."""
@@ -260,8 +275,14 @@ class Bandwidth(PairwiseDriver):
     def slot_bytes(self) -> int:
         return min(self.link_size() * self.window, self.policy.slot_region)
 
+    def sizes(self) -> tuple[int, ...]:
+        """The sizes the pair in hand measures: outside screening's sample, only the bounded ones."""
+        if self.sample is not None and self.rp.round is not None and self.rp.round not in self.sample:
+            return self.every_round_sizes
+        return self.sweep.sizes
+
     def measure(self, link, low, high):
-        profile, sweep, window = self.profile, self.sweep, self.window
+        profile, sweep, window, sizes = self.profile, self.sweep, self.window, self.sizes()
         budget, statistic = profile.get("sweep.max_time_per_size"), profile.get("sweep.statistic")
         rounds = profile.get("sweep.rounds")
         # Each round moves its own pattern, so a stale buffer cannot pass the check. The origin keeps
@@ -272,10 +293,10 @@ class Bandwidth(PairwiseDriver):
         for r in range(rounds):
             for origin in (0, 1):
                 _, ranks, _ = self.direction(low, high, origin)
-                for i, size in enumerate(sweep.sizes):
+                for i, size in enumerate(sizes):
                     iters = self.iters(size)
                     t = run(size, iters, sweep.warmup(iters), window, origin,
-                            seed=(ranks[0], ranks[1], r * len(sweep.sizes) + i), budget_s=budget, policy=self.policy)
+                            seed=(ranks[0], ranks[1], r * len(sizes) + i), budget_s=budget, policy=self.policy)
                     self.rp.progress()  # one size is a step: the hang timeout bounds it, not the whole sweep
                     if t.tally is not None:
                         checked.setdefault((origin, i), Tally()).merge(t.tally)
@@ -288,7 +309,7 @@ class Bandwidth(PairwiseDriver):
             nodes, _, common = self.direction(low, high, origin)
             where = f"{nodes[0]} -> {nodes[1]} rail {self.rail}"
             failed, top, top_size = False, None, 0
-            for i, size in enumerate(sweep.sizes):
+            for i, size in enumerate(sizes):
                 if (origin, i) in checked:
                     self.checked(self.errors_metric, checked[origin, i], self.noun, f"{where}, size {size} B",
                                  rounds, size=size, **common)
@@ -312,7 +333,7 @@ class Bandwidth(PairwiseDriver):
         topo, mine = self.topology, self.rp.index
         if topo.rail_mode != "concurrent" or len(topo.rails) < 2:
             return
-        screened = sum(1 for pairs in self.rp.rounds for p in pairs if mine in p)
+        screened = sum(1 for pairs in self.walked for p in pairs if mine in p)
         bad = sum(1 for p in suspect if mine in p)
         # Rails end their confirmations at different times: wait asleep (keeping the job's pulse) before
         # the one blocking collective, which then costs nothing.

@@ -159,6 +159,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "confirm": Bool(True, help="after the scheduled rounds, measure every suspect pair again alone on its "
                                    "rail, and each of its ends against a partner that measured clean: only "
                                    "what reproduces fails; the rest is reported as transient (congestion)"),
+        "sample_rounds": Int(32, min=0, help="screening (screen:K): the scheduled rounds that the pairwise tests "
+                                             "other than write bandwidth (read, latency, atomics, GPUDirect) and "
+                                             "the sweep's smallest size walk, spread evenly over the schedule "
+                                             "(each node meets this many partners there); write bandwidth at the "
+                                             "bounded sizes walks every round. 0 = every test every round"),
         "screening_noise": Float(None, help="relative noise (sigma) of one timed bandwidth iteration at a bound's "
                                             "size on this fabric: how many iterations screening times there "
                                             "(docs/plan.md, \"Screening\"); unset: 0.01, an assumption"),

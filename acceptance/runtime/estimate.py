@@ -17,7 +17,8 @@ The assumptions, named once (each a constant below):
 - Screening (screen:K) measures screening_sizes, timing screening_iters at each (the transfer the bound's
   precision needs), and screening_latency_iters (acceptance.runtime.screening), then CONFIRM_ROUNDS rounds
   of confirmation per pairwise test (the suspects of a healthy fleet are few, and their pairs pack into a
-  few rounds of disjoint pairs).
+  few rounds of disjoint pairs). Write bandwidth walks every scheduled round at the bounded sizes; the
+  other pairwise tests and the smallest size walk rdma_write.sample_rounds of them (screening.EVERY_PAIR).
 - perftest: each tool run costs PERFTEST_START_S to start (server, TCP handshake) besides its own time;
   ib_write_lat takes latency.iters samples, screening or not, in perftest.rounds of the scheduled rounds
   (acceptance.drivers.perftest).
@@ -69,7 +70,8 @@ from ..rules import catalog
 from ..rules.units import format_duration, format_size, parse_duration, parse_rate
 from . import schedule as sched
 from . import setup_costs as nccl_setup
-from .screening import Transfer, screening_iters, screening_latency_iters, screening_sizes, screening_transfer
+from .screening import (Transfer, every_round_sizes, screening_iters, screening_latency_iters, screening_sizes,
+                        screening_transfer)
 from .setup_costs import Setup, collective_cuts, setup_costs
 
 ITER_OVERHEAD_S = 5e-6        # per timed or warmup bandwidth iteration, beyond the wire time
@@ -282,6 +284,10 @@ class Estimate:
     costs: Costs | None = None  # what one operation was figured to cost
     transfer: Transfer | None = None  # screening's transfer at the bounded sizes
     records: int = 0  # of the pairwise tests' scheduled rounds
+    # Screening's sample: the rounds the pairwise tests but write bandwidth walk (rounds where not
+    # screening), and the sizes write bandwidth measures on every pair (screening.EVERY_PAIR).
+    sample_rounds: int = 0
+    every_sizes: list[int] = field(default_factory=list)
     # NCCL's setup per communicator scope ("world", "rails", "node"): {"ranks", "init", "connections"} in
     # seconds (connections None: its all-to-all left out, collectives.alltoall_max_ranks)
     setup: dict[str, dict] = field(default_factory=dict)
@@ -441,16 +447,26 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     est = Estimate(nodes, rails, pattern, rail_mode, gbits, rate_from, rounds, sizes=sizes, latency_iters=lat_iters,
                    costs=c, transfer=screening_transfer(profile, nodes, rails, pattern) if screening else None)
 
-    def per_rounds(per_pair_both_directions: float, walk: int = walked) -> float:
+    # Screening's sample (drivers.p2p): the rounds every pairwise test but write bandwidth walks, and
+    # where write bandwidth also measures the sizes it does not measure on every pair.
+    sample = len(sched.spread(range(rounds), profile.get("rdma_write.sample_rounds"))) if screening else rounds
+    sampled = walked - rounds + sample  # with the confirmation's rounds
+    every_sizes = every_round_sizes(profile) if screening else sizes
+    est.sample_rounds, est.every_sizes = sample, every_sizes
+
+    def per_rounds(per_pair_both_directions: float, walk: int = sampled) -> float:
         return rail_times * walk * (c.pair_setup_s + per_pair_both_directions)
 
     def latency(kinds: int = 1) -> float:
         return latency_direction_seconds(lat_iters, lat_warm, kinds, c.latency_sample_s)
 
-    bw = sweep_direction_seconds(profile, sizes, gbits, c.iter_s, c.verify_bytes_per_s, c.check_s,
-                                 screening_iters(profile, nodes, rails, pattern) if screening else None)
+    def bandwidth(over: list[int]) -> float:
+        return sweep_direction_seconds(profile, over, gbits, c.iter_s, c.verify_bytes_per_s, c.check_s,
+                                       screening_iters(profile, nodes, rails, pattern) if screening else None)
+
+    bw, rest = bandwidth(sizes), bandwidth([s for s in sizes if s not in every_sizes])
     rdma = {
-        "test_write_bandwidth": per_rounds(2 * bw),
+        "test_write_bandwidth": per_rounds(2 * (bw - rest), walk=walked) + rail_times * sampled * 2 * rest,
         "test_read_bandwidth": per_rounds(2 * bw),
         "test_write_latency": per_rounds(2 * latency(kinds=2)),
         "test_read_latency": per_rounds(2 * latency()),
@@ -504,7 +520,9 @@ def estimate(profile, nodes: int, rails: int, pattern: str, rail_mode: str = "co
     est.suites = {name: sum(est.tests[name].values()) for name in SUITES if name in est.tests}
     ranks = nodes * max(1, rails)
     pairs = sched.pair_count(nodes, pattern)
-    est.records = 2 * rails * (pairs * pair_records(len(sizes), bool(gpus))
+    every = 2 * len(every_sizes)  # write bandwidth's value and data check at each size it measures on every pair
+    in_sample = pairs * sample // max(rounds, 1)
+    est.records = 2 * rails * (pairs * every + in_sample * (pair_records(len(sizes), bool(gpus)) - every)
                                + pairs * pf_rounds // max(rounds, 1) * PERFTEST_RECORDS)
     est.overheads = {"launch": c.launch_s, "outcome merges": TESTS * ranks * OUTCOME_PER_RANK_S,
                      "records at rank 0": est.records * RECORD_RANK0_S,

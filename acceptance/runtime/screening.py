@@ -154,6 +154,32 @@ def screening_transfer(profile, nodes: int, rails: int, pattern: str) -> Transfe
                     window, needed, drop, drop_from, noise, noise_from, z, compared)
 
 
+# What screening measures on every scheduled pair: write bandwidth at the bounded sizes (the suite and
+# the metric; every pair's bandwidth is what localizes a cable, a port or one direction of a link). Every
+# other pairwise test (read bandwidth, latency, atomics, GPUDirect) and the sweep's smallest size walk a
+# sample of the rounds, rdma_write.sample_rounds of them spread evenly (sampled_rounds): what they find
+# is a NIC's or a node's, which a sample of partners shows, and 1e4 latency samples per pair on every
+# pair of 1,024 nodes would take most of an hour.
+EVERY_PAIR = ("rdma_write", "bandwidth")  # write bandwidth (catalog.PAIR_OPS["write"])
+
+
+def every_pair(suite: str, metric: str) -> bool:
+    """Whether screening measures (suite, metric) on every scheduled pair (EVERY_PAIR) or on the sample."""
+    return (suite, metric) == EVERY_PAIR
+
+
+def sampled_rounds(profile, rounds: list) -> list:
+    """The rounds of `rounds` (a rail's scheduled rounds, in order) that the sampled tests walk: at most
+    rdma_write.sample_rounds, spread evenly (0: every one); the same on every rank."""
+    return sched.spread(rounds, profile.get("rdma_write.sample_rounds"))
+
+
+def every_round_sizes(profile) -> list[int]:
+    """The sizes write bandwidth measures in a round outside the sample: the bounded sizes (the smallest,
+    which no bound judges at every pair, only in the sample); the screening sizes where no bound is set."""
+    return bounded_sizes(profile) or screening_sizes(profile)
+
+
 def screening_iters(profile, nodes: int, rails: int, pattern: str) -> dict[int, int]:
     """Timed iterations of each screening size: the transfer's at bounded sizes, the sweep's at the smallest."""
     sweep, window = sweep_from_profile(profile), profile.get("sweep.window")
