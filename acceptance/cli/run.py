@@ -285,6 +285,7 @@ def _salvage(folder: RunFolder, iteration: int, cut: "attempts.Cut | None" = Non
     had measured of it, kept in results.jsonl (RunFolder.salvage) and said in run.json. With `cut` (a
     relaunch follows), the rounds that had not ended are set aside, to be measured again."""
     kept, ranks = folder.salvage(cut)
+    folder.drop_staged()  # what rank 0 had staged of that test is in the spill files too
     if kept:
         print(f"acceptance: kept {kept:,} records of the test in flight from {ranks} rank(s) "
               f"(what they had measured of it when the job ended)", flush=True)

@@ -7,6 +7,8 @@ reports/<run-id>/
   logs/rank-<r>.log
   logs/records-rank-<r>.jsonl   rank r's records of the test in progress, as it makes them (Recorder);
                                 kept in results.jsonl if the job ends inside that test (RunFolder.salvage)
+  logs/staged.jsonl             rank 0: the records of the test ending, each rank's as it arrives, appended
+                                to results.jsonl once every rank has (stage_lines, land_staged)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import numbers
 import os
 import secrets
+import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -370,6 +373,37 @@ class RunFolder:
         lines = [json.dumps(r, sort_keys=False) + "\n" for r in records]
         self.append_lines(lines)
         return len(lines)
+
+    @property
+    def staged(self) -> Path:
+        return self.path / "logs" / "staged.jsonl"
+
+    def stage_lines(self, texts: Iterable[str]) -> None:
+        """Rank 0: records of the test ending (results.jsonl text), set aside as each rank's arrive, so
+        that rank 0 holds one rank's at a time (screening every pair of 1,024 x 8 sends it ~1 MB a rank,
+        8 GB in all); land_staged appends them to results.jsonl once every rank has sent its own."""
+        texts = [t for t in texts if t]
+        if texts:
+            with open(self.staged, "a") as f:
+                f.writelines(texts)
+
+    def drop_staged(self) -> None:
+        """What a sync point that never completed staged (a rank was lost: the spill files keep it)."""
+        self.staged.unlink(missing_ok=True)
+
+    def land_staged(self) -> int:
+        """Append what stage_lines set aside to results.jsonl, synced to disk; the bytes appended."""
+        try:
+            src = open(self.staged, "rb")
+        except FileNotFoundError:
+            return 0
+        with src, open(self.results, "ab") as out:
+            shutil.copyfileobj(src, out, 16 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+            moved = src.tell()
+        self.drop_staged()
+        return moved
 
     def append_lines(self, texts: Iterable[str]) -> int:
         """Append results.jsonl text (whole lines, as Recorder.take_lines encodes them), synced to disk;

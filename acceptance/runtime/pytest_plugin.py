@@ -491,7 +491,9 @@ class CollectivePlugin:
 
         def merge(got: dict) -> dict:
             if rep.when == "teardown":
-                self.folder.append_lines(got[rank][1] for rank in sorted(got))
+                # What arrived before the agreement (drained by the watchdog) is still here; the rest is staged.
+                self.folder.stage_lines(got[rank][1] for rank in sorted(got))
+                self.folder.land_staged()
                 self.folder.mark_landed(item.nodeid, self.iteration)
             summaries = {rank: got[rank][0] for rank in got}
             decision = outcomes.merge(summaries, self.labels)
@@ -499,7 +501,11 @@ class CollectivePlugin:
                 self.folder.append_records([self._failed_record(item, rep.when, decision, summaries)])
             return decision
 
-        decision = self._agree((mine, records), merge, item.nodeid, rep.when)
+        keep = None
+        if rep.when == "teardown" and self.rank == 0:
+            self.folder.drop_staged()  # a sync point that never completed (a lost rank; a relaunch)
+            keep = self._stage
+        decision = self._agree((mine, records), merge, item.nodeid, rep.when, keep)
         if rep.when == "teardown":
             self.recorder.landed()  # rank 0 wrote them before the ranks agreed
         self.watchdog.disarm()
@@ -573,13 +579,20 @@ class CollectivePlugin:
     def _job_progress(self) -> None:
         self.watchdog.rearm()
 
-    def _agree(self, payload, merge, nodeid: str, when: str):
+    def _stage(self, rank: int, payload: tuple) -> tuple:
+        """Rank 0: a rank's teardown payload as it arrives: its records set aside in the run folder
+        (RunFolder.stage_lines), its outcome summary kept."""
+        summary, records = payload
+        self.folder.stage_lines([records])
+        return summary, ""
+
+    def _agree(self, payload, merge, nodeid: str, when: str, keep=None):
         """Agree under the armed phase's deadline (every caller arms the watchdog first); the
         deadline moves with the job's progress while this rank waits."""
         phase = self.watchdog.phase
         try:
             return self.sync.agree(payload, merge, lambda: (self.watchdog.phase or phase).deadline, phase.label,
-                                   grace=GRACE_S, poll=self.pulse.pump, arrival=self.pulse.seen)
+                                   grace=GRACE_S, poll=self.pulse.pump, arrival=self.pulse.seen, keep=keep)
         except Missing as m:
             self._hang(nodeid, when, m.ranks, phase.timeout, m.arrived)
         except RootLost:

@@ -46,17 +46,21 @@ class Agreement:
         # still inside a test.
         self._arrived: dict[int, Any] = {}
         self._lock = threading.Lock()
+        self._keep: Callable[[int, Any], Any] | None = None  # the agreement in progress's, on rank 0
         self.merging = False  # rank 0: every rank arrived and merge() runs
 
     def agree(self, payload: Any, merge: Callable[[dict[int, Any]], Any], deadline: Callable[[], float],
               label: str, grace: float = 15.0, poll: Callable[[], None] = lambda: None,
-              arrival: Callable[[], None] = lambda: None) -> Any:
+              arrival: Callable[[], None] = lambda: None, keep: Callable[[int, Any], Any] | None = None) -> Any:
         """Return merge({rank: payload}) as computed on rank 0, on every rank.
 
         deadline() is a time.monotonic() value, asked again on every poll (progress
         elsewhere in the job moves it). Rank 0 raises Missing after it; other ranks wait
         `grace` seconds longer (rank 0 normally aborts the job first) and then raise
-        RootLost. poll() runs between polls; arrival() on rank 0 when ranks arrived.
+        RootLost. poll() runs between polls; arrival() on rank 0 when ranks arrived. keep(rank,
+        payload), on rank 0, is what is kept of a payload as it arrives during this call (one that arrived
+        before, drained by a watchdog, is kept whole): rank 0 then holds one rank's payload at a time,
+        not every rank's until the last one arrives.
         """
         if self.size == 1:
             return merge({0: payload})
@@ -66,8 +70,13 @@ class Agreement:
             req.wait()
             return decision
         with self._lock:
-            self._arrived[0] = payload  # keep what a watchdog already drained
-        self._collect(deadline, poll, arrival)
+            self._keep = keep
+            self._arrived[0] = keep(0, payload) if keep else payload  # keep what a watchdog already drained
+        try:
+            self._collect(deadline, poll, arrival)
+        finally:
+            with self._lock:
+                self._keep = None
         if len(self._arrived) < self.size:
             missing = sorted(set(range(self.size)) - set(self._arrived))
             raise Missing(label, missing, dict(self._arrived))
@@ -132,7 +141,8 @@ class Agreement:
                 msg = self.comm.improbe(source=MPI.ANY_SOURCE, tag=_UP, status=status)
                 if msg is None:
                     return got
-                self._arrived[status.Get_source()] = msg.recv()
+                source, payload = status.Get_source(), msg.recv()
+                self._arrived[source] = self._keep(source, payload) if self._keep else payload
                 got = True
 
     def _collect(self, deadline: Callable[[], float], poll: Callable[[], None],

@@ -276,3 +276,24 @@ def test_a_spill_file_is_removed_at_the_end_only_when_its_records_landed(tmp_pat
     landed.close()
     lost.close()
     assert not folder.spill(0).exists() and folder.spill(1).read_text().count("\n") == 1
+
+
+def test_staged_records_land_whole_and_a_dropped_stage_lands_nothing(tmp_path):
+    """Rank 0 sets each rank's records aside as they arrive (stage_lines) and appends them once every rank
+    has (land_staged): results.jsonl gets every line once; a stage dropped (a sync point that never
+    completed: the spill files keep it) adds nothing."""
+    from acceptance.records.results import make_record
+
+    def line(v):
+        return json.dumps(make_record(test="t::x", suite="rdma_write", metric="bandwidth", value=float(v),
+                                      unit="Gbit/s", nodes=["n1", "n2"], ranks=[0, 1])) + "\n"
+    folder = RunFolder.create(tmp_path, "r")
+    folder.append_lines([line(0)])
+    folder.stage_lines([line(1) + line(2), ""])
+    folder.stage_lines([line(3)])
+    assert folder.land_staged() > 0 and not folder.staged.exists()
+    assert [json.loads(x)["value"] for x in folder.results.read_text().splitlines()] == [0, 1, 2, 3]
+    folder.stage_lines([line(4)])
+    folder.drop_staged()
+    assert folder.land_staged() == 0
+    assert folder.results.read_text().count("\n") == 4
