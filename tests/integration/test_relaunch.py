@@ -47,7 +47,10 @@ def _left_behind(p, folder, run, how):
     measured = {p for p, _ in pairs}
     survivors = [n for n in NODES if n != "node3"]
     assert set(permutations(survivors, 2)) <= measured
-    assert {r for (p, r) in pairs if "node3" in p} == {0, 1}
+    # node3 only in rounds before its loss: round 1 too where a record of round 2 reached a spill file
+    # before the launcher killed the job (proof that round 1 ended on that rail), else it is measured again
+    # without node3 (attempts.Cut): which, depends on how fast the launcher reacts.
+    assert {0} <= {r for (p, r) in pairs if "node3" in p} <= {0, 1}
     assert (folder / "logs" / "superseded.jsonl").exists() and not (folder / "resume.json").read_text() == ""
 
 
