@@ -378,21 +378,24 @@ class RunFolder:
     def staged(self) -> Path:
         return self.path / "logs" / "staged.jsonl"
 
-    def stage_lines(self, texts: Iterable[str]) -> None:
+    def stage_lines(self, texts: Iterable[str]) -> str:
         """Rank 0: records of the test ending (results.jsonl text), set aside as each rank's arrive, so
         that rank 0 holds one rank's at a time (screening every pair of 1,024 x 8 sends it ~1 MB a rank,
-        8 GB in all); land_staged appends them to results.jsonl once every rank has sent its own."""
+        8 GB in all); land_staged appends them to results.jsonl once every rank has sent its own.
+        Returns "": what is left of the text in memory."""
         texts = [t for t in texts if t]
         if texts:
             with open(self.staged, "a") as f:
                 f.writelines(texts)
+        return ""
 
     def drop_staged(self) -> None:
         """What a sync point that never completed staged (a rank was lost: the spill files keep it)."""
         self.staged.unlink(missing_ok=True)
 
-    def land_staged(self) -> int:
-        """Append what stage_lines set aside to results.jsonl, synced to disk; the bytes appended."""
+    def land_staged(self, texts: Iterable[str] = ()) -> int:
+        """Append what stage_lines set aside, then `texts`, to results.jsonl, synced to disk; the bytes appended."""
+        self.stage_lines(texts)
         try:
             src = open(self.staged, "rb")
         except FileNotFoundError:

@@ -491,9 +491,7 @@ class CollectivePlugin:
 
         def merge(got: dict) -> dict:
             if rep.when == "teardown":
-                # What arrived before the agreement (drained by the watchdog) is still here; the rest is staged.
-                self.folder.stage_lines(got[rank][1] for rank in sorted(got))
-                self.folder.land_staged()
+                self.folder.land_staged(got[rank][1] for rank in sorted(got))  # and what came before keep did
                 self.folder.mark_landed(item.nodeid, self.iteration)
             summaries = {rank: got[rank][0] for rank in got}
             decision = outcomes.merge(summaries, self.labels)
@@ -501,10 +499,9 @@ class CollectivePlugin:
                 self.folder.append_records([self._failed_record(item, rep.when, decision, summaries)])
             return decision
 
-        keep = None
-        if rep.when == "teardown" and self.rank == 0:
-            self.folder.drop_staged()  # a sync point that never completed (a lost rank; a relaunch)
-            keep = self._stage
+        keep = self._stage if rep.when == "teardown" and self.rank == 0 else None
+        if keep:  # a sync point that never completed left its stage (a lost rank; a relaunch)
+            self.folder.drop_staged()
         decision = self._agree((mine, records), merge, item.nodeid, rep.when, keep)
         if rep.when == "teardown":
             self.recorder.landed()  # rank 0 wrote them before the ranks agreed
@@ -579,12 +576,8 @@ class CollectivePlugin:
     def _job_progress(self) -> None:
         self.watchdog.rearm()
 
-    def _stage(self, rank: int, payload: tuple) -> tuple:
-        """Rank 0: a rank's teardown payload as it arrives: its records set aside in the run folder
-        (RunFolder.stage_lines), its outcome summary kept."""
-        summary, records = payload
-        self.folder.stage_lines([records])
-        return summary, ""
+    def _stage(self, rank: int, payload: tuple) -> tuple:  # rank 0: a teardown payload as it arrives
+        return payload[0], self.folder.stage_lines([payload[1]])  # its summary kept, its records staged
 
     def _agree(self, payload, merge, nodeid: str, when: str, keep=None):
         """Agree under the armed phase's deadline (every caller arms the watchdog first); the
