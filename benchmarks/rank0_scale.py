@@ -17,8 +17,9 @@ acceptance.records.results) with inputs shaped like what the ranks send, at each
   merge mixed      outcomes.merge, most passed, one node in 16 skipped, one rank in 64 xfailed
                    (the inconsistent-outcome path)
   phase passed     rank 0's whole share of one teardown phase: unpickling every rank's payload (its
-                   summary and --records rdma_write records, as a receive does), appending the records
-                   to results.jsonl (RunFolder.append_lines of each rank's encoded records, in a temporary folder), outcomes.merge,
+                   summary and --records rdma_write records, as a receive does) and staging its records
+                   as it arrives (RunFolder.stage_lines, in a temporary folder), then appending them to
+                   results.jsonl (land_staged), outcomes.merge,
                    and pickling the decision it answers every rank with (sync.py pickles it once)
   phase failed     the same, every rank failed with its own text: plus the test_failed record
   census           the census merge, Topology over every rank's RankInfo (a stand-in world: the
@@ -159,8 +160,11 @@ def failed_record(decision: dict, summaries: dict, infos: list[RankInfo]) -> dic
 def phase(wire: dict[int, bytes], labels: dict, infos: list[RankInfo], folder: RunFolder) -> int:
     """Rank 0 in one teardown phase, as the plugin's merge() and sync.agree run it; returns the
     bytes of the decision it answers every rank with."""
-    got = {r: pickle.loads(b) for r, b in wire.items()}  # what each receive leaves in rank 0's memory
-    folder.append_lines(got[rank][1] for rank in sorted(got))
+    got = {}
+    for r, b in wire.items():  # what each receive leaves in rank 0's memory: the summary (sync.agree's keep)
+        summary, records = pickle.loads(b)
+        got[r] = (summary, folder.stage_lines([records]))
+    folder.land_staged(got[rank][1] for rank in sorted(got))
     summaries = {rank: got[rank][0] for rank in got}
     decision = outcomes.merge(summaries, labels)
     if decision["outcome"] == "failed":

@@ -236,6 +236,7 @@ class Recorder:
 class RunFolder:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self._stage = None  # logs/staged.jsonl, open while a test's records arrive (stage_lines)
 
     @classmethod
     def create(cls, parent: str | os.PathLike, run_id: str | None = None) -> "RunFolder":
@@ -385,23 +386,30 @@ class RunFolder:
         Returns "": what is left of the text in memory."""
         texts = [t for t in texts if t]
         if texts:
-            with open(self.staged, "a") as f:
-                f.writelines(texts)
+            if self._stage is None:  # one open for the whole sync point, not one per rank
+                self._stage = open(self.staged, "a")
+            self._stage.writelines(texts)
         return ""
 
     def drop_staged(self) -> None:
         """What a sync point that never completed staged (a rank was lost: the spill files keep it)."""
+        if self._stage is not None:
+            self._stage.close()
+            self._stage = None
         self.staged.unlink(missing_ok=True)
 
     def land_staged(self, texts: Iterable[str] = ()) -> int:
         """Append what stage_lines set aside, then `texts`, to results.jsonl, synced to disk; the bytes appended."""
         self.stage_lines(texts)
+        if self._stage is not None:
+            self._stage.close()
+            self._stage = None
         try:
             src = open(self.staged, "rb")
         except FileNotFoundError:
             return 0
         with src, open(self.results, "ab") as out:
-            shutil.copyfileobj(src, out, 16 << 20)
+            shutil.copyfileobj(src, out, 1 << 20)
             out.flush()
             os.fsync(out.fileno())
             moved = src.tell()

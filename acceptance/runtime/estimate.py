@@ -137,7 +137,8 @@ _FITTED = ("measured: fitted with benchmarks/plan_accuracy.py to mpi-engine runs
 SOURCES = {
     **nccl_setup.SOURCES,
     "RECORD_RANK0_S": "measured: benchmarks/rank0_scale.py, rank 0's phase of 1,024 ranks x 48 records in "
-                      "494.55 ms of CPU on the 2-core development machine (benchmarks/README.md)",
+                      "494.55 ms of CPU on the 2-core development machine, before the ranks encoded their own "
+                      "records; an upper bound: the staged path measures 42 ms there now (benchmarks/README.md)",
     "ANALYSIS_PER_RECORD_S": "measured: benchmarks/report_scale.py, analysis and report of 4,190,208 records "
                              "in 27.2 s on the 2-core development machine (benchmarks/README.md)",
     **{name: _FITTED for name in ("MPI_ITER_S", "MPI_VERIFY_BYTES_PER_S", "MPI_LATENCY_SAMPLE_S",

@@ -197,7 +197,8 @@ def test_healthy_two_nodes_two_rails_on_rxe_devices(session):
 
 def test_a_throttled_rail_link_is_named_alone(session):
     """node2's rail-1 link at 2 Mbit/s: exit 1, and every failing finding is that link (with 2 nodes a
-    link cannot be told from a NIC at either end), failing its fleet bound, in write and READ bandwidth."""
+    link cannot be told from a NIC at either end), failing its write bandwidth's fleet bound; its READs
+    cross the same throttle."""
     rc, out = session.part("throttled")
     assert rc == 1, out[-4000:]
     found = [f for f in findings(folder_of(out)) if f["severity"] == "fail"]
@@ -205,11 +206,13 @@ def test_a_throttled_rail_link_is_named_alone(session):
     for f in found:
         assert f["rail"] == 1 and "node2" in (f["node"], f["peer"]), found
     assert any(f["metric"] == "bandwidth" and f["bound"] == "fleet" for f in found), found
-    # READ bandwidth crosses the same throttled link: it stands apart there as the writes do.
-    reads = [r for r in records(folder_of(out)) if r["metric"] == "read_bandwidth"]
-    assert reads, out[-4000:]
-    evidence = "\n".join(line for f in found for line in f["evidence"])
-    assert ", read_bandwidth " in evidence, found
+    # READ bandwidth crosses the same throttled link: each direction's reads there are held to tbf's
+    # 2 Mbit/s (its 32 kbit burst adds under 0.1 Mbit/s to a 32 KiB measurement), whatever the guest's
+    # speed. Whether they also stand apart from the fleet depends on the 3 other reads: under load one
+    # healthy read measured 5 Mbit/s beside 35 (a population of 4), so that is not asserted.
+    reads = [r for r in records(folder_of(out)) if r["metric"] == "read_bandwidth" and r["rail"] == 1]
+    assert {tuple(r["nodes"]) for r in reads} == {("node1", "node2"), ("node2", "node1")}, out[-4000:]
+    assert all(r["value"] is not None and r["value"] <= 0.0022 for r in reads), reads
 
 
 def test_packet_loss_raises_a_counter_finding_naming_the_device(session):

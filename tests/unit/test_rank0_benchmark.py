@@ -2,7 +2,7 @@
 
 Times are the benchmark's business, not a test's (the machine is shared): only the table's shape is
 checked, and the two figures that do not depend on the clock: rank 0's traced peak memory grows
-linearly with the rank count, and the decision it answers every rank with stays bounded even when
+at most linearly with the rank count (a teardown's: flat, each rank's records staged as they arrive), and the decision it answers every rank with stays bounded even when
 every rank failed with its own text.
 """
 import re
@@ -34,7 +34,7 @@ def test_quick_run_prints_the_table_and_exits_0():
                 ("phase failed", "KiB out"), ("census", "ms"), ("census", "MiB"), ("describe", "ms"),
                 ("keepalive", "ms")}
     assert set(rows) == expected, out
-    assert rows[("phase failed", "MiB")] < 2.3, out   # linear: ~2 a doubling
+    assert rows[("phase failed", "MiB")] < 2.3, out   # at most linear: ~2 a doubling; flat with the records staged
     assert rows[("census", "MiB")] < 2.3, out
     assert rows[("phase failed", "KiB out")] < 1.3, out  # every rank failed, the answer stays bounded
     assert re.fullmatch(r"superlinear \(growth per doubling > [\d.]+\): .+", lines[-1]), out
