@@ -263,7 +263,8 @@ class Bandwidth(PairwiseDriver):
         self.sample: set[int] | None = None
         if self.screening and self.rp.active and every_pair(self.suite, self.metric):
             self.sample = {self.rp.number(p) for p in sampled_rounds(self.profile, self.rp.rounds)}
-            self.every_round_sizes = tuple(s for s in self.sweep.sizes if s in every_round_sizes(self.profile))
+            every = set(every_round_sizes(self.profile))
+            self.every_round_sizes = tuple(s for s in self.sweep.sizes if s in every)
 
     def iters(self, size: int) -> int:
         """Timed iterations at `size`: screening's (runtime.screening) where it screens, else the sweep's."""
