@@ -211,13 +211,16 @@ def _endpoint_owners(bad: pd.DataFrame, measured: pd.DataFrame, names: list[str]
         # slow one way only: said so; both ways (or each way apart): the NIC
         nic_way = {k: next(iter(v)) if len(v) == 1 and "both" not in v else None for k, v in ways.items()}
     if nics is not None and len(nics) and len(m_rail):
-        # judged on their typical partner: counted as the peel counts (partners with a bad link)
+        # judged on their typical partner: counted as the peel counts (partners with a bad link), and,
+        # as there, a link to a NIC the peel flagged stops counting: on a small rail a bad NIC is most
+        # of each partner's typical value, and one more slow link would condemn a healthy partner too
+        peeled = nic.copy()
         deg = np.zeros((n_rails, n_nodes), np.int64)
-        np.add.at(deg, (m_rail, m_u), 1)
-        np.add.at(deg, (m_rail, m_v), 1)
         badc = np.zeros((n_rails, n_nodes), np.int64)
-        np.add.at(badc, (e_rail, e_u), 1)
-        np.add.at(badc, (e_rail, e_v), 1)
+        for count, rail_, u_, v_ in ((deg, m_rail, m_u, m_v), (badc, e_rail, e_u, e_v)):
+            at_u, at_v = ~peeled[rail_, v_], ~peeled[rail_, u_]
+            np.add.at(count, (rail_[at_u], u_[at_u]), 1)
+            np.add.at(count, (rail_[at_v], v_[at_v]), 1)
         for rail, node in zip(nics["rail"].to_numpy(np.int64), nics["node"].to_numpy(np.int64)):
             # most of its links slow (its slow links may be a switch's or its uplink's: the tree step
             # explained them, and it has none left)

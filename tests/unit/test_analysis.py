@@ -126,6 +126,24 @@ def test_three_nodes_a_bad_nic(tmp_path):
     assert where(a.findings) == [("nic", "node02", 1, None)]
 
 
+def test_a_bad_nic_of_four_and_one_stalled_link_is_the_nic_not_its_plane(tmp_path):
+    # On 4 nodes node02's bad NIC is one of each partner's three links: one more slow direction
+    # (node03 -> node01, a stall) made both its ends look slow on their typical partner, 3 of 4 NICs
+    # bad, and the plane was blamed. A link to a NIC already found bad no longer counts against its
+    # partner, as in the peel.
+    run = synthetic.make_run(tmp_path / "run", nodes=4, rails=2, slow_nic=("node02", 0, 0.02), latency=False)
+    top = max(synthetic.DEFAULT_SIZES)
+
+    def stall(r):
+        if r["metric"] == "bandwidth" and r["rail"] == 0 and r["nodes"] == ["node03", "node01"] \
+                and r.get("size") == top:
+            r["value"] *= 0.035
+        return r
+    rewrite(run, stall)
+    a = analyze(run)
+    assert [(f["scope"], f["node"], f["rail"]) for f in a.findings if f["severity"] == "fail"] == [("nic", "node02", 0)]
+
+
 def test_half_the_rails_of_a_node(tmp_path):
     # node04 bad on rails 0-3 of 8: a node (>= node_fraction 0.5 of its rails)
     run = synthetic.make_run(tmp_path / "run", nodes=8, rails=8, latency=False)
